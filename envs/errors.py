@@ -1,0 +1,61 @@
+"""Every exception dlsched raises on purpose.
+
+All of them derive from :class:`DlschedError`, so a caller (the CLI in particular) can tell a
+user's mistake or an unavailable system apart from a bug. Each message names the offending value,
+what was expected, and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class DlschedError(Exception):
+    """Base class of every error dlsched raises deliberately."""
+
+
+class ScenarioError(DlschedError, ValueError):
+    """A scenario file or scenario object is malformed; the message lists every bad field."""
+
+
+class UnknownNameError(DlschedError, KeyError):
+    """A name (scenario, workload, policy, reward, backend, ...) that is not registered."""
+
+    def __init__(self, what: str, name: str, known: Iterable[str]) -> None:
+        known_sorted = sorted(known)
+        close = difflib.get_close_matches(name, known_sorted, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        self.message = f"unknown {what} {name!r}; known: {', '.join(known_sorted)}.{hint}"
+        super().__init__(self.message)
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return self.message
+
+
+class ActionError(DlschedError, ValueError):
+    """An action or decision that the environment refuses (NaN, wrong shape, unknown job)."""
+
+
+class BackendError(DlschedError, RuntimeError):
+    """A backend cannot do what was asked (engine unreachable, image missing, ...)."""
+
+
+class DockerUnavailableError(BackendError):
+    """No Docker engine answers at the configured endpoint."""
+
+
+class ImageMissingError(BackendError):
+    """The workload image the Docker backend needs is not on the engine."""
+
+
+class ProfileError(DlschedError, ValueError):
+    """A workload profile data file is malformed."""
+
+
+class PolicyError(DlschedError, ValueError):
+    """A policy cannot be built or loaded (bad parameter, incompatible model, ...)."""
+
+
+class TrackingError(DlschedError, RuntimeError):
+    """The MLflow tracking store is unreachable or refuses a write."""

@@ -1,0 +1,65 @@
+"""``dlsched/Inference-v0``: CPU limits for inference services with latency targets."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from dlsched.envs.scenario import JobKind
+from dlsched.envs.scheduling_env import SchedulingEnv
+
+
+class InferenceEnv(SchedulingEnv):
+    """Set the CPU limit of every inference container so that as many as possible meet their
+    latency targets, as DQoES does (journal version, Sections III-IV).
+
+    Each job is a container answering batches of images in a loop; it reports the latency of
+    every batch it completes. A job is *satisfied* (DQoES's set S) when its last batch latency is
+    within ``[(1 - alpha) o, (1 + alpha) o]`` of its target ``o``; faster is G, slower is B.
+
+    ## Action Space
+    ``Box(0, 1, (workers * slots_per_worker,), float32)``: the CPU limit of the job in each slot,
+    as a fraction of its worker's cores (``1`` means no cap). Entries of empty slots are ignored.
+    Values above 1 are clipped to 1; values below the floor (``limit_floor``, default 0.02,
+    negative values included) are raised to the floor. A NaN or infinite entry, or an array of
+    another shape, raises :class:`~dlsched.envs.errors.ActionError`. Limits of a worker may sum
+    above 1: Docker quotas may overcommit, and the CPU is then shared by the kernel.
+    :meth:`step_decision` takes a typed :class:`~dlsched.envs.decision.Decision` (limits by job
+    id, migrations) instead.
+
+    ## Observation Space
+    ``Box(0, 1, (workers * slots_per_worker, 16), float32)``: one row per slot, the columns of
+    :data:`dlsched.envs.observation.FEATURES` (active, limit, CPU usage, last latency over target,
+    target, DQoES class, age, load of the worker, ...), all computed from telemetry. Raw values
+    are in ``info["telemetry"]``, a :class:`~dlsched.envs.telemetry.Telemetry`.
+
+    ## Rewards
+    ``reward=`` names a function of :mod:`dlsched.envs.rewards`; the default, ``satisfied``, is
+    the number of satisfied jobs after the step. ``satisfied_fraction`` and ``qoe_gap`` (DQoES
+    Eq. 2) are the alternatives for inference.
+
+    ## Starting State
+    The scenario's jobs are drawn from the seed; those arriving at time 0 are placed (by the
+    placer, Docker Swarm's spread by default) and start uncapped. No job has a latency yet.
+
+    ## Episode End
+    The episode is truncated when simulated (replay) or wall-clock (Docker) time reaches the
+    scenario's horizon; services never terminate on their own.
+
+    ## Arguments
+    - ``scenario``: a shipped scenario's name (``dlsched scenarios`` lists them), a path to a
+      YAML file, or a :class:`~dlsched.envs.scenario.Scenario`; it must have inference jobs.
+    - ``backend``: ``"replay"`` (default, deterministic) or ``"docker"``, or a Backend object.
+    - ``reward``: a reward name or a function ``(now, before) -> float``.
+    - ``interval_s``: seconds per step, overriding the scenario's (the papers' IV).
+    - ``placer``: the :class:`~dlsched.envs.placement.Placer` for arriving jobs.
+    - ``limit_floor``: the lowest limit, a fraction of a worker in ``(0, 1]``.
+    - ``backend_options``: keyword arguments of the backend's constructor.
+
+    ## Version History
+    - v0: initial version.
+    """
+
+    kind: ClassVar[JobKind] = JobKind.INFERENCE
+    env_id: ClassVar[str] = "dlsched/Inference-v0"
+    default_scenario: ClassVar[str] = "dqoes-varied-burst"
+    default_reward: ClassVar[str] = "satisfied"

@@ -1,0 +1,378 @@
+"""The environment machinery shared by the inference and the training environments.
+
+:class:`SchedulingEnv` owns simulated or wall-clock time as the backend reports it, the arrival
+of jobs, their placement on workers and slots, and the translation between action arrays and
+limits. The subclasses in :mod:`dlsched.envs.inference_env` and :mod:`dlsched.envs.training_env`
+fix the job kind, the default scenario and reward, and document the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+from dlsched.envs.backend import Backend, make_backend
+from dlsched.envs.decision import Decision, Placement
+from dlsched.envs.errors import ActionError, ScenarioError
+from dlsched.envs.observation import ObservationLayout, encode
+from dlsched.envs.placement import Placer, SpreadPlacer
+from dlsched.envs.rewards import RewardFn, reward_function
+from dlsched.envs.scenario import JobKind, JobSpec, Scenario
+from dlsched.envs.telemetry import JobState, JobTelemetry, QoEClass, Telemetry, WorkerTelemetry
+
+#: Default lowest limit, as a fraction of a worker: 2% keeps a starved job alive and measurable.
+DEFAULT_LIMIT_FLOOR = 0.02
+
+
+def resolve_scenario(scenario: str | Scenario, kind: JobKind, env_id: str) -> Scenario:
+    """Load ``scenario`` by name or path if needed and check it is of the environment's kind."""
+    if isinstance(scenario, str):
+        from dlsched.envs.scenario_file import load_scenario
+
+        scenario = load_scenario(scenario)
+    if scenario.kind is not kind:
+        other = (
+            "dlsched/Training-v0" if scenario.kind is JobKind.TRAINING else ("dlsched/Inference-v0")
+        )
+        raise ScenarioError(
+            f"scenario {scenario.name!r} has {scenario.kind.value} jobs, but {env_id} runs "
+            f"{kind.value} jobs; make {other} with it instead"
+        )
+    return scenario
+
+
+class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
+    """Base of the dlsched environments; see the subclasses for the documentation."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    #: The kind of job the environment runs.
+    kind: ClassVar[JobKind]
+    #: Registered id, for messages.
+    env_id: ClassVar[str]
+    default_scenario: ClassVar[str]
+    default_reward: ClassVar[str]
+
+    def __init__(
+        self,
+        scenario: str | Scenario | None = None,
+        backend: str | Backend = "replay",
+        reward: str | RewardFn | None = None,
+        interval_s: float | None = None,
+        placer: Placer | None = None,
+        limit_floor: float = DEFAULT_LIMIT_FLOOR,
+        backend_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        resolved = resolve_scenario(scenario or self.default_scenario, self.kind, self.env_id)
+        if interval_s is not None:
+            if not interval_s > 0:
+                raise ScenarioError(f"interval_s={interval_s!r} must be a number of seconds > 0")
+            resolved = dataclasses.replace(resolved, interval_s=float(interval_s))
+        if not 0.0 < limit_floor <= 1.0:
+            raise ActionError(f"limit_floor={limit_floor!r} must be in (0, 1]")
+        self.scenario: Scenario = resolved
+        self.backend: Backend = (
+            make_backend(backend, **dict(backend_options or {}))
+            if isinstance(backend, str)
+            else backend
+        )
+        self.reward_name = (
+            reward
+            if isinstance(reward, str)
+            else (getattr(reward, "__name__", "custom") if reward else self.default_reward)
+        )
+        self.reward_fn: RewardFn = (
+            reward if callable(reward) else reward_function(reward or self.default_reward)
+        )
+        self.placer: Placer = placer or SpreadPlacer()
+        self.limit_floor = float(limit_floor)
+        self.layout = ObservationLayout(len(resolved.workers), resolved.slots_per_worker)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, self.layout.shape, dtype=np.float32)
+        slots = len(resolved.workers) * resolved.slots_per_worker
+        self.action_space = gym.spaces.Box(0.0, 1.0, (slots,), dtype=np.float32)
+        self._jobs: tuple[JobSpec, ...] = ()
+        self._pending: list[JobSpec] = []  # arrived or not, not yet placed, in arrival order
+        self._slots: list[list[str | None]] = []
+        self._telemetry: Telemetry | None = None
+        self._first_loss: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ Gymnasium API
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        jobs_rng, backend_rng = self.np_random.spawn(2)
+        self._jobs = self.scenario.realise(jobs_rng)
+        self._pending = list(self._jobs)
+        self._slots = [[None] * self.scenario.slots_per_worker for _ in self.scenario.workers]
+        self._first_loss = {}
+        backend_telemetry = self.backend.reset(self.scenario, self._jobs, backend_rng)
+        self._telemetry = self._with_waiting(backend_telemetry)
+        self._place_arrivals(0.0)
+        now = self._measure(self.backend.advance(0.0), self._telemetry, 0.0)
+        self._telemetry = now
+        return encode(now, None, self._first_loss, self.layout, self.scenario.horizon_s), (
+            self._info(now)
+        )
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        return self.step_decision(Decision(limits=self.action_to_limits(action)))
+
+    def close(self) -> None:
+        self.backend.close()
+
+    # ------------------------------------------------------------------ decisions
+
+    @property
+    def telemetry(self) -> Telemetry:
+        """The newest telemetry snapshot (what ``info["telemetry"]`` carried)."""
+        if self._telemetry is None:
+            raise gym.error.ResetNeeded("call reset() before reading telemetry")
+        return self._telemetry
+
+    def action_to_limits(self, action: np.ndarray) -> dict[str, float]:
+        """Limits by job id from an action array, by the clipping rule of the class docstring."""
+        array = np.asarray(action, dtype=np.float64)
+        if array.shape != self.action_space.shape:
+            raise ActionError(
+                f"action shape {array.shape} does not match the action space "
+                f"{self.action_space.shape} (workers x slots_per_worker = "
+                f"{len(self.scenario.workers)} x {self.scenario.slots_per_worker})"
+            )
+        bad = np.flatnonzero(~np.isfinite(array))
+        if bad.size:
+            raise ActionError(
+                f"action has non-finite values at indices {bad.tolist()}: "
+                f"{array[bad].tolist()}; every entry must be a limit in [0, 1]"
+            )
+        limits = {}
+        for worker, slots in enumerate(self._slots):
+            for slot, job_id in enumerate(slots):
+                if job_id is not None:
+                    limits[job_id] = float(array[self.layout.row(worker, slot)])
+        return limits
+
+    def decision_to_action(self, decision: Decision) -> np.ndarray:
+        """The action array that sets ``decision``'s limits (others keep the limit in force)."""
+        action = np.zeros(self.layout.workers * self.layout.slots_per_worker, dtype=np.float32)
+        for job in self.telemetry.active_jobs:
+            if job.worker is not None and job.slot is not None:
+                limit = decision.limits.get(job.job_id, job.limit)
+                action[self.layout.row(job.worker, job.slot)] = self._clip(limit)
+        return action
+
+    def step_decision(
+        self, decision: Decision
+    ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Step with a typed decision: limits by job id, and migrations."""
+        before = self.telemetry
+        limits = self._checked_limits(decision.limits, before)
+        migrations = self._migrate(decision, before)
+        self.backend.apply(limits, (), migrations)
+        start = before.time_s
+        end = start + self.scenario.interval_s
+        backend_now = None
+        for arrival in sorted({job.arrival_s for job in self._pending if job.arrival_s <= end}):
+            if arrival > self._clock(backend_now, start):
+                backend_now = self.backend.advance(arrival - self._clock(backend_now, start))
+                self._free_finished(backend_now)
+            self._place_arrivals(arrival, backend_now)
+        remaining = end - self._clock(backend_now, start)
+        backend_now = self.backend.advance(max(remaining, 0.0))
+        self._free_finished(backend_now)
+        if self._place_arrivals(end, backend_now):  # a freed slot took a waiting job
+            backend_now = self.backend.advance(0.0)
+        now = self._measure(backend_now, before, self.scenario.interval_s)
+        self._telemetry = now
+        reward = float(self.reward_fn(now, before))
+        terminated = (
+            self.kind is JobKind.TRAINING
+            and not self._pending
+            and all(job.state in (JobState.DONE, JobState.FAILED) for job in now.jobs)
+        )
+        truncated = not terminated and now.time_s >= self.scenario.horizon_s - 1e-9
+        observation = encode(now, before, self._first_loss, self.layout, self.scenario.horizon_s)
+        return observation, reward, terminated, truncated, self._info(now)
+
+    # ------------------------------------------------------------------ internals
+
+    def _clip(self, limit: float) -> float:
+        return float(min(max(limit, self.limit_floor), 1.0))
+
+    def _checked_limits(self, limits: Mapping[str, float], before: Telemetry) -> dict[str, float]:
+        placed = {job.job_id: job for job in before.jobs}
+        checked = {}
+        for job_id, limit in limits.items():
+            if job_id not in placed:
+                raise ActionError(
+                    f"decision sets a limit for job {job_id!r}, which has not arrived; jobs "
+                    f"present: {sorted(placed)}"
+                )
+            if not np.isfinite(limit):
+                raise ActionError(f"limit of job {job_id!r} is {limit!r}; expected a number")
+            if limit < 0:
+                raise ActionError(
+                    f"limit of job {job_id!r} is {limit!r}; limits are fractions of a worker "
+                    "in [0, 1] (values above 1 are clipped to 1, that is no cap)"
+                )
+            if placed[job_id].active:
+                checked[job_id] = self._clip(limit)
+        return checked
+
+    def _migrate(self, decision: Decision, before: Telemetry) -> list[Placement]:
+        moves = []
+        for migration in decision.migrations:
+            try:
+                job = before.job(migration.job_id)
+            except KeyError:
+                raise ActionError(
+                    f"migration of unknown job {migration.job_id!r}; jobs present: "
+                    f"{[j.job_id for j in before.jobs]}"
+                ) from None
+            if job.state is not JobState.RUNNING or job.worker is None:
+                raise ActionError(
+                    f"cannot migrate job {job.job_id!r} in state {job.state.value}; only "
+                    "running jobs move"
+                )
+            if not 0 <= migration.worker < len(self._slots):
+                raise ActionError(
+                    f"migration of {job.job_id!r} to worker {migration.worker}; workers are "
+                    f"0..{len(self._slots) - 1}"
+                )
+            if migration.worker == job.worker:
+                continue
+            slot = self._free_slot(migration.worker)
+            if slot is None:
+                raise ActionError(
+                    f"migration of {job.job_id!r} to worker {migration.worker}, which has no "
+                    f"free slot ({self.scenario.slots_per_worker} in use)"
+                )
+            assert job.slot is not None
+            self._slots[job.worker][job.slot] = None
+            self._slots[migration.worker][slot] = job.job_id
+            moves.append(Placement(job.job_id, migration.worker, slot))
+        return moves
+
+    def _free_slot(self, worker: int) -> int | None:
+        for slot, occupant in enumerate(self._slots[worker]):
+            if occupant is None:
+                return slot
+        return None
+
+    def _free_finished(self, telemetry: Telemetry) -> None:
+        for job in telemetry.jobs:
+            if job.state in (JobState.DONE, JobState.FAILED) and job.worker is not None:
+                slots = self._slots[job.worker]
+                if job.slot is not None and slots[job.slot] == job.job_id:
+                    slots[job.slot] = None
+
+    @staticmethod
+    def _clock(telemetry: Telemetry | None, start: float) -> float:
+        return telemetry.time_s if telemetry is not None else start
+
+    def _place_arrivals(self, now_s: float, backend_now: Telemetry | None = None) -> bool:
+        """Place every arrived, unplaced job that finds a free slot; whether any was placed."""
+        view = self._with_waiting(backend_now) if backend_now is not None else self.telemetry
+        placements = []
+        for job in [job for job in self._pending if job.arrival_s <= now_s + 1e-9]:
+            if job.worker is not None:
+                candidates = [job.worker] if self._free_slot(job.worker) is not None else []
+            else:
+                candidates = [w for w in range(len(self._slots)) if self._free_slot(w) is not None]
+            if not candidates:
+                continue  # it waits for a slot
+            worker = (
+                self.placer.place(job, view, candidates) if len(candidates) > 1 else (candidates[0])
+            )
+            if worker not in candidates:
+                raise ActionError(
+                    f"placer {type(self.placer).__name__} chose worker {worker} for "
+                    f"{job.job_id!r}; expected one of {candidates}"
+                )
+            slot = self._free_slot(worker)
+            assert slot is not None
+            self._slots[worker][slot] = job.job_id
+            self._pending.remove(job)
+            placements.append(Placement(job.job_id, worker, slot))
+            view = _with_placed(view, job, worker, slot)
+        if placements:
+            self.backend.apply({}, placements, ())
+        return bool(placements)
+
+    def _with_waiting(self, telemetry: Telemetry) -> Telemetry:
+        """Add arrived jobs still waiting for a slot, which no backend knows of yet."""
+        waiting = [
+            _waiting_job(job, telemetry.time_s)
+            for job in self._pending
+            if job.arrival_s <= telemetry.time_s + 1e-9
+        ]
+        if not waiting:
+            return telemetry
+        jobs = sorted((*telemetry.jobs, *waiting), key=lambda j: (j.arrival_s, j.job_id))
+        return dataclasses.replace(telemetry, jobs=tuple(jobs))
+
+    def _measure(self, backend_now: Telemetry, before: Telemetry, span_s: float) -> Telemetry:
+        """Telemetry with CPU usage averaged over the whole step, and waiting jobs added."""
+        seconds_before = {job.job_id: job.cpu_seconds for job in before.jobs}
+        jobs = []
+        for job in backend_now.jobs:
+            if span_s > 0:
+                covered = min(span_s, job.age_s) or span_s
+                used = job.cpu_seconds - seconds_before.get(job.job_id, 0.0)
+                job = dataclasses.replace(job, cpu_usage=max(used, 0.0) / covered)
+            if job.loss is not None and job.job_id not in self._first_loss:
+                self._first_loss[job.job_id] = job.loss
+            jobs.append(job)
+        workers = tuple(
+            WorkerTelemetry(
+                w.index,
+                w.cores,
+                sum(j.cpu_usage for j in jobs if j.worker == w.index and j.active),
+            )
+            for w in backend_now.workers
+        )
+        return self._with_waiting(
+            dataclasses.replace(backend_now, jobs=tuple(jobs), workers=workers)
+        )
+
+    def _info(self, telemetry: Telemetry) -> dict[str, Any]:
+        return {
+            "telemetry": telemetry,
+            "satisfied": telemetry.count(QoEClass.S),
+            "active": len(telemetry.active_jobs),
+            "time_s": telemetry.time_s,
+        }
+
+
+def _waiting_job(job: JobSpec, now_s: float) -> JobTelemetry:
+    return JobTelemetry(
+        job_id=job.job_id,
+        workload=job.workload,
+        kind=job.kind,
+        state=JobState.WAITING,
+        worker=None,
+        slot=None,
+        arrival_s=job.arrival_s,
+        age_s=now_s - job.arrival_s,
+        limit=1.0,
+        cpu_usage=0.0,
+        cpu_seconds=0.0,
+        target_s=job.target_s,
+        tolerance=job.tolerance,
+        total_iterations=job.iterations,
+        loss_targets=job.loss_targets,
+    )
+
+
+def _with_placed(telemetry: Telemetry, job: JobSpec, worker: int, slot: int) -> Telemetry:
+    """The placer's view after ``job`` was placed, so a burst spreads over the workers."""
+    placed = dataclasses.replace(
+        _waiting_job(job, telemetry.time_s), state=JobState.RUNNING, worker=worker, slot=slot
+    )
+    others: Sequence[JobTelemetry] = [j for j in telemetry.jobs if j.job_id != job.job_id]
+    return dataclasses.replace(telemetry, jobs=(*others, placed))

@@ -1,0 +1,146 @@
+"""The typed telemetry snapshot: what can be measured from outside a container, in raw units.
+
+Backends produce it, environments pass it in ``info["telemetry"]``, baselines read it. It carries
+nothing a real Docker host could not measure: CPU usage, the limit in force, the progress a job
+prints (iteration and loss, or batch latency) and its age.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from dlsched.envs.scenario import JobKind
+
+
+class JobState(StrEnum):
+    """Life cycle of a job, as seen from outside its container."""
+
+    WAITING = "waiting"  # arrived, no free slot yet
+    RUNNING = "running"
+    MIGRATING = "migrating"  # paused while it moves to another worker
+    DONE = "done"  # training finished its iterations
+    FAILED = "failed"  # its container died
+
+
+class QoEClass(StrEnum):
+    """DQoES's sets (journal, Section IV-A): G outperforms, S satisfied, B underperforms."""
+
+    G = "G"
+    S = "S"
+    B = "B"
+
+
+@dataclass(frozen=True)
+class JobTelemetry:
+    """What is measured of one job.
+
+    Attributes:
+        job_id: the job's id in the episode (``j00``...).
+        workload: the workload it runs.
+        kind: training or inference.
+        state: where it is in its life cycle.
+        worker: the worker it runs on, ``None`` while waiting.
+        slot: its slot on that worker, ``None`` while waiting.
+        arrival_s: when it arrived (seconds since the episode start).
+        age_s: seconds since it arrived.
+        limit: the CPU limit in force, as a fraction of its worker's cores (1 = uncapped).
+        cpu_usage: mean cores it used over the last interval.
+        cpu_seconds: CPU-seconds it used since it arrived.
+        target_s: inference latency target ``o_i``; ``None`` for training.
+        tolerance: the satisfaction tolerance ``alpha``.
+        batches: inference batches completed.
+        latency_s: latency of the last completed batch; ``None`` before the first one.
+        iterations: training iterations completed.
+        total_iterations: the iterations a training job runs; ``None`` for inference.
+        loss: the last loss the job reported; ``None`` before its first iteration.
+        completed_s: when a training job finished (seconds since the episode start).
+        loss_targets: TRADL's two-tier loss targets, if the scenario sets them.
+    """
+
+    job_id: str
+    workload: str
+    kind: JobKind
+    state: JobState
+    worker: int | None
+    slot: int | None
+    arrival_s: float
+    age_s: float
+    limit: float
+    cpu_usage: float
+    cpu_seconds: float
+    target_s: float | None = None
+    tolerance: float = 0.1
+    batches: int = 0
+    latency_s: float | None = None
+    iterations: int = 0
+    total_iterations: int | None = None
+    loss: float | None = None
+    completed_s: float | None = None
+    loss_targets: tuple[float, float] | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the job holds a slot and still competes for CPU."""
+        return self.state in (JobState.RUNNING, JobState.MIGRATING)
+
+    @property
+    def quality_s(self) -> float | None:
+        """DQoES's ``q_i = o_i - p_i`` (target minus latency), ``None`` without a measurement."""
+        if self.target_s is None or self.latency_s is None:
+            return None
+        return self.target_s - self.latency_s
+
+    @property
+    def qoe_class(self) -> QoEClass | None:
+        """G, S or B by DQoES's rule with this job's tolerance; ``None`` without a measurement."""
+        quality = self.quality_s
+        if quality is None or self.target_s is None:
+            return None
+        band = self.tolerance * self.target_s
+        if quality > band:
+            return QoEClass.G
+        if quality < -band:
+            return QoEClass.B
+        return QoEClass.S
+
+
+@dataclass(frozen=True)
+class WorkerTelemetry:
+    """One worker as measured: its cores and the CPU its jobs used over the last interval."""
+
+    index: int
+    cores: float
+    cpu_usage: float
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """A snapshot of a host or cluster at ``time_s``.
+
+    ``jobs`` holds every job that has arrived, finished and failed ones included, in arrival
+    order; jobs yet to arrive are not there (a scheduler cannot see the future).
+    """
+
+    time_s: float
+    interval_s: float
+    workers: tuple[WorkerTelemetry, ...]
+    jobs: tuple[JobTelemetry, ...]
+
+    @property
+    def active_jobs(self) -> tuple[JobTelemetry, ...]:
+        return tuple(job for job in self.jobs if job.active)
+
+    def job(self, job_id: str) -> JobTelemetry:
+        for job in self.jobs:
+            if job.job_id == job_id:
+                return job
+        raise KeyError(job_id)
+
+    def on_worker(self, worker: int) -> tuple[JobTelemetry, ...]:
+        """The active jobs of one worker."""
+        return tuple(job for job in self.jobs if job.active and job.worker == worker)
+
+    def count(self, qoe_class: QoEClass) -> int:
+        """How many active inference jobs are in a DQoES set."""
+        return sum(1 for job in self.active_jobs if job.qoe_class is qoe_class)

@@ -1,0 +1,52 @@
+"""``dlsched/Training-v0``: CPU limits for deep-learning training jobs, to finish them sooner."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from dlsched.envs.scenario import JobKind
+from dlsched.envs.scheduling_env import SchedulingEnv
+
+
+class TrainingEnv(SchedulingEnv):
+    """Set the CPU limit of every training container so that jobs complete as early as possible,
+    as FlowCon (journal, Section 4) and SpeCon do.
+
+    Each job trains a model for a number of iterations and reports its loss after each one; the
+    loss curve is the only sign of how much a job still gains from CPU.
+
+    ## Action Space
+    ``Box(0, 1, (workers * slots_per_worker,), float32)``: the CPU limit of the job in each slot,
+    as a fraction of its worker's cores (``1`` means no cap), with the clipping rule of
+    :class:`~dlsched.envs.inference_env.InferenceEnv`. :meth:`step_decision` also takes
+    migrations: a migrated job keeps its progress and pauses for the scenario's migration cost.
+
+    ## Observation Space
+    ``Box(0, 1, (workers * slots_per_worker, 16), float32)`` with the columns of
+    :data:`dlsched.envs.observation.FEATURES`; for training the informative ones are progress,
+    progress rate, loss over first loss, limit and usage. Raw values are in
+    ``info["telemetry"]``.
+
+    ## Rewards
+    The default, ``active_jobs``, is minus the number of unfinished jobs after each step, so an
+    episode's return is minus the total completion time in intervals. ``progress`` is the
+    alternative.
+
+    ## Starting State
+    The scenario's jobs are drawn from the seed; those arriving at time 0 are placed and start
+    uncapped.
+
+    ## Episode End
+    Terminated when every job has arrived and finished (or failed); truncated at the horizon.
+
+    ## Arguments
+    As :class:`~dlsched.envs.inference_env.InferenceEnv`; the scenario must have training jobs.
+
+    ## Version History
+    - v0: initial version.
+    """
+
+    kind: ClassVar[JobKind] = JobKind.TRAINING
+    env_id: ClassVar[str] = "dlsched/Training-v0"
+    default_scenario: ClassVar[str] = "flowcon-10-random"
+    default_reward: ClassVar[str] = "active_jobs"

@@ -1,0 +1,112 @@
+"""The policy interface shared by handcrafted baselines and learned schedulers.
+
+Every policy answers Stable-Baselines3's ``predict(observation, state, episode_start,
+deterministic)``, so :func:`stable_baselines3.common.evaluation.evaluate_policy` and dlsched's own
+evaluation treat them alike. Handcrafted policies decide from the typed telemetry snapshot
+(:meth:`HandcraftedPolicy.act`); they receive it through :class:`TelemetryFeed`, a wrapper around
+the environment, which is the same path on every backend.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from dlsched.envs.decision import Decision
+from dlsched.envs.errors import PolicyError
+from dlsched.envs.placement import Placer
+from dlsched.envs.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from dlsched.envs.scheduling_env import SchedulingEnv
+
+ParamValue = float | int | str | bool
+
+
+class Policy(ABC):
+    """A scheduler: maps what it sees to one CPU limit per slot."""
+
+    #: Registered name (``dlsched.baselines.make`` and tracking use it).
+    name: ClassVar[str] = "policy"
+
+    @property
+    def placer(self) -> Placer | None:
+        """The placer this policy brings for arriving jobs; ``None`` keeps the environment's."""
+        return None
+
+    def params(self) -> dict[str, ParamValue]:
+        """Every parameter of the policy, for tracking (name to value)."""
+        return {}
+
+    def reset(self) -> None:  # noqa: B027
+        """Forget the last episode (called at every environment reset)."""
+
+    def observe(self, telemetry: Telemetry, env: SchedulingEnv) -> None:  # noqa: B027
+        """Receive the newest telemetry of ``env``; learned policies need only the observation."""
+
+    @abstractmethod
+    def predict(
+        self,
+        observation: np.ndarray,
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = True,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """Stable-Baselines3's signature: the action for ``observation`` and the next state."""
+
+
+class HandcraftedPolicy(Policy):
+    """A policy that decides from the telemetry snapshot, as the papers' schedulers do.
+
+    Subclasses implement :meth:`act`. Policies that run less often than every interval keep
+    their own clock and return the limits in force between their runs.
+    """
+
+    def __init__(self) -> None:
+        self._telemetry: Telemetry | None = None
+        self._env: SchedulingEnv | None = None
+        self._pending: Decision | None = None
+
+    @abstractmethod
+    def act(self, telemetry: Telemetry) -> Decision:
+        """Decide the limits (and migrations) for the next interval."""
+
+    def observe(self, telemetry: Telemetry, env: SchedulingEnv) -> None:
+        self._telemetry = telemetry
+        self._env = env
+
+    def take_pending(self) -> Decision | None:
+        """The decision behind the last ``predict`` (with its migrations), once."""
+        pending, self._pending = self._pending, None
+        return pending
+
+    def predict(
+        self,
+        observation: np.ndarray,
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = True,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        if self._telemetry is None or self._env is None:
+            raise PolicyError(
+                f"policy {self.name!r} decides from telemetry but has received none; wrap the "
+                "environment with dlsched.policies.TelemetryFeed(env, policy) before stepping it"
+            )
+        observation = np.asarray(observation)
+        batched = observation.ndim == len(self._env.observation_space.shape) + 1
+        if batched and observation.shape[0] != 1:
+            raise PolicyError(
+                f"policy {self.name!r} reads one environment's telemetry, but predict() got "
+                f"{observation.shape[0]} observations; evaluate it with n_envs=1"
+            )
+        decision = self.act(self._telemetry)
+        self._pending = decision
+        action = self._env.decision_to_action(decision)
+        return (action[None] if batched else action), state
+
+
+def describe(policy: Policy) -> dict[str, Any]:
+    """Name and parameters of a policy, as tracking records them."""
+    return {"policy": policy.name, **{f"policy.{k}": v for k, v in policy.params().items()}}

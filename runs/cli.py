@@ -1,0 +1,46 @@
+"""The ``dlsched`` command line.
+
+Each subcommand lives in its own module of :mod:`dlsched.runs.commands` and exposes
+``register(subparsers)``, which adds its parser and sets ``handler`` to a function of the parsed
+arguments returning the exit code. Errors dlsched raises on purpose are printed as one message
+(exit 2); anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from dlsched.envs.errors import DlschedError
+
+COMMAND_MODULES: tuple[str, ...] = ("scenarios",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dlsched",
+        description="Learning CPU schedulers for deep-learning containers.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        module = importlib.import_module(f"dlsched.runs.commands.{module_name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except DlschedError as error:
+        print(f"dlsched {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"dlsched {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
