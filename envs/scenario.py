@@ -85,6 +85,9 @@ class JobGroup:
             (the papers' "random models").
         count: how many jobs, fixed or drawn per episode.
         arrival: when they arrive.
+        arrival_choices: arrival patterns of which each episode draws one uniformly for the
+            group (a training distribution over arrival patterns); when given, ``arrival`` is
+            not used.
         targets_s: inference latency targets, one per job (cycled if shorter than ``count``).
         target_range_s: inference targets drawn per job instead of ``targets_s``.
         tolerance: the satisfaction tolerance ``alpha`` (DQoES Section IV, Eq. 2).
@@ -102,6 +105,7 @@ class JobGroup:
     iterations: int | None = None
     worker: int | None = None
     loss_targets: tuple[float, float] | None = None
+    arrival_choices: tuple[ArrivalPattern, ...] = ()
 
     @property
     def max_count(self) -> int:
@@ -180,7 +184,10 @@ class Scenario:
         drafts: list[JobSpec] = []
         for group in self.groups:
             count = group.count.draw(rng) if isinstance(group.count, IntRange) else group.count
-            arrivals = group.arrival.times(count, rng)
+            arrival = group.arrival
+            if group.arrival_choices:  # drawn only then, so other scenarios' draws are unchanged
+                arrival = group.arrival_choices[int(rng.integers(len(group.arrival_choices)))]
+            arrivals = arrival.times(count, rng)
             for index in range(count):
                 if len(group.workloads) == 1:
                     workload = group.workloads[0]
@@ -209,5 +216,16 @@ class Scenario:
 
     def content_hash(self) -> str:
         """A short hash of everything that defines the scenario (for tracking)."""
-        payload = json.dumps(asdict(self), sort_keys=True, default=str)
+        payload = json.dumps(_floats(asdict(self)), sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def _floats(value: object) -> object:
+    """``value`` with every number a float, so ``horizon_s=600`` and ``600.0`` hash alike."""
+    if isinstance(value, dict):
+        return {key: _floats(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_floats(item) for item in value]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return value

@@ -48,7 +48,7 @@ def resolve_scenario(scenario: str | Scenario, kind: JobKind, env_id: str) -> Sc
 class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     """Base of the dlsched environments; see the subclasses for the documentation."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata = {"render_modes": []}  # noqa: RUF012  (Gymnasium declares it so)
 
     #: The kind of job the environment runs.
     kind: ClassVar[JobKind]
@@ -150,11 +150,13 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
                 f"action has non-finite values at indices {bad.tolist()}: "
                 f"{array[bad].tolist()}; every entry must be a limit in [0, 1]"
             )
+        # An agent's raw output may leave the box; a typed Decision may not (it is refused).
+        clipped = np.clip(array, 0.0, 1.0)
         limits = {}
         for worker, slots in enumerate(self._slots):
             for slot, job_id in enumerate(slots):
                 if job_id is not None:
-                    limits[job_id] = float(array[self.layout.row(worker, slot)])
+                    limits[job_id] = float(clipped[self.layout.row(worker, slot)])
         return limits
 
     def decision_to_action(self, decision: Decision) -> np.ndarray:

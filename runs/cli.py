@@ -15,7 +15,16 @@ from collections.abc import Sequence
 
 from dlsched.envs.errors import DlschedError
 
-COMMAND_MODULES: tuple[str, ...] = ("scenarios",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "scenarios",
+    "evaluate",
+    "compare",
+    "docker",
+    "bench",
+    "baselines",
+    "image",
+    "calibrate",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,6 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DlschedError as error:
         print(f"dlsched {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader (``| head``) went away: not an error of ours
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print(f"dlsched {args.command}: interrupted", file=sys.stderr)
         return 130

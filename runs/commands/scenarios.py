@@ -1,0 +1,150 @@
+"""``dlsched scenarios``: list the shipped scenarios, or show one scenario's YAML.
+
+Every scenario is loaded (and so validated) before it is listed or shown; a shipped scenario
+that fails validation is reported on stderr with its problems, and the command exits with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+
+from dlsched.envs.errors import DlschedError
+from dlsched.envs.scenario import IntRange, Scenario
+from dlsched.envs.scenario_file import (
+    load_scenario,
+    scenario_names,
+    scenario_path,
+    scenario_to_data,
+)
+
+
+@dataclass(frozen=True)
+class ScenarioSummary:
+    """One line of the listing.
+
+    Attributes:
+        name: the scenario's name.
+        kind: ``inference`` or ``training``.
+        worker_cores: the cores of each worker.
+        min_jobs: the fewest jobs an episode can have.
+        max_jobs: the most jobs an episode can have.
+        interval_s: seconds per environment step.
+        horizon_s: seconds per episode at most.
+        source: the paper, section and figures it reproduces ("" for a user's own).
+        description: one line saying what it is.
+    """
+
+    name: str
+    kind: str
+    worker_cores: list[float]
+    min_jobs: int
+    max_jobs: int
+    interval_s: float
+    horizon_s: float
+    source: str
+    description: str
+
+    @classmethod
+    def of(cls, scenario: Scenario) -> ScenarioSummary:
+        """The summary of ``scenario``."""
+        return cls(
+            name=scenario.name,
+            kind=scenario.kind.value,
+            worker_cores=[worker.cores for worker in scenario.workers],
+            min_jobs=sum(
+                group.count.low if isinstance(group.count, IntRange) else group.count
+                for group in scenario.groups
+            ),
+            max_jobs=scenario.max_jobs,
+            interval_s=scenario.interval_s,
+            horizon_s=scenario.horizon_s,
+            source=scenario.source,
+            description=scenario.description,
+        )
+
+    def workers_text(self) -> str:
+        """``4 x 4`` for identical workers, ``8 x 2-16`` when their cores differ."""
+        low, high = min(self.worker_cores), max(self.worker_cores)
+        cores = f"{low:g}" if low == high else f"{low:g}-{high:g}"
+        return f"{len(self.worker_cores)} x {cores}"
+
+    def jobs_text(self) -> str:
+        if self.min_jobs == self.max_jobs:
+            return str(self.max_jobs)
+        return f"{self.min_jobs}-{self.max_jobs}"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``dlsched scenarios`` to the CLI."""
+    parser = subparsers.add_parser(
+        "scenarios",
+        help="list the shipped scenarios, or show one",
+        description=(
+            "Without an argument, list the shipped scenarios: name, kind, workers x cores, "
+            "jobs per episode, source. With a name (or the path of a YAML file), validate it "
+            "and print its YAML."
+        ),
+    )
+    parser.add_argument(
+        "scenario",
+        nargs="?",
+        metavar="NAME",
+        help="a shipped scenario's name, or the path of a scenario YAML file, to show",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: a list of scenario summaries, or one scenario's fields",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """List or show scenarios as ``args`` (``scenario``, ``json``) ask; the exit code."""
+    if args.scenario is None:
+        return _list(as_json=args.json)
+    return _show(args.scenario, as_json=args.json)
+
+
+def _list(*, as_json: bool) -> int:
+    summaries: list[ScenarioSummary] = []
+    failures: list[str] = []
+    for name in scenario_names():
+        try:
+            summaries.append(ScenarioSummary.of(load_scenario(name)))
+        except DlschedError as error:
+            failures.append(str(error))
+    if as_json:
+        print(json.dumps([asdict(summary) for summary in summaries], indent=2))
+    else:
+        print(_table(summaries))
+    for failure in failures:
+        print(f"dlsched scenarios: error: {failure}", file=sys.stderr)
+    return 2 if failures else 0
+
+
+def _table(summaries: list[ScenarioSummary]) -> str:
+    header = ("NAME", "KIND", "WORKERS x CORES", "JOBS", "SOURCE")
+    rows = [header] + [
+        (s.name, s.kind, s.workers_text(), s.jobs_text(), s.source) for s in summaries
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True))
+        + "  "
+        + row[-1]
+        for row in rows
+    )
+
+
+def _show(name_or_path: str, *, as_json: bool) -> int:
+    scenario = load_scenario(name_or_path)
+    if as_json:
+        print(json.dumps(scenario_to_data(scenario), indent=2))
+    else:
+        # The file itself, not a re-dump, so its comments (the paper's numbers) are shown.
+        print(scenario_path(name_or_path).read_text(encoding="utf-8"), end="")
+    return 0
