@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -24,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "baselines",
     "image",
     "calibrate",
+    "train",
 )
 
 
@@ -47,7 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dlsched {args.command}: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader (``| head``) went away: not an error of ours
-        sys.stderr.close()
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
         print(f"dlsched {args.command}: interrupted", file=sys.stderr)
