@@ -1,0 +1,13 @@
+"""dlsched.baselines: the papers' schedulers as handcrafted policies, built by name.
+
+::
+
+    from dlsched import baselines
+
+    policy = baselines.make("dqoes", beta=0.2)
+    baselines.names()  # ('default', 'equal', 'dqoes', 'flowcon', 'specon', 'tradl', 'oracle')
+"""
+
+from dlsched.baselines.registry import baseline_class, defaults, make, names
+
+__all__ = ["baseline_class", "defaults", "make", "names"]

@@ -161,6 +161,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def decision_to_action(self, decision: Decision) -> np.ndarray:
         """The action array that sets ``decision``'s limits (others keep the limit in force)."""
+        self._checked_limits(decision.limits, self.telemetry)  # NaN or negative: refused here
         action = np.zeros(self.layout.workers * self.layout.slots_per_worker, dtype=np.float32)
         for job in self.telemetry.active_jobs:
             if job.worker is not None and job.slot is not None:

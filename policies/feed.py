@@ -25,6 +25,7 @@ class TelemetryFeed(gym.Wrapper[np.ndarray, np.ndarray, np.ndarray, np.ndarray])
         if not isinstance(unwrapped, SchedulingEnv):
             raise TypeError(f"TelemetryFeed wraps dlsched environments, got {type(unwrapped)}")
         self.scheduling_env: SchedulingEnv = unwrapped
+        policy.bind(unwrapped)
         if policy.placer is not None:
             self.scheduling_env.placer = policy.placer
 

@@ -43,6 +43,13 @@ class Policy(ABC):
     def reset(self) -> None:  # noqa: B027
         """Forget the last episode (called at every environment reset)."""
 
+    def bind(self, env: SchedulingEnv) -> None:  # noqa: B027
+        """Learn the environment this policy drives, before its first reset places any job.
+
+        A policy whose placer needs the environment (the oracle's reads the replay profiles)
+        gets it here; :class:`TelemetryFeed` calls it when it wraps the environment.
+        """
+
     def observe(self, telemetry: Telemetry, env: SchedulingEnv) -> None:  # noqa: B027
         """Receive the newest telemetry of ``env``; learned policies need only the observation."""
 
@@ -72,6 +79,9 @@ class HandcraftedPolicy(Policy):
     @abstractmethod
     def act(self, telemetry: Telemetry) -> Decision:
         """Decide the limits (and migrations) for the next interval."""
+
+    def bind(self, env: SchedulingEnv) -> None:
+        self._env = env
 
     def observe(self, telemetry: Telemetry, env: SchedulingEnv) -> None:
         self._telemetry = telemetry

@@ -1,0 +1,246 @@
+"""``oracle``: a privileged upper bound that CHEATS by reading the replay model's true profiles.
+
+No real scheduler could do this: it reads each job's workload profile (its throughput against the
+CPU it gets, its CPU demand, its iterations), the very profile set the replay backend runs the
+jobs by, which telemetry never shows. It exists so that every other policy's result can be read
+as a fraction of the best possible; it runs on the replay backend only and refuses any other.
+
+- **Inference**: every interval and on each worker, the allocation that maximises the number of
+  satisfied services. A service needs the cores at which its profile gives a batch latency of
+  ``aim`` times its target; services are admitted from the cheapest up while their needs fit in
+  the worker (for a count of satisfied services, cheapest-first is optimal), each capped at its
+  need, and the services left out share what remains equally. Services whose target is beyond
+  their profile (faster than uncapped) are never admitted.
+- **Training**: shortest remaining work first. On each worker, jobs ordered by the time they
+  would still need alone (remaining iterations over their uncapped throughput) get their CPU
+  demand in that order until the worker is full; the rest get the environment's floor.
+- **Placement** (several workers): an arriving service goes where it raises the number of
+  services that can be satisfied most (then the fewest jobs); an arriving training job goes where
+  the remaining work per core, its own included, is lowest.
+
+It plans in steady state: it knows the profiles but not the per-batch noise draws, and a batch
+in flight finishes at the speed of the limits it ran under, so it is an upper bound to read
+results against, not a proof of optimality over transients. Shortest-remaining-work-first
+minimises the mean completion time, not the makespan, which it may lengthen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dlsched.baselines.base import Baseline
+from dlsched.baselines.parameters import check_number
+from dlsched.envs.decision import Decision
+from dlsched.envs.errors import PolicyError
+from dlsched.envs.placement import Placer
+from dlsched.envs.profile import WorkloadProfile, load_profile_set
+from dlsched.envs.replay import ReplayBackend
+from dlsched.envs.scenario import JobKind, JobSpec
+from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry
+
+#: Bisection steps when inverting a throughput curve: 60 halvings reach float precision.
+_BISECTION_STEPS = 60
+
+
+@dataclass(frozen=True)
+class ServiceNeed:
+    """The cores one inference service needs to meet its target (``None``: it cannot)."""
+
+    job_id: str
+    cores: float | None
+
+
+@dataclass(frozen=True)
+class TrainingWork:
+    """One training job's remaining work: seconds it needs alone, and the cores it can use."""
+
+    job_id: str
+    remaining_s: float
+    demand_cores: float
+
+
+def cores_for_rate(
+    units_per_s: Callable[[float], float], rate: float, demand_cores: float
+) -> float | None:
+    """The fewest cores at which ``units_per_s`` reaches ``rate`` (``None`` if it never does).
+
+    Args:
+        units_per_s: throughput against cores, non-decreasing, flat above ``demand_cores``.
+        rate: the throughput wanted (units per second).
+        demand_cores: the cores beyond which more CPU does not help.
+    """
+    if units_per_s(demand_cores) < rate:
+        return None
+    low, high = 0.0, demand_cores
+    for _ in range(_BISECTION_STEPS):
+        middle = (low + high) / 2
+        if units_per_s(middle) >= rate:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def admitted(needs: Sequence[ServiceNeed], capacity: float) -> list[ServiceNeed]:
+    """The services that can all be satisfied together, cheapest first, within ``capacity``."""
+    chosen: list[ServiceNeed] = []
+    left = capacity
+    for need in sorted(needs, key=lambda n: (n.cores if n.cores is not None else 0.0, n.job_id)):
+        if need.cores is None:
+            continue
+        if need.cores > left:
+            break
+        chosen.append(need)
+        left -= need.cores
+    return chosen
+
+
+def satisfy_most(needs: Sequence[ServiceNeed], capacity: float) -> dict[str, float]:
+    """Cores per service that satisfy as many as fit in ``capacity`` (cheapest first).
+
+    Admitted services get exactly their need; the others share the rest equally.
+    """
+    cores = {need.job_id: need.cores for need in admitted(needs, capacity) if need.cores}
+    left = capacity - sum(cores.values())
+    rest = [need.job_id for need in needs if need.job_id not in cores]
+    for job_id in rest:
+        cores[job_id] = left / len(rest)
+    return cores
+
+
+def shortest_first(works: Sequence[TrainingWork], capacity: float) -> dict[str, float]:
+    """Cores per job: their demand, shortest remaining time first, until ``capacity`` is used."""
+    cores: dict[str, float] = {}
+    left = capacity
+    for work in sorted(works, key=lambda w: (w.remaining_s, w.job_id)):
+        cores[work.job_id] = min(work.demand_cores, left)
+        left -= cores[work.job_id]
+    return cores
+
+
+class CheatingOracle(Baseline):
+    """The privileged upper bound; it cheats (see the module docstring). Replay backend only.
+
+    Args:
+        aim: the batch latency it plans for, as a fraction of each service's target; 1 aims at
+            the middle of the satisfied band, which leaves room for the run-to-run noise.
+    """
+
+    name = "oracle"
+
+    def __init__(self, aim: float = 1.0) -> None:
+        super().__init__()
+        self.aim = check_number(self.name, "aim", aim, low=0.0, low_open=True)
+        self._placer = CheatingPlacer(self)
+
+    @property
+    def placer(self) -> Placer:
+        return self._placer
+
+    def act(self, telemetry: Telemetry) -> Decision:
+        profiles = self.profiles()
+        limits: dict[str, float] = {}
+        for worker in telemetry.workers:
+            jobs = running_on(telemetry, worker.index)
+            if not jobs:
+                continue
+            if jobs[0].kind is JobKind.INFERENCE:
+                needs = [
+                    self.need(job.job_id, job.workload, job.target_s, profiles) for job in jobs
+                ]
+                cores = satisfy_most(needs, worker.cores)
+            else:
+                works = [self.work(job.job_id, job.workload, _left(job), profiles) for job in jobs]
+                cores = shortest_first(works, worker.cores)
+            for job_id, given in cores.items():
+                limits[job_id] = given / worker.cores
+        return Decision(limits=limits)
+
+    def need(
+        self,
+        job_id: str,
+        workload: str,
+        target_s: float | None,
+        profiles: Mapping[str, WorkloadProfile],
+    ) -> ServiceNeed:
+        """The cores a service of ``workload`` needs for a latency of ``aim * target_s``."""
+        profile = profiles[workload]
+        if target_s is None:
+            return ServiceNeed(job_id, None)
+        rate = 1.0 / (self.aim * target_s)
+        return ServiceNeed(job_id, cores_for_rate(profile.units_per_s, rate, profile.demand_cores))
+
+    @staticmethod
+    def work(
+        job_id: str, workload: str, iterations_left: int, profiles: Mapping[str, WorkloadProfile]
+    ) -> TrainingWork:
+        """The remaining work of a training job with ``iterations_left`` to run."""
+        profile = profiles[workload]
+        speed = float(profile.units_per_s(profile.demand_cores))
+        remaining = iterations_left / speed if speed > 0 else math.inf
+        return TrainingWork(job_id, remaining, profile.demand_cores)
+
+    def profiles(self) -> Mapping[str, WorkloadProfile]:
+        """The true workload profiles: the privileged read, replay backend only.
+
+        Raises:
+            PolicyError: the policy is not stepping a replay environment.
+        """
+        env = self._env
+        if env is None:
+            raise PolicyError(
+                "the oracle does not know its environment yet; call policy.bind(env) (or wrap the "
+                "environment with dlsched.policies.TelemetryFeed) before resetting it"
+            )
+        if not isinstance(env.backend, ReplayBackend):
+            raise PolicyError(
+                f"the oracle reads the replay model's true profiles and runs on the replay "
+                f"backend only, not on {type(env.backend).__name__}; make the environment with "
+                "backend='replay'"
+            )
+        return load_profile_set(env.scenario.profile_set)
+
+
+class CheatingPlacer(Placer):
+    """The oracle's placement, from the same true profiles (see the module docstring)."""
+
+    def __init__(self, oracle: CheatingOracle) -> None:
+        self.oracle = oracle
+
+    def place(self, job: JobSpec, telemetry: Telemetry, candidates: Sequence[int]) -> int:
+        profiles = self.oracle.profiles()
+        if job.kind is JobKind.INFERENCE:
+            arriving = self.oracle.need(job.job_id, job.workload, job.target_s, profiles)
+
+            def gain(worker: int) -> tuple[int, int, int]:
+                jobs = running_on(telemetry, worker)
+                needs = [self.oracle.need(j.job_id, j.workload, j.target_s, profiles) for j in jobs]
+                cores = telemetry.workers[worker].cores
+                more = len(admitted([*needs, arriving], cores)) - len(admitted(needs, cores))
+                return (-more, len(jobs), worker)
+
+            return min(candidates, key=gain)
+        iterations = job.iterations or profiles[job.workload].iterations or 0
+        arriving_work = self.oracle.work(job.job_id, job.workload, iterations, profiles)
+
+        def load(worker: int) -> tuple[float, int]:
+            works = [
+                self.oracle.work(j.job_id, j.workload, _left(j), profiles)
+                for j in running_on(telemetry, worker)
+            ]
+            core_seconds = sum(w.remaining_s * w.demand_cores for w in [*works, arriving_work])
+            return (core_seconds / telemetry.workers[worker].cores, worker)
+
+        return min(candidates, key=load)
+
+
+def running_on(telemetry: Telemetry, worker: int) -> list[JobTelemetry]:
+    """The running jobs of ``worker``."""
+    return [job for job in telemetry.on_worker(worker) if job.state is JobState.RUNNING]
+
+
+def _left(job: JobTelemetry) -> int:
+    total = job.total_iterations if job.total_iterations is not None else job.iterations
+    return max(total - job.iterations, 0)

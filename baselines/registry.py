@@ -1,0 +1,58 @@
+"""The baselines by name: ``make(name, **params)`` builds one, ``names()`` lists them."""
+
+from __future__ import annotations
+
+from dlsched.baselines.base import Baseline, parameter_defaults, parameter_names
+from dlsched.baselines.default import DockerDefault
+from dlsched.baselines.dqoes import DQoES
+from dlsched.baselines.equal import EqualShare
+from dlsched.baselines.flowcon import FlowCon
+from dlsched.baselines.oracle import CheatingOracle
+from dlsched.baselines.specon import SpeCon
+from dlsched.baselines.tradl import TRADL
+from dlsched.envs.errors import PolicyError, UnknownNameError
+
+BASELINES: dict[str, type[Baseline]] = {
+    cls.name: cls
+    for cls in (DockerDefault, EqualShare, DQoES, FlowCon, SpeCon, TRADL, CheatingOracle)
+}
+
+
+def names() -> tuple[str, ...]:
+    """The registered baseline names, in a stable order."""
+    return tuple(BASELINES)
+
+
+def baseline_class(name: str) -> type[Baseline]:
+    """The class registered as ``name``.
+
+    Raises:
+        UnknownNameError: no baseline has that name; the message lists them and the closest.
+    """
+    if name not in BASELINES:
+        raise UnknownNameError("baseline", name, BASELINES)
+    return BASELINES[name]
+
+
+def defaults(name: str) -> dict[str, object]:
+    """The parameters of baseline ``name`` with their defaults (the papers' values)."""
+    return parameter_defaults(baseline_class(name))
+
+
+def make(name: str, **params: object) -> Baseline:
+    """Build the baseline registered as ``name`` with ``params`` overriding its defaults.
+
+    Raises:
+        UnknownNameError: ``name`` is not a baseline.
+        PolicyError: a parameter is unknown to it or has a bad value; the message names it and
+            lists the valid ones.
+    """
+    cls = baseline_class(name)
+    valid = parameter_names(cls)
+    for param in params:
+        if param not in valid:
+            listing = ", ".join(valid) if valid else "none"
+            raise PolicyError(
+                f"baseline {name!r} has no parameter {param!r}; its parameters: {listing}"
+            )
+    return cls(**params)

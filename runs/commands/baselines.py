@@ -1,0 +1,70 @@
+"""``dlsched baselines``: list the baselines with their parameters, or print the paper report.
+
+``dlsched baselines`` lists every baseline with each parameter and its default (the papers'
+values); ``dlsched baselines report`` runs every paper scenario on the replay backend under each
+baseline that fits it, next to ``default`` and ``oracle``, and prints the papers' metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from dlsched.baselines.registry import baseline_class, defaults, names
+from dlsched.baselines.report import PAPER_SCENARIOS, format_report, report
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``dlsched baselines`` (and ``dlsched baselines report``) to the CLI."""
+    parser = subparsers.add_parser(
+        "baselines",
+        help="list the papers' baselines and their parameters, or print their report",
+        description=(
+            "Without a subcommand, list every baseline with its parameters and defaults. "
+            "'report' runs the paper scenarios on the replay backend under the baselines that "
+            "fit each (inference: default, equal, dqoes, oracle; training: default, equal, "
+            "flowcon, specon, tradl, oracle) and prints the satisfied count (inference) or the "
+            "mean completion time and makespan (training)."
+        ),
+    )
+    parser.set_defaults(handler=run_list)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    report_parser = actions.add_parser(
+        "report", help="run the paper scenarios under every baseline and print the table"
+    )
+    report_parser.add_argument(
+        "--scenario",
+        action="append",
+        metavar="NAME",
+        help="a scenario to run (repeatable; default: every paper scenario)",
+    )
+    report_parser.add_argument(
+        "--policy",
+        action="append",
+        metavar="NAME",
+        help="a baseline to run (repeatable; default: those that fit each scenario)",
+    )
+    report_parser.add_argument(
+        "--seeds", type=int, default=1, help="episodes per scenario and policy, seeds 0.. (1)"
+    )
+    report_parser.set_defaults(handler=run_report)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    """Print every baseline, its one-line summary and its parameters; the exit code."""
+    for name in names():
+        doc = (baseline_class(name).__doc__ or "").strip().splitlines()
+        print(f"{name}: {doc[0] if doc else ''}")
+        for param, default in defaults(name).items():
+            print(f"    {param} = {default!r}")
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    """Run the report's episodes as ``args`` (scenario, policy, seeds) ask and print it."""
+    outcomes = report(
+        scenarios=args.scenario or PAPER_SCENARIOS,
+        seeds=range(max(args.seeds, 1)),
+        policies=args.policy,
+    )
+    print(format_report(outcomes))
+    return 0

@@ -1,0 +1,109 @@
+"""Building baselines by name: the registry, its parameters and its refusals."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+
+from dlsched import baselines
+from dlsched.envs.errors import PolicyError, UnknownNameError
+from dlsched.runs.cli import COMMAND_MODULES
+from dlsched.runs.commands import baselines as baselines_command
+
+PAPER_DEFAULTS: dict[str, dict[str, object]] = {
+    "dqoes": {"alpha": 0.1, "beta": 0.1, "iv_initial_s": 10.0, "listener": "journal"},
+    "flowcon": {"itval_s": 30.0, "alpha_initial": 0.03, "threshold_lists": "NL+WL"},
+    "specon": {"alpha": 0.1, "interval_s": 10.0, "max_migrations_per_round": 1},
+}
+
+
+def test_names() -> None:
+    assert baselines.names() == (
+        "default",
+        "equal",
+        "dqoes",
+        "flowcon",
+        "specon",
+        "tradl",
+        "oracle",
+    )
+
+
+@pytest.mark.parametrize("name", baselines.names())
+def test_make_with_defaults_reports_its_parameters(name: str) -> None:
+    policy = baselines.make(name)
+    assert policy.name == name
+    assert policy.params() == baselines.defaults(name)
+    for param, value in PAPER_DEFAULTS.get(name, {}).items():
+        assert policy.params()[param] == value
+
+
+def test_oracle_says_it_cheats() -> None:
+    cls = baselines.baseline_class("oracle")
+    assert "Cheating" in cls.__name__
+    assert "cheats" in (cls.__doc__ or "")
+
+
+def test_parameters_override_defaults() -> None:
+    policy = baselines.make("dqoes", beta=0.2, listener="preprint")
+    assert policy.params()["beta"] == 0.2
+    assert policy.params()["listener"] == "preprint"
+
+
+def test_unknown_name_lists_known_and_suggests() -> None:
+    with pytest.raises(UnknownNameError) as error:
+        baselines.make("dqos")
+    message = str(error.value)
+    assert "'dqos'" in message and "Did you mean 'dqoes'?" in message
+    for name in baselines.names():
+        assert name in message
+
+
+def test_unknown_parameter_is_named_with_the_valid_ones() -> None:
+    with pytest.raises(PolicyError) as error:
+        baselines.make("dqoes", gamma=0.1)
+    message = str(error.value)
+    assert "'gamma'" in message
+    assert "alpha" in message and "beta" in message and "iv_initial_s" in message
+    with pytest.raises(PolicyError, match="parameters: none"):
+        baselines.make("default", alpha=0.1)
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("dqoes", {"alpha": math.nan}),
+        ("dqoes", {"beta": 0.0}),
+        ("dqoes", {"beta": -0.1}),
+        ("dqoes", {"iv_initial_s": math.inf}),
+        ("dqoes", {"alpha": "0.1"}),
+        ("dqoes", {"listener": "draft"}),
+        ("flowcon", {"itval_s": 0}),
+        ("flowcon", {"cl_floor": "none"}),
+        ("flowcon", {"placement": 1}),
+        ("specon", {"max_migrations_per_round": 1.5}),
+        ("specon", {"min_job_gap": 0}),
+        ("specon", {"alpha": -1.0}),
+        ("tradl", {"deprioritised_share": 1.5}),
+        ("oracle", {"aim": math.nan}),
+    ],
+)
+def test_bad_values_are_refused(name: str, params: dict[str, object]) -> None:
+    with pytest.raises(PolicyError) as error:
+        baselines.make(name, **params)
+    (param,) = params
+    assert param in str(error.value)
+
+
+def test_cli_lists_baselines(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="dlsched")
+    baselines_command.register(parser.add_subparsers())
+    args = parser.parse_args(["baselines"])
+    assert args.handler(args) == 0
+    out = capsys.readouterr().out
+    for name in baselines.names():
+        assert f"{name}:" in out
+    assert "    iv_initial_s = 10.0" in out
+    assert "baselines" in COMMAND_MODULES
