@@ -1,0 +1,144 @@
+"""Shared fixtures; each engineer's fixtures live in their own section below.
+
+- mlflow: ``mlflow_store``, ``mlflow_server_factory``.
+- docker: ``docker_engine`` (a client of the reachable engine; skips the test without one,
+  fails it when DLSCHED_REQUIRE_DOCKER=1) and ``workload_image`` (the workload image, built
+  offline once per session or reused; its tag). Mark tests that use them ``@pytest.mark.docker``.
+"""
+
+# --- mlflow ---
+# One sqlite store per test session (MLflow's first use of a store migrates its schema, ~2 s),
+# and MLflow tracking servers started on loopback. Imports are local to keep this section
+# self-contained.
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def mlflow_store(tmp_path_factory):
+    """A migrated sqlite store shared by the session: ``(folder, uri)``.
+
+    ``folder`` holds ``mlflow.db``; run a test from it (``monkeypatch.chdir``) to use it as
+    the default store ``sqlite:///mlflow.db``. Tests isolate themselves with their own
+    experiment names.
+    """
+    import contextlib
+
+    from mlflow import MlflowClient
+
+    folder = tmp_path_factory.mktemp("mlflow-store")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    with contextlib.chdir(folder):  # the store's artifact folder (./mlruns) is fixed here
+        MlflowClient(uri).search_experiments(max_results=1)
+    return folder, uri
+
+
+@pytest.fixture
+def mlflow_server_factory(tmp_path):
+    """Start MLflow tracking servers on loopback: ``start() -> (uri, process, backend_db)``.
+
+    Each server has its own sqlite backend store and artifact folder under ``tmp_path``; every
+    server still running at the end of the test is stopped (its process group, by id).
+    """
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    started = []
+
+    def start():
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        folder = tmp_path / f"server-{port}"
+        folder.mkdir()
+        backend_db = folder / "server.db"
+        log = (folder / "server.log").open("w")
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{backend_db}",
+                "--artifacts-destination",
+                str(folder / "artifacts"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        started.append(process)
+        uri = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            if process.poll() is not None:
+                pytest.fail(
+                    f"mlflow server exited {process.returncode}: "
+                    f"{(folder / 'server.log').read_text()[-2000:]}"
+                )
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"mlflow server on {uri} did not answer within 120 s")
+                time.sleep(0.2)
+        return uri, process, backend_db
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+# --- docker ---
+# A test that needs the engine takes ``docker_engine``; one that runs workload containers takes
+# ``workload_image`` too. Without a reachable engine such tests are skipped, unless
+# DLSCHED_REQUIRE_DOCKER=1 (CI with an engine), where they fail instead of hiding the outage.
+
+
+def _docker_required() -> bool:
+    import os
+
+    return os.environ.get("DLSCHED_REQUIRE_DOCKER", "") == "1"
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    """A ``docker.DockerClient`` of the engine DOCKER_HOST names (the local socket by default)."""
+    from dlsched.envs.errors import DockerUnavailableError
+    from dlsched.envs.image import docker_client
+
+    try:
+        client = docker_client()
+    except DockerUnavailableError as error:
+        if _docker_required():
+            pytest.fail(f"DLSCHED_REQUIRE_DOCKER=1 but {error}")
+        pytest.skip(f"no Docker engine: {error}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def workload_image(docker_engine):
+    """The tag of the workload image on ``docker_engine``, built offline if it is not there."""
+    from dlsched.envs.image import build_image
+
+    return build_image(docker_engine, offline=True).tag

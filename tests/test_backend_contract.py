@@ -1,0 +1,155 @@
+"""The contract of :class:`dlsched.envs.backend.Backend`, checked for every backend.
+
+Each test runs against the replay backend and, where an engine answers, the Docker backend, on
+the small shipped scenario ``docker-smoke-training`` (two short training jobs, measured
+profiles). Times and CPU usage are exact for replay and approximate for Docker, which runs in
+wall-clock time: the tolerances below say by how much and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import docker
+import numpy as np
+import pytest
+
+from dlsched.envs.backend import Backend, make_backend
+from dlsched.envs.decision import Placement
+from dlsched.envs.docker_backend import LABEL_EPISODE, DockerBackend
+from dlsched.envs.scenario import Scenario
+from dlsched.envs.scenario_file import load_scenario
+from dlsched.envs.telemetry import JobState, Telemetry
+
+with_docker = pytest.mark.docker
+
+
+@dataclass
+class Case:
+    """One backend under test, with what the contract allows it.
+
+    Attributes:
+        backend: the backend.
+        scenario: the contract scenario, its cores those of the host for Docker.
+        time_tolerance_s: how far ``advance(s)`` may move time from ``s`` (Docker: the sleep
+            overshoots by a millisecond or so and a measurement takes a few; 0.25 s is ample).
+        usage_slack: CPU usage allowed above ``limit * cores``, as a fraction of it plus cores
+            (Docker: CFS may hand out one 100 ms period's quota more over a 2 s window, 5 %, and
+            the cgroup reads are a few milliseconds off the window's ends).
+        engine: the Docker engine the backend runs containers on; ``None`` for replay.
+    """
+
+    backend: Backend
+    scenario: Scenario
+    time_tolerance_s: float
+    usage_slack: tuple[float, float]
+    engine: docker.DockerClient | None = None
+
+    def containers(self) -> list[str]:
+        """Names of the containers of the backend's current (or last) episode."""
+        assert self.engine is not None and isinstance(self.backend, DockerBackend)
+        found = self.engine.containers.list(
+            all=True, filters={"label": [f"{LABEL_EPISODE}={self.backend.episode}"]}
+        )
+        return [container.name for container in found]
+
+
+@pytest.fixture(params=["replay", pytest.param("docker", marks=with_docker)])
+def case(request):
+    scenario = load_scenario("docker-smoke-training")
+    if request.param == "docker":
+        engine = request.getfixturevalue("docker_engine")
+        request.getfixturevalue("workload_image")
+        cores = float(engine.info()["NCPU"])
+        workers = tuple(dataclasses.replace(w, cores=cores) for w in scenario.workers)
+        scenario = dataclasses.replace(scenario, workers=workers)
+        tested = Case(make_backend("docker"), scenario, 0.25, (0.05, 0.03), engine)
+    else:
+        tested = Case(make_backend("replay"), scenario, 1e-9, (0.0, 1e-9))
+    yield tested
+    tested.backend.close()  # whatever the test did (closing twice is allowed)
+
+
+def _start(case: Case, limits: dict[str, float]) -> tuple[Telemetry, Telemetry]:
+    jobs = case.scenario.realise(np.random.default_rng(0))
+    empty = case.backend.reset(case.scenario, jobs, np.random.default_rng(1))
+    placements = [Placement(job.job_id, 0, slot) for slot, job in enumerate(jobs)]
+    case.backend.apply(limits, placements)
+    return empty, case.backend.advance(0.0)
+
+
+def _check_usage(case: Case, telemetry: Telemetry) -> None:
+    cores = telemetry.workers[0].cores
+    for job in telemetry.jobs:
+        limit_cores = job.limit * cores
+        fraction, extra_cores = case.usage_slack
+        assert 0.0 <= job.cpu_usage <= limit_cores * (1 + fraction) + extra_cores, job
+
+
+def test_reset_gives_an_empty_episode_at_time_zero(case):
+    jobs = case.scenario.realise(np.random.default_rng(0))
+    telemetry = case.backend.reset(case.scenario, jobs, np.random.default_rng(1))
+    assert telemetry.time_s == 0.0
+    assert telemetry.jobs == ()
+    assert [worker.index for worker in telemetry.workers] == [0]
+    assert telemetry.workers[0].cores == case.scenario.workers[0].cores
+
+
+def test_an_episode_keeps_the_contract(case):
+    empty, placed = _start(case, {"j00": 0.5})
+    assert empty.jobs == ()
+    # Placement starts the jobs where they were placed, uncapped unless limits named them.
+    assert [(job.job_id, job.state, job.worker, job.slot) for job in placed.jobs] == [
+        ("j00", JobState.RUNNING, 0, 0),
+        ("j01", JobState.RUNNING, 0, 1),
+    ]
+    assert placed.job("j00").limit == pytest.approx(0.5, abs=1e-4)
+    assert placed.job("j01").limit == 1.0
+
+    # Limits are read back; time moves by the asked seconds; usage stays under the limit.
+    case.backend.apply({"j00": 0.3, "j01": 0.6})
+    before = placed
+    now = case.backend.advance(2.0)
+    assert now.time_s - before.time_s == pytest.approx(2.0, abs=case.time_tolerance_s)
+    assert now.job("j00").limit == pytest.approx(0.3, abs=1e-4)
+    assert now.job("j01").limit == pytest.approx(0.6, abs=1e-4)
+    _check_usage(case, now)
+
+    # Run to the end: cumulative CPU never decreases, and finished jobs say when they finished.
+    while not all(job.state is JobState.DONE for job in now.jobs):
+        assert now.time_s < case.scenario.horizon_s, now
+        assert all(job.state is not JobState.FAILED for job in now.jobs), now
+        before, now = now, case.backend.advance(2.0)
+        assert now.time_s - before.time_s == pytest.approx(2.0, abs=case.time_tolerance_s)
+        for job in now.jobs:
+            assert job.cpu_seconds >= before.job(job.job_id).cpu_seconds - 1e-9
+        _check_usage(case, now)
+    for job in now.jobs:
+        assert job.completed_s is not None
+        assert job.arrival_s <= job.completed_s <= now.time_s
+        assert job.iterations == job.total_iterations
+        assert job.loss is not None
+        assert job.cpu_seconds > 0
+
+    if case.engine is not None:
+        assert len(case.containers()) == 2
+    case.backend.close()
+    if case.engine is not None:
+        assert case.containers() == []
+
+
+def test_reset_ends_the_previous_episode(case):
+    _start(case, {})
+    first = case.backend.advance(0.5)
+    assert len(first.active_jobs) == 2
+    previous = case.containers() if case.engine is not None else []
+    jobs = case.scenario.realise(np.random.default_rng(0))
+    again = case.backend.reset(case.scenario, jobs, np.random.default_rng(1))
+    assert again.time_s == 0.0
+    assert again.jobs == ()
+    assert case.backend.advance(0.0).jobs == ()
+    if case.engine is not None:
+        assert len(previous) == 2
+        names = {c.name for c in case.engine.containers.list(all=True)}
+        assert names.isdisjoint(previous)

@@ -1,0 +1,665 @@
+"""The Docker backend: cgroup accounting, output reading, interruption, and real episodes.
+
+The first part needs no engine. The tests marked ``docker`` run real containers of the workload
+image on the local engine: they are skipped without one and fail when DLSCHED_REQUIRE_DOCKER=1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import uuid
+import weakref
+from pathlib import Path
+
+import docker.errors
+import numpy as np
+import pytest
+
+from dlsched.envs import docker_backend
+from dlsched.envs.cgroup import (
+    CgroupVersion,
+    CpuUsageFile,
+    detect_cgroup_version,
+    find_cpu_usage_file,
+    parse_cpu_stat_usage,
+)
+from dlsched.envs.container_output import ContainerOutput, JsonLineReader, Progress
+from dlsched.envs.decision import Decision, Placement
+from dlsched.envs.docker_backend import DockerBackend
+from dlsched.envs.errors import (
+    BackendError,
+    DockerUnavailableError,
+    ImageMissingError,
+    ScenarioError,
+)
+from dlsched.envs.inference_env import InferenceEnv
+from dlsched.envs.scenario import JobGroup, JobKind, Scenario, WorkerSpec
+from dlsched.envs.scenario_file import load_scenario
+from dlsched.envs.telemetry import JobState, Telemetry
+from dlsched.envs.training_env import TrainingEnv
+from dlsched.envs.workloads.events import (
+    BatchEvent,
+    DoneEvent,
+    IterationEvent,
+    StartEvent,
+    encode_event,
+)
+from dlsched.runs.cli import main as cli_main
+
+CONTAINER_ID = "c0ffee" + "0" * 58
+
+# ---------------------------------------------------------------------- cgroup files
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("layout", "version", "content", "seconds"),
+    [
+        ("cpuacct/docker/{id}/cpuacct.usage", CgroupVersion.V1, "2500000000\n", 2.5),
+        ("cpu,cpuacct/docker/{id}/cpuacct.usage", CgroupVersion.V1, "1000000000\n", 1.0),
+        (
+            "cpu,cpuacct/system.slice/docker-{id}.scope/cpuacct.usage",
+            CgroupVersion.V1,
+            "750000000\n",
+            0.75,
+        ),
+        ("docker/{id}/cpu.stat", CgroupVersion.V2, "usage_usec 1500000\nuser_usec 1\n", 1.5),
+        (
+            "system.slice/docker-{id}.scope/cpu.stat",
+            CgroupVersion.V2,
+            "usage_usec 3000000\nuser_usec 2000000\nsystem_usec 1000000\n",
+            3.0,
+        ),
+    ],
+)
+def test_cgroup_file_found_for_each_driver_and_version(tmp_path, layout, version, content, seconds):
+    if version is CgroupVersion.V2:
+        _write(tmp_path / "cgroup.controllers", "cpu memory\n")
+    else:
+        (tmp_path / "memory").mkdir()
+    expected = _write(tmp_path / layout.format(id=CONTAINER_ID), content)
+    found = find_cpu_usage_file(CONTAINER_ID, root=tmp_path)
+    assert found == CpuUsageFile(expected, version)
+    assert detect_cgroup_version(tmp_path) is version
+    assert found.read_seconds() == pytest.approx(seconds)
+
+
+def test_cgroup_file_of_a_custom_parent_is_found_through_the_process(tmp_path):
+    root, proc = tmp_path / "cgroup", tmp_path / "proc"
+    usage = _write(root / "cpuacct" / "batch" / CONTAINER_ID / "cpuacct.usage", "42000000000")
+    _write(
+        proc / "4242" / "cgroup",
+        f"4:memory:/batch/{CONTAINER_ID}\n2:cpuacct:/batch/{CONTAINER_ID}\n0::/\n",
+    )
+    assert find_cpu_usage_file(CONTAINER_ID, root=root, proc_root=proc) is None  # no pid
+    found = find_cpu_usage_file(CONTAINER_ID, pid=4242, root=root, proc_root=proc)
+    assert found == CpuUsageFile(usage, CgroupVersion.V1)
+    assert found.read_seconds() == pytest.approx(42.0)
+
+
+def test_cgroup_of_a_process_that_is_not_the_container_is_refused(tmp_path):
+    # The engine's pid named some other process of this namespace: its cgroup is not the
+    # container's, and reading it would report another process's CPU time.
+    root, proc = tmp_path / "cgroup", tmp_path / "proc"
+    _write(root / "cgroup.controllers", "cpu\n")
+    _write(root / "user.slice" / "cpu.stat", "usage_usec 99\n")
+    _write(proc / "77" / "cgroup", "0::/user.slice\n")
+    assert find_cpu_usage_file(CONTAINER_ID, pid=77, root=root, proc_root=proc) is None
+
+
+def test_cgroup_file_of_an_exited_container_reads_none(tmp_path):
+    usage = _write(tmp_path / "cpuacct.usage", "5\n")
+    file = CpuUsageFile(usage, CgroupVersion.V1)
+    usage.unlink()
+    assert file.read_seconds() is None
+
+
+def test_cpu_stat_without_usage_is_an_error():
+    with pytest.raises(ValueError, match="usage_usec"):
+        parse_cpu_stat_usage("user_usec 5\nsystem_usec 1\n")
+
+
+# ---------------------------------------------------------------------- container output
+
+
+def _stream_bytes() -> tuple[bytes, list[object]]:
+    events = [
+        StartEvent(time=100.0, workload="mlp-digits", kind="training", threads=2),
+        IterationEvent(time=101.0, iteration=1, loss=2.3, accuracy=0.1, threads=2),
+        IterationEvent(time=102.0, iteration=2, loss=1.9, accuracy=0.3, threads=2),
+        DoneEvent(time=103.0, iterations=2),
+    ]
+    lines = [
+        encode_event(events[0]),
+        "UserWarning: something torch says",
+        encode_event(events[1]),
+        '{"event": "iteration", "iteration": "not all fields"}',
+        "\x00\xff binary noise",
+        encode_event(events[2]),
+        "[1, 2, 3]",
+        encode_event(events[3]),
+    ]
+    return ("\n".join(lines) + "\n").encode("utf-8", errors="surrogateescape"), events
+
+
+def test_reader_finds_the_same_events_however_the_stream_is_chunked():
+    data, events = _stream_bytes()
+    whole = JsonLineReader().feed(data)
+    assert whole == events
+    for size in (1, 2, 3, 7, 64):
+        reader = JsonLineReader()
+        found = []
+        for start in range(0, len(data), size):
+            found += reader.feed(data[start : start + size])
+        found += reader.finish()
+        assert found == events, size
+
+
+def test_reader_keeps_an_unfinished_line_until_the_stream_ends():
+    reader = JsonLineReader()
+    line = encode_event(BatchEvent(time=1.0, batch=1, latency_s=2.5, images=100, threads=1))
+    assert reader.feed(line[:10].encode()) == []
+    assert reader.feed(line[10:].encode()) == []  # no line break yet
+    assert reader.finish() == [BatchEvent(1.0, 1, 2.5, 100, 1)]
+    assert reader.finish() == []
+
+
+def test_reader_drops_an_overlong_line_and_reads_on():
+    reader = JsonLineReader(max_line_bytes=64)
+    event = DoneEvent(time=5.0, iterations=3)
+    assert reader.feed(b"x" * 50) == []
+    assert reader.feed(b"y" * 50) == []  # over the limit: dropped, not kept
+    found = reader.feed(b"z" * 30 + b"\n" + encode_event(event).encode() + b"\n")
+    assert found == [event]
+
+
+def test_progress_follows_events_and_a_resumed_run():
+    progress = Progress()
+    progress = progress.after(StartEvent(10.0, "cnn-digits", "training", 1, start_iteration=40))
+    assert (progress.started_at, progress.iterations, progress.loss) == (10.0, 40, None)
+    progress = progress.after(IterationEvent(11.0, 41, float("nan"), None, 1))
+    assert (progress.iterations, progress.loss) == (41, None)  # a diverged loss is no measure
+    progress = progress.after(IterationEvent(12.0, 42, 0.7, 0.8, 1))
+    progress = progress.after(DoneEvent(13.0, 42))
+    assert (progress.iterations, progress.loss, progress.done_at) == (42, 0.7, 13.0)
+    service = Progress().after(BatchEvent(3.0, 7, 4.5, 100, 2))
+    assert (service.batches, service.latency_s) == (7, 4.5)
+
+
+def test_container_output_reads_in_the_background_until_the_stream_ends():
+    data, _ = _stream_bytes()
+    cancelled = []
+    chunks = (data[start : start + 5] for start in range(0, len(data), 5))
+    output = ContainerOutput(chunks, lambda: cancelled.append(True), "test")
+    assert output.wait_ended(10.0)
+    progress = output.progress()
+    assert progress.ended
+    assert (progress.iterations, progress.loss, progress.done_at) == (2, 1.9, 103.0)
+    output.close()
+    assert cancelled == []  # an ended stream needs no cancelling
+
+
+def test_container_output_survives_a_broken_stream():
+    def broken():
+        yield (encode_event(IterationEvent(1.0, 1, 0.5, None, 1)) + "\n").encode()
+        raise ConnectionResetError("engine went away")
+
+    output = ContainerOutput(broken(), lambda: None, "broken")
+    assert output.wait_ended(10.0)
+    assert output.progress().iterations == 1
+
+
+# ---------------------------------------------------------------------- errors without an engine
+
+
+def _training_scenario(workloads=("mlp-digits",), endpoint=None, cores=None) -> Scenario:
+    return Scenario(
+        name="test-docker",
+        kind=JobKind.TRAINING,
+        workers=(WorkerSpec(cores=cores or float(os.cpu_count() or 1), endpoint=endpoint),),
+        groups=(JobGroup(workloads=tuple(workloads), count=1, iterations=10),),
+        interval_s=2.0,
+        horizon_s=60.0,
+        profile_set="measured",
+    )
+
+
+def test_unreachable_engine_names_the_url_and_the_fix(tmp_path):
+    url = f"unix://{tmp_path}/no-engine.sock"
+    scenario = _training_scenario(endpoint=url)
+    backend = DockerBackend()
+    with pytest.raises(DockerUnavailableError) as raised:
+        backend.reset(scenario, scenario.realise(np.random.default_rng(0)), np.random.default_rng())
+    assert url in str(raised.value)
+    assert "start one" in str(raised.value)
+    backend.close()
+
+
+def test_permission_denied_on_the_socket_says_how_to_get_access(monkeypatch):
+    def refuse(**kwargs):
+        try:
+            raise PermissionError(13, "Permission denied")
+        except PermissionError as error:
+            raise docker.errors.DockerException(
+                "Error while fetching server API version: ('Connection aborted.', "
+                "PermissionError(13, 'Permission denied'))"
+            ) from error
+
+    monkeypatch.setattr(docker_backend.docker, "from_env", refuse)
+    with pytest.raises(DockerUnavailableError, match="usermod -aG docker"):
+        docker_backend.connect("unix:///var/run/docker.sock")
+
+
+def test_a_workload_the_image_does_not_have_is_refused_before_any_container():
+    scenario = _training_scenario(workloads=("vae",))  # a paper profile, replay only
+    backend = DockerBackend()
+    with pytest.raises(ScenarioError, match=r"\['vae'\].*replay"):
+        backend.reset(scenario, scenario.realise(np.random.default_rng(0)), np.random.default_rng())
+    backend.close()
+
+
+def test_a_cpu_period_the_kernel_refuses_is_refused():
+    with pytest.raises(BackendError, match="cpu_period_us=500"):
+        DockerBackend(cpu_period_us=500)
+
+
+# ---------------------------------------------------------------------- interruption
+
+
+class _Owner:
+    """Stands for a backend: what a finalizer is attached to."""
+
+
+def test_interrupt_handler_cleans_up_then_chains_the_previous_handler():
+    calls: list[str] = []
+
+    def previous(signum, frame):
+        calls.append("previous")
+
+    owner = _Owner()
+    cleanup = weakref.finalize(owner, calls.append, "cleanup")
+    original = signal.signal(signal.SIGTERM, previous)
+    try:
+        docker_backend._track(cleanup)
+        assert signal.getsignal(signal.SIGTERM) is docker_backend._on_interrupt
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert calls == ["cleanup", "previous"]
+        assert not cleanup.alive
+        docker_backend._untrack(cleanup)
+        assert signal.getsignal(signal.SIGTERM) is previous
+    finally:
+        signal.signal(signal.SIGTERM, original)
+
+
+def test_sigint_cleans_up_and_still_raises_keyboard_interrupt():
+    calls: list[str] = []
+    owner = _Owner()
+    cleanup = weakref.finalize(owner, calls.append, "cleanup")
+    original = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        docker_backend._track(cleanup)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        assert calls == ["cleanup"]
+        docker_backend._untrack(cleanup)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, original)
+
+
+# ---------------------------------------------------------------------- real engine
+
+requires_docker = pytest.mark.docker
+
+
+def _on_this_engine(scenario: Scenario, client, **changes) -> Scenario:
+    """``scenario`` with its workers' cores set to the local engine's (no mismatch warning)."""
+    cores = float(client.info()["NCPU"])
+    workers = tuple(dataclasses.replace(worker, cores=cores) for worker in scenario.workers)
+    return dataclasses.replace(scenario, workers=workers, **changes)
+
+
+def _episode_containers(client, episode: str, job_id: str | None = None) -> list:
+    labels = [f"{docker_backend.LABEL_EPISODE}={episode}"]
+    if job_id is not None:
+        labels.append(f"{docker_backend.LABEL_JOB}={job_id}")
+    return client.containers.list(all=True, filters={"label": labels})
+
+
+def _services(count: int, cores: float) -> Scenario:
+    return Scenario(
+        name="test-docker-services",
+        kind=JobKind.INFERENCE,
+        workers=(WorkerSpec(cores=cores),),
+        groups=(JobGroup(workloads=("mobilenet-svc",), count=count, targets_s=(5.0,)),),
+        interval_s=2.0,
+        horizon_s=60.0,
+        slots_per_worker=count,
+        profile_set="measured",
+    )
+
+
+def _start(backend: DockerBackend, scenario: Scenario, limits=None) -> Telemetry:
+    jobs = scenario.realise(np.random.default_rng(0))
+    backend.reset(scenario, jobs, np.random.default_rng(0))
+    placements = [Placement(job.job_id, 0, slot) for slot, job in enumerate(jobs)]
+    backend.apply(limits or {}, placements)
+    return backend.advance(0.0)
+
+
+@requires_docker
+def test_limits_are_read_back_and_cpu_usage_follows_them(docker_engine, workload_image):
+    """Three services; a fixed decision sequence lowers one limit and raises another.
+
+    Limits are asked in cores (at most one per service, so a service's single busy thread
+    demands its whole quota on a host of any size) and converted to fractions of the engine.
+
+    Tolerances. Above: CFS hands a container its quota every 100 ms period, so over a 3 s
+    interval it can exceed the quota by at most one period's worth (3 %), plus the few
+    milliseconds between the interval's ends and the cgroup reads: ``1.05 x quota + 0.02``
+    cores holds whatever else runs. Below: the measured quotas sum to 0.85 of 2 cores, so each
+    service gets its quota unless other work takes more than 1.15 cores; CFS weighs the
+    containers' group against each busy process outside it, so with up to three such processes
+    (a shared machine) a service still gets over half its quota, which is what is required once
+    it has warmed up (its first batch answered, one interval at the new limits). The quotas are
+    chosen so that these bounds alone imply that the lowered service uses less and the raised
+    one more than before.
+    """
+    engine_cores = float(docker_engine.info()["NCPU"])
+    if engine_cores < 2:
+        pytest.skip(f"needs an engine with 2 cores or more, this one has {engine_cores:g}")
+    scenario = _on_this_engine(load_scenario("docker-inference-3"), docker_engine, interval_s=3.0)
+    env = InferenceEnv(scenario=scenario, backend="docker")
+    try:
+        _, info = env.reset(seed=0)
+        telemetry = info["telemetry"]
+        assert [job.state for job in telemetry.jobs] == [JobState.RUNNING] * 3
+        assert [job.limit for job in telemetry.jobs] == [1.0] * 3
+        low, high, same = (job.job_id for job in telemetry.jobs)
+
+        def step(cores_wanted: dict[str, float], steady: bool) -> Telemetry:
+            asked = {job_id: cores / engine_cores for job_id, cores in cores_wanted.items()}
+            _, _, terminated, truncated, info = env.step_decision(Decision(limits=asked))
+            assert not (terminated or truncated)
+            now = info["telemetry"]
+            for job_id, limit in asked.items():
+                job = now.job(job_id)
+                assert job.state is JobState.RUNNING, job
+                assert job.limit == pytest.approx(limit, abs=1e-4)
+                quota = cores_wanted[job_id]
+                assert job.cpu_usage <= 1.05 * quota + 0.02, job
+                if steady:
+                    assert job.cpu_usage >= 0.5 * quota, job
+            return now
+
+        equal = {low: 0.5, high: 0.5, same: 0.5}
+        for _ in range(15):  # warm-up: every service answers its first batch
+            telemetry = step(equal, steady=False)
+            if all(job.batches >= 1 for job in telemetry.jobs):
+                break
+        else:
+            pytest.fail(f"the services answered no batch within 45 s: {telemetry.jobs}")
+        initial = {low: 0.3, high: 0.25, same: 0.3}
+        step(initial, steady=False)
+        before = step(initial, steady=True)
+        changed = {low: 0.1, high: 0.6, same: 0.15}
+        step(changed, steady=False)
+        after = step(changed, steady=True)
+        assert after.job(low).cpu_usage < before.job(low).cpu_usage
+        assert after.job(high).cpu_usage > before.job(high).cpu_usage
+        assert after.workers[0].cpu_usage == pytest.approx(sum(job.cpu_usage for job in after.jobs))
+        assert after.time_s - before.time_s == pytest.approx(6.0, abs=0.5)
+    finally:
+        env.close()
+
+
+@requires_docker
+def test_training_jobs_finish_with_losses_and_completion_times(docker_engine, workload_image):
+    scenario = _on_this_engine(load_scenario("docker-smoke-training"), docker_engine)
+    env = TrainingEnv(scenario=scenario, backend="docker")
+    try:
+        _, info = env.reset(seed=1)
+        assert len(info["telemetry"].active_jobs) == 2
+        first = info["telemetry"].jobs[0].job_id
+        terminated = truncated = False
+        while not (terminated or truncated):
+            # Cap the first job a little, to see a limit held through to the end.
+            decision = Decision(limits={first: 0.4})
+            _, _, terminated, truncated, info = env.step_decision(decision)
+        assert terminated, info["telemetry"]
+        telemetry = info["telemetry"]
+        for job in telemetry.jobs:
+            assert job.state is JobState.DONE
+            assert job.iterations == job.total_iterations == 40
+            assert job.loss is not None and 0 < job.loss < 10
+            assert job.completed_s is not None
+            assert 0 < job.completed_s <= telemetry.time_s
+            assert job.cpu_seconds > 0
+            assert job.cpu_usage == 0.0
+        assert telemetry.job(first).limit == pytest.approx(0.4, abs=1e-4)
+        assert telemetry.time_s < scenario.horizon_s
+    finally:
+        env.close()
+
+
+@requires_docker
+def test_migration_resumes_on_the_other_worker_from_the_iteration_reached(
+    docker_engine, workload_image
+):
+    cores = float(docker_engine.info()["NCPU"])
+    scenario = Scenario(
+        name="test-docker-migration",
+        kind=JobKind.TRAINING,
+        workers=(WorkerSpec(cores=cores), WorkerSpec(cores=cores)),  # one engine, two workers
+        groups=(JobGroup(workloads=("mlp-digits",), count=1, iterations=120),),
+        slots_per_worker=1,
+        profile_set="measured",
+    )
+    backend = DockerBackend()
+    try:
+        jobs = scenario.realise(np.random.default_rng(0))
+        backend.reset(scenario, jobs, np.random.default_rng(0))
+        backend.apply({"j00": 0.5}, [Placement("j00", 0, 0)])
+        telemetry = backend.advance(0.0)
+        while telemetry.job("j00").iterations < 5:
+            telemetry = backend.advance(0.5)
+        backend.apply({}, migrations=[Placement("j00", 1, 0)])
+        telemetry = backend.advance(0.0)
+        job = telemetry.job("j00")
+        assert (job.worker, job.state) == (1, JobState.RUNNING)
+        assert job.limit == pytest.approx(0.5, abs=1e-4)  # the limit moves with the job
+        while telemetry.job("j00").state is JobState.RUNNING and telemetry.time_s < 60:
+            telemetry = backend.advance(1.0)
+        job = telemetry.job("j00")
+        assert job.state is JobState.DONE
+        assert job.iterations == 120
+        containers = sorted(_episode_containers(docker_engine, backend.episode, "j00"), key=_name)
+        assert [_name(c) for c in containers] == [
+            f"dlsched-{backend.episode[:8]}-j00",
+            f"dlsched-{backend.episode[:8]}-j00-m1",
+        ]
+        old_args, new_args = (c.attrs["Args"] for c in containers)
+        assert "--start-iteration" not in old_args
+        resumed_at = int(new_args[new_args.index("--start-iteration") + 1])
+        assert 5 <= resumed_at < 120
+        assert containers[1].labels[docker_backend.LABEL_WORKER] == "1"
+    finally:
+        backend.close()
+
+
+def _name(container) -> str:
+    return container.name
+
+
+@requires_docker
+def test_a_killed_container_is_a_failed_job_and_the_episode_goes_on(docker_engine, workload_image):
+    backend = DockerBackend()
+    try:
+        scenario = _services(2, float(docker_engine.info()["NCPU"]))
+        _start(backend, scenario)
+        backend.advance(1.0)
+        (victim,) = _episode_containers(docker_engine, backend.episode, "j00")
+        victim.kill()
+        telemetry = backend.advance(1.0)
+        assert telemetry.job("j00").state is JobState.FAILED
+        assert telemetry.job("j00").cpu_usage == 0.0
+        assert telemetry.job("j01").state is JobState.RUNNING
+        backend.apply({"j00": 0.3, "j01": 0.3})  # a limit for the failed job is ignored
+        later = backend.advance(1.0)
+        assert later.time_s > telemetry.time_s
+        assert later.job("j00").state is JobState.FAILED
+        assert later.job("j01").state is JobState.RUNNING
+        assert later.job("j01").limit == pytest.approx(0.3, abs=1e-4)
+    finally:
+        backend.close()
+    assert _episode_containers(docker_engine, backend.episode or "", None) == []
+
+
+@requires_docker
+def test_cpu_from_the_engine_statistics_when_cgroup_files_are_not_used(
+    docker_engine, workload_image
+):
+    # What a remote engine gets: one-shot statistics, differenced between measurements.
+    backend = DockerBackend(use_cgroup_files=False)
+    try:
+        scenario = _services(2, float(docker_engine.info()["NCPU"]))
+        cores = scenario.workers[0].cores
+        _start(backend, scenario, limits={"j00": 0.25 / cores, "j01": 0.5 / cores})
+        first = backend.advance(2.0)
+        now = backend.advance(2.0)
+        for job_id, quota in (("j00", 0.25), ("j01", 0.5)):
+            assert now.job(job_id).cpu_seconds > first.job(job_id).cpu_seconds > 0
+            assert 0 < now.job(job_id).cpu_usage <= 1.05 * quota + 0.02
+    finally:
+        backend.close()
+
+
+@requires_docker
+def test_unlabelled_container_keeps_its_limit_and_life(docker_engine, workload_image, capsys):
+    """A container dlsched did not start survives an episode and ``dlsched docker cleanup``.
+
+    Cleanup is run unfiltered with ``--dry-run`` (it must not even list the container), and for
+    real on a leftover episode only, so that this test cannot remove the containers of another
+    test run sharing the engine; both go through the same labelled listing.
+    """
+    bystander = docker_engine.containers.run(
+        workload_image,
+        ["python", "-c", "import time\nwhile True: time.sleep(0.2)"],
+        detach=True,
+        cpu_period=100_000,
+        cpu_quota=30_000,
+        labels={"dlsched.test": "bystander"},  # no dlsched.managed
+        network_mode="none",
+    )
+    leftover_episode = f"leftover-{uuid.uuid4().hex[:8]}"
+    leftover = docker_engine.containers.create(
+        workload_image,
+        ["python", "-c", "pass"],
+        labels={
+            docker_backend.LABEL_MANAGED: "1",
+            docker_backend.LABEL_EPISODE: leftover_episode,
+            docker_backend.LABEL_JOB: "j00",
+        },
+        network_mode="none",
+    )
+    try:
+        before = docker_engine.api.inspect_container(bystander.id)
+        backend = DockerBackend()
+        scenario = _services(1, float(docker_engine.info()["NCPU"]))
+        _start(backend, scenario, limits={"j00": 0.1})
+        backend.apply({"j00": 0.2})
+        backend.advance(1.0)
+        _start(backend, scenario)  # a second episode removes the first one's containers
+        backend.close()
+
+        assert cli_main(["docker", "cleanup", "--dry-run"]) == 0
+        listed = capsys.readouterr().out
+        assert leftover.id[:12] in listed
+        assert bystander.id[:12] not in listed
+        assert leftover.id in {c.id for c in docker_engine.containers.list(all=True)}
+
+        assert cli_main(["docker", "cleanup", "--episode", leftover_episode]) == 0
+        removed = capsys.readouterr().out
+        assert f"removed {leftover.id[:12]}" in removed
+        with pytest.raises(docker.errors.NotFound):
+            docker_engine.containers.get(leftover.id)
+
+        after = docker_engine.api.inspect_container(bystander.id)
+        assert after["State"]["Running"]
+        assert after["State"]["StartedAt"] == before["State"]["StartedAt"]
+        assert after["RestartCount"] == 0
+        assert after["HostConfig"]["CpuQuota"] == 30_000
+        assert after["HostConfig"]["CpuPeriod"] == 100_000
+    finally:
+        bystander.remove(force=True)
+        with contextlib.suppress(docker.errors.NotFound):
+            leftover.remove(force=True)
+
+
+_INTERRUPTED_EPISODE = """
+import sys
+import numpy as np
+from dlsched.envs.decision import Placement
+from dlsched.envs.docker_backend import DockerBackend
+from dlsched.envs.scenario import JobGroup, JobKind, Scenario, WorkerSpec
+
+scenario = Scenario(
+    name="test-interrupted", kind=JobKind.INFERENCE, workers=(WorkerSpec(cores={cores}),),
+    groups=(JobGroup(workloads=("mobilenet-svc",), count=2, targets_s=(5.0,)),),
+    profile_set="measured",
+)
+backend = DockerBackend()
+jobs = scenario.realise(np.random.default_rng(0))
+backend.reset(scenario, jobs, np.random.default_rng(0))
+backend.apply({{}}, [Placement("j00", 0, 0), Placement("j01", 0, 1)])
+backend.advance(0.0)
+print(backend.episode, flush=True)
+backend.advance(300.0)
+"""
+
+
+@requires_docker
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_episode_leaves_no_container(docker_engine, workload_image, signum):
+    cores = float(docker_engine.info()["NCPU"])
+    process = subprocess.Popen(
+        [sys.executable, "-c", _INTERRUPTED_EPISODE.format(cores=cores)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        episode = process.stdout.readline().strip()
+        assert episode, process.stderr.read()
+        assert len(_episode_containers(docker_engine, episode)) == 2
+        process.send_signal(signum)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    stderr = process.stderr.read()
+    if signum == signal.SIGINT:
+        assert "KeyboardInterrupt" in stderr  # the previous handler still ran
+    else:
+        assert process.returncode == -signal.SIGTERM  # it died of the signal, as by default
+    assert _episode_containers(docker_engine, episode) == []
+
+
+@requires_docker
+def test_missing_image_names_the_build_command(docker_engine):
+    scenario = _training_scenario(cores=float(docker_engine.info()["NCPU"]))
+    backend = DockerBackend(image="dlsched-test-absent:0")
+    with pytest.raises(ImageMissingError, match="dlsched image build --offline"):
+        backend.reset(scenario, scenario.realise(np.random.default_rng(0)), np.random.default_rng())
+    backend.close()
