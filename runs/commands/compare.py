@@ -1,0 +1,89 @@
+"""``dlsched compare``: read evaluations back from MLflow and compare them, scenario x policy.
+
+Nothing is rerun: the numbers come from the per-episode metrics of the stored episode runs and
+are summarised exactly as ``dlsched evaluate`` summarises them, so the two print the same
+numbers for the same episodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dlsched.runs.compare import (
+    FORMATS,
+    compare_stored,
+    comparison_data,
+    comparison_panels,
+    render_markdown,
+    render_table,
+)
+from dlsched.runs.plots import plot_comparison
+from dlsched.runs.tracking import connect, load_episodes, resolve_tracking_uri
+from dlsched.runs.trajectory import DEFAULT_OUT
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``dlsched compare`` to the CLI."""
+    parser = subparsers.add_parser(
+        "compare",
+        help="compare stored evaluations: scenario x policy, from MLflow",
+        description=(
+            "Read the episode runs of earlier evaluations back from MLflow and print, per "
+            "scenario and policy, each metric's mean with its 95%% confidence interval across "
+            "seeds and the ratio to default, the best marked; write the same as a plot."
+        ),
+    )
+    parser.add_argument("--experiment", help="only this MLflow experiment")
+    parser.add_argument("--scenario", help="only this scenario (by name)")
+    parser.add_argument("--format", choices=FORMATS, default="table", help="(table)")
+    parser.add_argument(
+        "--tracking-uri",
+        help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
+        "(default sqlite:///mlflow.db)",
+    )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        help=f"where to write the plot (default {DEFAULT_OUT}/compare-<UTC time>.png)",
+    )
+    parser.add_argument("--no-plot", action="store_true", help="write no plot")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``dlsched compare`` as ``args`` say; the exit code (1: nothing to compare)."""
+    target = resolve_tracking_uri(args.tracking_uri)
+    print(target.describe(), file=sys.stderr)
+    client = connect(target)
+    comparisons = compare_stored(load_episodes(client, args.experiment, args.scenario))
+    if not comparisons:
+        where = "".join(
+            f", {flag} {value!r}"
+            for flag, value in (("experiment", args.experiment), ("scenario", args.scenario))
+            if value is not None
+        )
+        print(
+            f"dlsched compare: no finished dlsched episodes in {target.uri}{where}; run "
+            "dlsched evaluate first",
+            file=sys.stderr,
+        )
+        return 1
+    if args.format == "json":
+        print(json.dumps({"scenarios": comparison_data(comparisons)}, indent=2))
+    elif args.format == "markdown":
+        print(render_markdown(comparisons))
+    else:
+        print(render_table(comparisons))
+    if not args.no_plot:
+        path = args.plot
+        if path is None:
+            stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+            path = DEFAULT_OUT / f"compare-{stamp}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        plot_comparison(comparison_panels(comparisons), path)
+        print(f"plot: {path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,159 @@
+"""``dlsched compare``: stored runs read back as ``evaluate`` printed them; many evaluations."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+import dlsched.runs.evaluation as evaluation_module
+from dlsched.envs.scenario import JobKind
+from dlsched.envs.scenario_file import dump_scenario, load_scenario
+from dlsched.runs.cli import main
+from dlsched.runs.compare import compare_stored
+from dlsched.runs.evaluation import EpisodeMetrics, EpisodeScore, PolicyIdentity
+from dlsched.runs.tracking import ENV_VAR, StoredEpisode
+
+SCENARIO = "dqoes-resnet50-burst-target40"
+
+
+@pytest.fixture
+def store(mlflow_store, monkeypatch, tmp_path):
+    """The session's sqlite store as the environment's tracking URI; a fresh experiment name."""
+    _, uri = mlflow_store
+    monkeypatch.setenv(ENV_VAR, uri)
+    monkeypatch.chdir(tmp_path)
+    return f"compare-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def short_scenario(tmp_path: Path) -> Path:
+    scenario = dataclasses.replace(load_scenario(SCENARIO), horizon_s=50.0)
+    path = tmp_path / "short.yaml"
+    path.write_text(dump_scenario(scenario))
+    return path
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def evaluate(capsys, scenario: Path, experiment: str, policies: str, *extra: str) -> str:
+    code, out, err = cli(
+        capsys, "evaluate", "--no-progress", "--scenario", str(scenario), "--policy", policies,
+        "--experiment", experiment, "--out", "runs", *extra,
+    )  # fmt: skip
+    assert code == 0, err
+    return out
+
+
+def test_compare_prints_the_numbers_evaluate_printed(capsys, store, short_scenario, monkeypatch):
+    table = evaluate(capsys, short_scenario, store, "default,dqoes,oracle", "--episodes", "3")
+    summary = json.loads(next(Path("runs").glob("*/summary.json")).read_text())
+
+    def no_rerun(*args, **kwargs):
+        raise AssertionError("compare reran an episode")
+
+    monkeypatch.setattr(evaluation_module, "run_episode", no_rerun)
+    code, compared_table, err = cli(capsys, "compare", "--experiment", store, "--no-plot")
+    assert code == 0, err
+    assert compared_table == table
+    code, compared_json, _ = cli(
+        capsys, "compare", "--experiment", store, "--format", "json", "--no-plot"
+    )
+    compared = json.loads(compared_json)["scenarios"]
+    assert compared == summary["scenarios"]
+    policies = {entry["policy"]: entry for entry in compared[0]["policies"]}
+    assert list(policies) == ["default", "dqoes", "oracle"]
+    primary = policies["dqoes"]["metrics"]["satisfied_fraction_mean"]
+    assert primary["ratio_to_oracle"] == pytest.approx(
+        primary["mean"] / policies["oracle"]["metrics"]["satisfied_fraction_mean"]["mean"]
+    )
+    assert primary["ci95_low"] <= primary["mean"] <= primary["ci95_high"]
+
+
+def test_evaluations_run_apart_are_compared_without_rerunning_and_never_pooled(
+    capsys, store, short_scenario, tmp_path
+):
+    evaluate(capsys, short_scenario, store, "default,dqoes", "--episodes", "2")
+    evaluate(capsys, short_scenario, store, "equal,dqoes", "--episodes", "2", "--seed", "5")
+    plot = tmp_path / "compare.png"
+    code, out, err = cli(
+        capsys, "compare", "--experiment", store, "--format", "json", "--plot", str(plot)
+    )
+    assert code == 0, err
+    (scenario,) = json.loads(out)["scenarios"]
+    labels = [entry["label"] for entry in scenario["policies"]]
+    assert labels[0] == "default" and labels[-1] == "equal"  # a policy's evaluations together
+    assert [label.split("@")[0] for label in labels[1:3]] == ["dqoes", "dqoes"]
+    assert labels[1] != labels[2]  # one row per evaluation, labelled by its time
+    seeds = {entry["label"]: entry["seeds"] for entry in scenario["policies"]}
+    assert seeds[labels[1]] == [0, 1] and seeds[labels[2]] == [5, 6]
+    equal = scenario["policies"][-1]["metrics"]["satisfied_fraction_mean"]
+    default = scenario["policies"][0]["metrics"]["satisfied_fraction_mean"]
+    if default["mean"]:
+        assert equal["ratio_to_default"] == pytest.approx(equal["mean"] / default["mean"])
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot: {plot}" in err
+
+    code, markdown, _ = cli(
+        capsys, "compare", "--experiment", store, "--format", "markdown", "--no-plot"
+    )
+    assert code == 0
+    assert markdown.startswith(f"### {scenario['scenario']} (inference, replay backend")
+    assert "| policy | sat.frac mean |" in markdown and "|---|---:|" in markdown
+    assert r"| \|S\| end |" in markdown  # a pipe in a header must not split the column
+
+
+def test_compare_with_nothing_stored_says_so(capsys, store):
+    code, out, err = cli(capsys, "compare", "--scenario", f"none-{store}", "--no-plot")
+    assert code == 1 and out == ""
+    assert "no finished dlsched episodes" in err and "dlsched evaluate first" in err
+    code, _, err = cli(capsys, "compare", "--experiment", f"none-{store}", "--no-plot")
+    assert code == 2 and f"no experiment 'none-{store}'" in err
+
+
+def _stored(evaluation: str, started: int, policy: str, seed: int, value: float):
+    return StoredEpisode(
+        run_id=f"{evaluation}-{policy}-{seed}",
+        evaluation_id=evaluation,
+        started_ms=started,
+        experiment="e",
+        scenario="s",
+        scenario_hash="h",
+        kind=JobKind.TRAINING,
+        backend="replay",
+        score=EpisodeScore(
+            PolicyIdentity(policy),
+            seed,
+            EpisodeMetrics(episode_return=0.0, mean_completion_s=value, unfinished_jobs=0.0),
+        ),
+    )
+
+
+def test_rows_take_their_ratios_from_their_own_evaluations_default():
+    episodes = [
+        _stored("s-20260101-000000-aaaaaa", 1, "default", 0, 100.0),
+        _stored("s-20260101-000000-aaaaaa", 2, "flowcon", 0, 80.0),
+        _stored("s-20260108-000000-bbbbbb", 3, "default", 0, 200.0),
+        _stored("s-20260108-000000-bbbbbb", 4, "flowcon", 0, 150.0),
+        _stored("s-20260109-000000-cccccc", 5, "specon", 0, 120.0),
+    ]
+    (comparison,) = compare_stored(episodes)
+    rows = {s.label: s.metric("mean_completion_s") for s in comparison.summaries}
+    assert list(rows) == [
+        "default@20260101-000000-aaaaaa",
+        "default@20260108-000000-bbbbbb",
+        "flowcon@20260101-000000-aaaaaa",
+        "flowcon@20260108-000000-bbbbbb",
+        "specon",
+    ]
+    assert rows["flowcon@20260101-000000-aaaaaa"].ratio_to_default == pytest.approx(0.8)
+    assert rows["flowcon@20260108-000000-bbbbbb"].ratio_to_default == pytest.approx(0.75)
+    assert rows["specon"].ratio_to_default == pytest.approx(0.6)  # the newest default
+    assert comparison.best("mean_completion_s") == {2}  # lower is better

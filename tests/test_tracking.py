@@ -1,0 +1,346 @@
+"""MLflow tracking of evaluations: a real server on loopback, the sqlite default, failures."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import re
+import signal
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+import dlsched.runs.evaluation as evaluation_module
+from dlsched.baselines import make
+from dlsched.envs.scenario_file import dump_scenario, load_scenario
+from dlsched.runs.cli import main
+from dlsched.runs.evaluation import run_episode
+from dlsched.runs.tracking import (
+    DEFAULT_TRACKING_URI,
+    ENV_VAR,
+    EvaluationTracker,
+    dlsched_version,
+    resolve_tracking_uri,
+)
+from dlsched.runs.tracking_bench import bench_tracking
+from dlsched.runs.trajectory import TRAJECTORY_COLUMNS
+
+SCENARIO = "dqoes-resnet50-burst-target40"
+HORIZON_S = 60.0  # six steps: enough to see latencies, limits and classes change
+
+
+@pytest.fixture
+def short_scenario(tmp_path: Path) -> Path:
+    """The shipped scenario with a short horizon, as a YAML file."""
+    scenario = dataclasses.replace(load_scenario(SCENARIO), horizon_s=HORIZON_S)
+    path = tmp_path / "short.yaml"
+    path.write_text(dump_scenario(scenario))
+    return path
+
+
+@pytest.fixture
+def no_env_uri(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+def evaluate_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["evaluate", "--no-progress", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------- URI
+
+
+def test_the_environment_variable_wins_and_a_different_flag_is_warned_about():
+    both = resolve_tracking_uri("sqlite:///flag.db", {ENV_VAR: "http://127.0.0.1:5000"})
+    assert (both.uri, both.source, both.ignored) == (
+        "http://127.0.0.1:5000",
+        ENV_VAR,
+        "sqlite:///flag.db",
+    )
+    assert "--tracking-uri sqlite:///flag.db is ignored" in both.describe()
+    same = resolve_tracking_uri("sqlite:///a.db", {ENV_VAR: "sqlite:///a.db"})
+    assert same.ignored is None and "warning" not in same.describe()
+    flag = resolve_tracking_uri("sqlite:///flag.db", {})
+    assert (flag.uri, flag.source) == ("sqlite:///flag.db", "--tracking-uri")
+    default = resolve_tracking_uri(None, {ENV_VAR: ""})
+    assert (default.uri, default.source) == (DEFAULT_TRACKING_URI, "default")
+
+
+# ---------------------------------------------------------------------------------- failures
+
+
+def _count_episodes(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    original = evaluation_module.run_episode
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation_module, "run_episode", counting)
+    return calls
+
+
+def test_an_unreachable_server_is_reported_before_any_episode_runs(
+    capsys, monkeypatch, tmp_path, short_scenario, no_env_uri
+):
+    episodes = _count_episodes(monkeypatch)
+    uri = f"http://127.0.0.1:{closed_port()}"
+    code, out, err = evaluate_cli(
+        capsys, "--scenario", str(short_scenario), "--policy", "default",
+        "--tracking-uri", uri, "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 2
+    assert f"MLflow tracking server {uri} (from --tracking-uri) is unreachable" in err
+    assert "mlflow server --host 127.0.0.1" in err and "--no-tracking" in err
+    assert episodes == [] and out == ""
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_environment_variable_is_used_named_and_its_fix_given(
+    capsys, monkeypatch, tmp_path, short_scenario
+):
+    uri = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv(ENV_VAR, uri)
+    code, _, err = evaluate_cli(
+        capsys, "--scenario", str(short_scenario), "--policy", "default",
+        "--tracking-uri", "sqlite:///ignored.db", "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 2
+    assert f"tracking: {uri} (from {ENV_VAR})" in err
+    assert "--tracking-uri sqlite:///ignored.db is ignored" in err
+    assert f"Fix or unset {ENV_VAR}" in err
+
+
+def test_a_store_in_a_missing_folder_is_reported_with_the_folder(
+    capsys, tmp_path, short_scenario, no_env_uri
+):
+    missing = tmp_path / "no" / "such"
+    code, _, err = evaluate_cli(
+        capsys, "--scenario", str(short_scenario), "--policy", "default",
+        "--tracking-uri", f"sqlite:///{missing}/mlflow.db", "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 2
+    assert f"is in folder {missing}, which does not exist" in err
+    assert not missing.exists()
+
+
+# ---------------------------------------------------------------------------------- read back
+
+
+def check_store_matches_printed(client: MlflowClient, printed: dict, scenario_path: Path):
+    """Runs, params, metric histories and artifacts in the store equal what evaluate printed."""
+    scenario = load_scenario(scenario_path)
+    location = printed["evaluation"]
+    (table,) = printed["scenarios"]
+    parent = client.get_run(location["parent_run_id"])
+    assert parent.info.run_name == location["id"]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["scenario.hash"] == scenario.content_hash()
+    children = client.search_runs(
+        [location["experiment_id"]],
+        f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
+    )
+    assert sorted(run.info.run_name for run in children) == sorted(location["episode_runs"])
+    for entry in table["policies"]:
+        policy = entry["policy"]
+        episode_metrics = {}
+        for seed in entry["seeds"]:
+            run = client.get_run(location["episode_runs"][f"{policy}-seed{seed}"])
+            params = run.data.params
+            assert params["policy"] == policy and params["seed"] == str(seed)
+            assert params["scenario"] == scenario.name
+            assert params["scenario.hash"] == scenario.content_hash()
+            assert params["backend"] == "replay"
+            assert params["dlsched.version"] == dlsched_version()
+            if "git.commit" in params:  # recorded when the code runs from a git checkout
+                assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", params["git.commit"])
+            for name, value in entry["params"].items():
+                assert params[f"policy.{name}"] == str(value)
+            # the replay backend is deterministic: a rerun is the reference
+            expected = run_episode(scenario, make(policy, **entry["params"]), seed)
+            history = client.get_metric_history(run.info.run_id, "satisfied")
+            assert [(m.step, m.value) for m in history] == [
+                (step.step, float(step.satisfied)) for step in expected.steps
+            ]
+            limits = client.get_metric_history(run.info.run_id, "total_limit")
+            assert [m.value for m in limits] == [step.total_limit for step in expected.steps]
+            for name, value in expected.metrics.defined().items():
+                assert run.data.metrics[f"episode/{name}"] == value
+            episode_metrics[seed] = run.data.metrics
+            artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+            assert {
+                "trajectory.csv", "episode.json", "scenario.yaml", "latency.png", "limits.png"
+            } <= artifacts  # fmt: skip
+            local = Path(client.download_artifacts(run.info.run_id, "trajectory.csv"))
+            with local.open() as stream:
+                rows = list(csv.DictReader(stream))
+            assert tuple(rows[0]) == TRAJECTORY_COLUMNS
+            assert len(rows) == sum(len(step.containers) for step in expected.steps)
+            last = expected.steps[-1].containers[0]
+            row = rows[-len(expected.steps[-1].containers)]
+            assert (row["job_id"], row["limit"], row["latency_s"], row["qoe_class"]) == (
+                last.job_id,
+                repr(last.limit),
+                "" if last.latency_s is None else repr(last.latency_s),
+                "" if last.qoe_class is None else last.qoe_class.value,
+            )
+            scenario_file = client.download_artifacts(run.info.run_id, "scenario.yaml")
+            assert load_scenario(scenario_file) == scenario
+        # the printed means are those of the stored per-episode metrics
+        for name, printed_metric in entry["metrics"].items():
+            stored = [
+                m[f"episode/{name}"] for m in episode_metrics.values() if f"episode/{name}" in m
+            ]
+            if printed_metric["mean"] is None:
+                assert stored == []
+            else:
+                assert printed_metric["mean"] == pytest.approx(sum(stored) / len(stored), rel=1e-12)
+
+
+def test_an_evaluation_on_the_sqlite_default_store_reads_back_as_printed(
+    capsys, monkeypatch, tmp_path, short_scenario, mlflow_store, no_env_uri
+):
+    folder, _ = mlflow_store
+    monkeypatch.chdir(folder)
+    experiment = f"sqlite-default-{uuid.uuid4().hex[:8]}"
+    code, out, err = evaluate_cli(
+        capsys, "--scenario", str(short_scenario), "--policy", "default,dqoes",
+        "--episodes", "2", "--seed", "10", "--json", "--experiment", experiment,
+        "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert f"tracking: {DEFAULT_TRACKING_URI} (from default)" in err
+    printed = json.loads(out)
+    assert printed["evaluation"]["tracking_uri"] == DEFAULT_TRACKING_URI
+    check_store_matches_printed(MlflowClient(DEFAULT_TRACKING_URI), printed, short_scenario)
+    local = Path(printed["evaluation"]["local_folder"])
+    assert local.parent == tmp_path / "out"
+    assert sorted(p.name for p in local.iterdir() if p.is_dir()) == [
+        "default-seed10", "default-seed11", "dqoes-seed10", "dqoes-seed11"
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_an_evaluation_against_a_tracking_server_reads_back_as_printed(
+    capsys, tmp_path, short_scenario, mlflow_server_factory, no_env_uri
+):
+    uri, _, _ = mlflow_server_factory()
+    code, out, err = evaluate_cli(
+        capsys, "--scenario", str(short_scenario), "--policy", "default,dqoes",
+        "--episodes", "2", "--json", "--tracking-uri", uri, "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 0, err
+    printed = json.loads(out)
+    assert printed["evaluation"]["experiment"] == load_scenario(short_scenario).name
+    check_store_matches_printed(MlflowClient(uri), printed, short_scenario)
+
+
+def test_a_second_evaluation_never_overwrites_the_first(
+    capsys, monkeypatch, tmp_path, short_scenario, mlflow_store, no_env_uri
+):
+    _, uri = mlflow_store
+    experiment = f"twice-{uuid.uuid4().hex[:8]}"
+    args = (
+        "--scenario", str(short_scenario), "--policy", "dqoes", "--episodes", "1", "--json",
+        "--tracking-uri", uri, "--experiment", experiment, "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    first = json.loads(evaluate_cli(capsys, *args)[1])["evaluation"]
+    client = MlflowClient(uri)
+    before = client.get_run(first["episode_runs"]["dqoes-seed0"]).data
+    second = json.loads(evaluate_cli(capsys, *args)[1])["evaluation"]
+
+    assert first["id"] != second["id"] and first["parent_run_id"] != second["parent_run_id"]
+    assert first["experiment_id"] == second["experiment_id"]
+    runs = client.search_runs([first["experiment_id"]])
+    assert len(runs) == 4  # two parents, two episodes
+    assert len({run.info.run_name for run in runs}) == 3  # the episode name repeats, no more
+    after = client.get_run(first["episode_runs"]["dqoes-seed0"]).data
+    assert (after.metrics, after.params) == (before.metrics, before.params)
+    assert Path(first["local_folder"]).is_dir() and Path(second["local_folder"]).is_dir()
+
+
+@pytest.mark.slow
+def test_a_store_failing_mid_evaluation_leaves_every_episode_on_disk_and_says_where(
+    capsys, monkeypatch, tmp_path, short_scenario, mlflow_server_factory, no_env_uri
+):
+    uri, server, backend_db = mlflow_server_factory()
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    original = EvaluationTracker.record_episode
+
+    def stop_server_after_first(tracker, result):
+        original(tracker, result)
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+    monkeypatch.setattr(EvaluationTracker, "record_episode", stop_server_after_first)
+    code, out, err = evaluate_cli(
+        capsys, "--scenario", str(short_scenario), "--policy", "default,dqoes",
+        "--episodes", "2", "--json", "--tracking-uri", uri, "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+
+    assert code == 2
+    printed = json.loads(out)  # the summary of all four episodes is still printed
+    assert [len(p["seeds"]) for p in printed["scenarios"][0]["policies"]] == [2, 2]
+    local = Path(printed["evaluation"]["local_folder"])
+    assert "failed while logging episode default-seed1" in err
+    assert f"Every finished episode is on disk in {local}" in err
+    for name in ("default-seed0", "default-seed1", "dqoes-seed0", "dqoes-seed1"):
+        record = json.loads((local / name / "episode.json").read_text())
+        assert (local / name / "trajectory.csv").stat().st_size > 0
+        assert f"{record['policy']['name']}-seed{record['seed']}" == name
+    assert (local / "summary.json").is_file()
+    # what reached the store before it died is intact: the first episode, complete
+    stored = MlflowClient(f"sqlite:///{backend_db}")
+    episodes = stored.search_runs(
+        [printed["evaluation"]["experiment_id"]], "tags.`dlsched.kind` = 'episode'"
+    )
+    assert [run.info.run_name for run in episodes] == ["default-seed0"]
+    assert episodes[0].info.status == "FINISHED"
+
+
+def test_the_tracking_benchmark_times_the_same_evaluation_three_ways(
+    monkeypatch, tmp_path, short_scenario, no_env_uri
+):
+    monkeypatch.chdir(tmp_path)
+    result = bench_tracking(str(short_scenario), ("default",), episodes=2)
+
+    assert result.episodes == 2
+    assert result.tracking_uri.startswith("sqlite:////") and result.tracking_uri.endswith(".db")
+    assert result.ratio == result.tracked_s / result.untracked_s
+    assert result.ratio_no_plots == result.tracked_no_plots_s / result.untracked_s
+    assert "ratio" in result.report()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["short.yaml"]  # nothing left behind
+
+
+def test_a_deleted_experiment_is_reported_with_how_to_restore_it(
+    capsys, tmp_path, short_scenario, mlflow_store, no_env_uri
+):
+    _, uri = mlflow_store
+    client = MlflowClient(uri)
+    name = f"deleted-{uuid.uuid4().hex[:8]}"
+    experiment_id = client.create_experiment(name)
+    client.delete_experiment(experiment_id)
+    code, out, err = evaluate_cli(
+        capsys, "--scenario", str(short_scenario), "--policy", "default",
+        "--tracking-uri", uri, "--experiment", name, "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 2 and out == ""
+    assert f"experiment {name!r} (id {experiment_id})" in err
+    assert f"mlflow experiments restore --experiment-id {experiment_id}" in err
+    assert list((tmp_path / "out").iterdir()) == []  # its evaluation folder was removed
