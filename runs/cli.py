@@ -18,7 +18,14 @@ from dlsched.envs.errors import DlschedError
 
 COMMAND_MODULES: tuple[str, ...] = (
     "scenarios",
+    "evaluate",
+    "compare",
+    "docker",
+    "bench",
     "baselines",
+    "image",
+    "calibrate",
+    "train",
 )
 
 

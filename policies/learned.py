@@ -1,0 +1,351 @@
+"""Learned schedulers: a Stable-Baselines3 model behind the :class:`~dlsched.policies.Policy`
+interface, so that evaluation, metrics and comparison treat it exactly like a baseline.
+
+A trained model is a folder of three files, written by :func:`save_model` (``dlsched train`` logs
+it as the MLflow artifact ``model``):
+
+- ``model.zip``: the SB3 model (``PPO.save`` and friends);
+- ``vec_normalize.pkl``: the observation statistics it was trained with
+  (:mod:`dlsched.policies.normalization`);
+- ``dlsched-model.json``: the :class:`ModelCard`: algorithm, job kind, and the
+  :class:`~dlsched.envs.observation.ObservationLayout` the model reads, which is its contract with
+  an environment.
+
+The agent acts in ``[-1, 1]`` per slot (SB3's convention for continuous actions);
+:class:`LearnedPolicy` turns that into limits by the card's
+:class:`~dlsched.policies.agent_actions.ActionMapping`, the one its training environments used, and
+refuses, with both layouts in the message, an environment whose observation layout is not the one
+the model was trained on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+from stable_baselines3 import A2C, PPO, SAC, TD3
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.vec_env import VecNormalize
+from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
+
+from dlsched.envs.errors import PolicyError, UnknownNameError
+from dlsched.envs.observation import ObservationLayout
+from dlsched.envs.scenario import JobKind
+from dlsched.envs.telemetry import Telemetry
+from dlsched.policies.agent_actions import ActionMapping
+from dlsched.policies.normalization import load_normalizer, save_normalizer
+from dlsched.policies.policy import ParamValue, Policy
+from dlsched.policies.slot_network import own_rows_first
+
+if TYPE_CHECKING:
+    from dlsched.envs.scheduling_env import SchedulingEnv
+
+MODEL_FILE = "model.zip"
+NORMALIZER_FILE = "vec_normalize.pkl"
+CARD_FILE = "dlsched-model.json"
+#: Version of the model card's format; a reader refuses a newer one.
+CARD_FORMAT = 1
+
+#: The SB3 algorithms dlsched trains, by the name ``--algo`` takes.
+ALGORITHMS: Mapping[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "sac": SAC, "td3": TD3}
+
+
+def algorithm_class(name: str) -> type[BaseAlgorithm]:
+    """The SB3 class of an algorithm name (``ppo``, ``a2c``, ``sac``, ``td3``)."""
+    if name not in ALGORITHMS:
+        raise UnknownNameError("algorithm", name, ALGORITHMS)
+    return ALGORITHMS[name]
+
+
+def describe_layout(layout: ObservationLayout) -> str:
+    """A layout in one line: workers, slots and the feature columns."""
+    return (
+        f"{layout.workers} worker(s) x {layout.slots_per_worker} slots, "
+        f"{len(layout.features)} features ({', '.join(layout.features)})"
+    )
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """What a trained model needs to be used again.
+
+    Attributes:
+        algo: the SB3 algorithm (a key of :data:`ALGORITHMS`).
+        kind: the kind of jobs it schedules.
+        layout: the observation layout it was trained on.
+        actions: how its actions become limits.
+        frame_stack: how many consecutive observations it sees at once (SB3's
+            ``VecFrameStack`` along the feature axis; 1: the current one only).
+        slot_agents: whether it is a per-slot agent (one action per view of
+            :func:`~dlsched.policies.slot_network.own_rows_first`) rather than one agent
+            setting every slot's limit.
+        reward: the reward it was trained with.
+        scenarios: the training scenarios, by name.
+        run_id: the MLflow run that trained it, if tracked.
+        dlsched_version: the dlsched version that trained it.
+    """
+
+    algo: str
+    kind: JobKind
+    layout: ObservationLayout
+    actions: ActionMapping = field(default_factory=ActionMapping)
+    frame_stack: int = 1
+    slot_agents: bool = False
+    reward: str = ""
+    scenarios: tuple[str, ...] = ()
+    run_id: str | None = None
+    dlsched_version: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": CARD_FORMAT,
+                "algo": self.algo,
+                "kind": self.kind.value,
+                "layout": {
+                    "workers": self.layout.workers,
+                    "slots_per_worker": self.layout.slots_per_worker,
+                    "features": list(self.layout.features),
+                },
+                "actions": self.actions.to_data(),
+                "frame_stack": self.frame_stack,
+                "slot_agents": self.slot_agents,
+                "reward": self.reward,
+                "scenarios": list(self.scenarios),
+                "run_id": self.run_id,
+                "dlsched_version": self.dlsched_version,
+            },
+            indent=2,
+        )
+
+    @classmethod
+    def from_json(cls, text: str, origin: str) -> ModelCard:
+        """Parse a card; ``origin`` (its path) is named in errors.
+
+        Raises:
+            PolicyError: not a card of a known format.
+        """
+        try:
+            data = json.loads(text)
+            version = int(data["format"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise _malformed(origin, error) from error
+        if version > CARD_FORMAT:
+            raise PolicyError(
+                f"model card {origin} has format {version}, newer than this dlsched reads "
+                f"({CARD_FORMAT}); upgrade dlsched"
+            )
+        try:
+            layout = data["layout"]
+            return cls(
+                algo=str(data["algo"]),
+                kind=JobKind(data["kind"]),
+                layout=ObservationLayout(
+                    int(layout["workers"]),
+                    int(layout["slots_per_worker"]),
+                    tuple(str(name) for name in layout["features"]),
+                ),
+                actions=ActionMapping.from_data(data["actions"]),
+                frame_stack=int(data.get("frame_stack", 1)),
+                slot_agents=bool(data.get("slot_agents", False)),
+                reward=str(data.get("reward", "")),
+                scenarios=tuple(str(name) for name in data.get("scenarios", ())),
+                run_id=data.get("run_id"),
+                dlsched_version=str(data.get("dlsched_version", "")),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            if isinstance(error, PolicyError):  # the action mapping's own check
+                raise
+            raise _malformed(origin, error) from error
+
+
+def _malformed(origin: str, error: Exception) -> PolicyError:
+    return PolicyError(
+        f"model card {origin} is malformed ({type(error).__name__}: {error}); expected the "
+        f"{CARD_FILE} that `dlsched train` writes beside {MODEL_FILE}"
+    )
+
+
+class LearnedPolicy(Policy):
+    """A trained SB3 model as a dlsched policy.
+
+    Args:
+        model: the trained model.
+        card: its model card (layout, algorithm, action bounds).
+        normalizer: the observation statistics it was trained with (``None``: raw observations).
+        source: where it was loaded from (a path or a ``runs:/`` URI), for tracking.
+    """
+
+    def __init__(
+        self,
+        model: BaseAlgorithm,
+        card: ModelCard,
+        normalizer: VecNormalize | None = None,
+        source: str = "",
+    ) -> None:
+        slots = card.layout.workers * card.layout.slots_per_worker
+        expected = (1,) if card.slot_agents else (slots,)
+        if model.action_space.shape != expected:
+            raise PolicyError(
+                f"model acts on {model.action_space.shape} but its card's layout "
+                f"({describe_layout(card.layout)}) needs actions of shape {expected}; the card "
+                "does not belong to this model"
+            )
+        self.model = model
+        self.card = card
+        self.normalizer = normalizer
+        self.source = source
+        self._frames: StackedObservations[np.ndarray] | None = None
+        suffix = f"-{card.run_id[:8]}" if card.run_id else ""
+        self._name = f"{card.algo}{suffix}"
+
+    # A learned policy is named after its model, so that two models can be evaluated together.
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def params(self) -> dict[str, ParamValue]:
+        return {
+            "algo": self.card.algo,
+            "model": self.source,
+            "training_run": self.card.run_id or "",
+            "reward": self.card.reward,
+            "scenarios": ",".join(self.card.scenarios),
+        }
+
+    def reset(self) -> None:
+        """Forget the frames of the last episode."""
+        self._frames = None
+
+    def observe(self, telemetry: Telemetry, env: SchedulingEnv) -> None:
+        """Check, once the environment is known, that it has the model's layout."""
+        self.check_layout(env.layout)
+
+    def check_layout(self, layout: ObservationLayout) -> None:
+        """Raise :class:`PolicyError` naming both layouts unless ``layout`` is the model's."""
+        if layout != self.card.layout:
+            raise PolicyError(
+                f"model {self.source or self.name!r} was trained on observation layout "
+                f"[{describe_layout(self.card.layout)}] but the environment's is "
+                f"[{describe_layout(layout)}]; evaluate it on a scenario with "
+                f"{self.card.layout.workers} worker(s) and {self.card.layout.slots_per_worker} "
+                "slots per worker, or train a model on this one"
+            )
+
+    def predict(
+        self,
+        observation: np.ndarray,
+        state: tuple[np.ndarray, ...] | None = None,
+        episode_start: np.ndarray | None = None,
+        deterministic: bool = True,
+    ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
+        """Limits for one observation or a batch of them (raw, as the environment gives them).
+
+        With frame stacking, successive calls are successive steps: :meth:`reset` (called by
+        :class:`~dlsched.policies.TelemetryFeed` at every environment reset) or
+        ``episode_start`` marks where an episode begins, as in SB3's ``evaluate_policy``.
+        """
+        raw = np.asarray(observation, dtype=np.float32)
+        shape = self.card.layout.shape
+        if raw.shape[-2:] != shape or raw.ndim not in (2, 3):
+            raise PolicyError(
+                f"observation of shape {raw.shape} does not match the model's layout "
+                f"[{describe_layout(self.card.layout)}], shape {shape} (or a batch of them)"
+            )
+        batch = raw if raw.ndim == 3 else raw[None]
+        model_input = self._stacked(batch, episode_start) if self.card.frame_stack > 1 else batch
+        if self.normalizer is not None:
+            normalized = self.normalizer.normalize_obs(model_input)
+            assert isinstance(normalized, np.ndarray)
+            model_input = normalized
+        if self.card.slot_agents:
+            views = own_rows_first(model_input).reshape(-1, *model_input.shape[1:])
+            action, next_state = self.model.predict(views, state, None, deterministic)
+            action = np.asarray(action).reshape(len(batch), -1)
+        else:
+            action, next_state = self.model.predict(
+                model_input, state, episode_start, deterministic
+            )
+        limits = self.card.actions.to_limits(np.asarray(action), batch, self.card.layout)
+        return (limits if raw.ndim == 3 else limits[0]), next_state
+
+    def _stacked(self, batch: np.ndarray, episode_start: np.ndarray | None) -> np.ndarray:
+        """``batch`` with the frames before it, exactly as ``VecFrameStack`` stacks them."""
+        if self._frames is None or self._frames.stacked_obs.shape[0] != len(batch):
+            space = gym.spaces.Box(0.0, 1.0, self.card.layout.shape, dtype=np.float32)
+            self._frames = StackedObservations(len(batch), self.card.frame_stack, space, "last")
+            return self._frames.reset(batch)
+        starts = np.zeros(len(batch), bool) if episode_start is None else np.asarray(episode_start)
+        # SB3 expects the last frame of an ended episode in its info; it is not used here
+        infos = [
+            {"terminal_observation": obs} if start else {}
+            for obs, start in zip(batch, starts, strict=True)
+        ]
+        stacked, _ = self._frames.update(batch, starts.astype(bool), infos)
+        return stacked
+
+
+def save_model(
+    model: BaseAlgorithm, normalizer: VecNormalize | None, card: ModelCard, folder: Path
+) -> Path:
+    """Write a model folder (:data:`MODEL_FILE`, :data:`NORMALIZER_FILE`, :data:`CARD_FILE`).
+
+    Returns:
+        ``folder``.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save(str(folder / MODEL_FILE))
+    if normalizer is not None:
+        save_normalizer(normalizer, folder / NORMALIZER_FILE)
+    (folder / CARD_FILE).write_text(card.to_json() + "\n", encoding="utf-8")
+    return folder
+
+
+def load_model(path: Path, source: str = "") -> LearnedPolicy:
+    """Load a model folder, or the ``model.zip`` inside one, as a :class:`LearnedPolicy`.
+
+    Args:
+        path: the folder :func:`save_model` wrote, or its ``model.zip``.
+        source: how the user named it (a ``runs:/`` URI); the path by default.
+
+    Raises:
+        PolicyError: the model, its card or its statistics are missing or unreadable.
+    """
+    folder = path if path.is_dir() else path.parent
+    model_path = folder / MODEL_FILE if path.is_dir() else path
+    if not model_path.is_file():
+        raise PolicyError(
+            f"no model at {str(model_path)!r}; expected a {MODEL_FILE} written by "
+            "`dlsched train` (or the folder holding it)"
+        )
+    card_path = folder / CARD_FILE
+    try:
+        card_text = card_path.read_text(encoding="utf-8")
+    except OSError:
+        raise PolicyError(
+            f"model {str(model_path)!r} has no {CARD_FILE} beside it; the card holds the "
+            "observation layout the model was trained on, and a model is not used without it "
+            "(copy the whole model folder that `dlsched train` wrote)"
+        ) from None
+    card = ModelCard.from_json(card_text, str(card_path))
+    model = _load_sb3(card.algo, model_path)
+    normalizer_path = folder / NORMALIZER_FILE
+    normalizer = load_normalizer(normalizer_path) if normalizer_path.exists() else None
+    return LearnedPolicy(model, card, normalizer, source=source or str(path))
+
+
+def _load_sb3(algo: str, path: Path) -> BaseAlgorithm:
+    cls = algorithm_class(algo)
+    try:
+        loaded: Any = cls.load(str(path), device="cpu")
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        raise PolicyError(
+            f"cannot load {algo} model {str(path)!r}: {type(error).__name__}: {error}"
+        ) from error
+    assert isinstance(loaded, BaseAlgorithm)
+    return loaded

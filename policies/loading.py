@@ -1,0 +1,88 @@
+"""One place that turns what a user types after ``--policy`` into a :class:`Policy`.
+
+- a baseline name (``default``, ``dqoes``, ...): :func:`dlsched.baselines.make`;
+- a trained model by path: the ``model.zip`` that ``dlsched train`` wrote, or its folder;
+- a trained model in MLflow: ``runs:/<run_id>/model`` (or a registered ``models:/<name>/<v>``),
+  downloaded from the tracking store and loaded the same way.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from dlsched.envs.errors import PolicyError
+from dlsched.policies.learned import MODEL_FILE, load_model
+from dlsched.policies.policy import ParamValue, Policy
+
+#: URI schemes that name MLflow artifacts.
+MLFLOW_SCHEMES: tuple[str, ...] = ("runs:/", "models:/")
+
+
+def is_model_spec(spec: str) -> bool:
+    """Whether ``spec`` names a trained model (an MLflow URI or a path) rather than a baseline."""
+    if spec.startswith(MLFLOW_SCHEMES):
+        return True
+    return spec.endswith(".zip") or "/" in spec or "\\" in spec or Path(spec).is_dir()
+
+
+def resolve_policy(
+    spec: str,
+    params: Mapping[str, ParamValue] | None = None,
+    tracking_uri: str | None = None,
+) -> Policy:
+    """Build the policy ``spec`` names.
+
+    Args:
+        spec: a baseline name, a model path (``.zip`` or its folder), or a ``runs:/`` or
+            ``models:/`` URI.
+        params: a baseline's parameters; a trained model takes none.
+        tracking_uri: the MLflow store of a ``runs:/`` URI; by default the one ``dlsched
+            evaluate`` uses (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``).
+
+    Raises:
+        UnknownNameError: an unknown baseline name.
+        PolicyError: a bad parameter, parameters for a trained model, or a model that cannot
+            be found or loaded.
+    """
+    if not is_model_spec(spec):
+        from dlsched.baselines import make
+
+        return make(spec, **dict(params or {}))
+    if params:
+        raise PolicyError(
+            f"policy {spec!r} is a trained model and takes no parameters, got "
+            f"{', '.join(sorted(params))}"
+        )
+    if spec.startswith(MLFLOW_SCHEMES):
+        return _load_from_mlflow(spec, tracking_uri)
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise PolicyError(
+            f"model {spec!r} does not exist; give the {MODEL_FILE} (or its folder) that "
+            "`dlsched train` wrote, a runs:/<run_id>/model URI, or a baseline name"
+        )
+    return load_model(path, source=spec)
+
+
+def _load_from_mlflow(uri: str, tracking_uri: str | None) -> Policy:
+    from mlflow.artifacts import download_artifacts
+    from mlflow.exceptions import MlflowException
+
+    if tracking_uri is None:
+        from dlsched.runs.tracking import resolve_tracking_uri
+
+        tracking_uri = resolve_tracking_uri(None).uri
+    # The model is read into memory, so its download can go once it is loaded.
+    with tempfile.TemporaryDirectory(prefix="dlsched-model-") as folder:
+        try:
+            local = download_artifacts(artifact_uri=uri, dst_path=folder, tracking_uri=tracking_uri)
+        except (MlflowException, OSError) as error:
+            raise PolicyError(
+                f"cannot fetch model {uri!r} from MLflow store {tracking_uri}: "
+                f"{str(error).strip().splitlines()[0] if str(error).strip() else error!r}; check "
+                "the run id (`mlflow ui` or `dlsched compare` list runs) and MLFLOW_TRACKING_URI "
+                "or --tracking-uri"
+            ) from error
+        return load_model(Path(local), source=uri)

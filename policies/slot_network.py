@@ -1,0 +1,250 @@
+"""An actor-critic network that shares its weights across slots, for PPO and A2C.
+
+Every slot of a dlsched observation describes one job with the same features, and every entry of
+the action is that job's limit. A plain MLP over the flattened ``(slots, features)`` array must
+learn the same control rule once per slot, and learns nothing for a slot that is rarely used. This
+network instead applies one small network to every row (Deep Sets, Zaheer et al. 2017):
+
+- each row is encoded by a shared MLP into an embedding ``e_i``;
+- a context ``c`` pools the embeddings of all rows (mean and max), so that a job's limit can
+  depend on the others (how many compete, how loaded the worker is);
+- the actor maps ``[e_i, c]`` through a shared MLP and a shared linear output to the mean of
+  slot ``i``'s action; the Gaussian's log standard deviation is one parameter per slot;
+- the critic maps the pooled context of its own row encoder to the value.
+
+The network is the same for any permutation of the jobs over the slots, and its size does not
+grow with the number of slots.
+
+:class:`OwnSlotPolicy` is the same network for per-slot agents (:mod:`dlsched.runs.slot_agents`):
+its input is one slot's view, the observation with that slot's row first (:func:`own_rows_first`),
+and it outputs that slot's action and value from ``[e_0, c]``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from stable_baselines3.common.distributions import DiagGaussianDistribution
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.type_aliases import Schedule
+from torch import nn
+
+from dlsched.envs.errors import PolicyError
+
+#: Hidden sizes of the row encoders and heads when ``net_arch`` is not given.
+DEFAULT_HIDDEN: tuple[int, ...] = (64, 64)
+
+
+def _mlp(sizes: Sequence[int], activation: type[nn.Module]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for size_in, size_out in itertools.pairwise(sizes):
+        layers += [nn.Linear(size_in, size_out), activation()]
+    return nn.Sequential(*layers)
+
+
+def _pool(rows: torch.Tensor) -> torch.Tensor:
+    """Mean and max over the slot axis of ``(batch, slots, width)``: ``(batch, 2 * width)``."""
+    return torch.cat([rows.mean(dim=1), rows.amax(dim=1)], dim=1)
+
+
+class SlotExtractor(nn.Module):
+    """The actor's per-slot latents and the critic's pooled latent (SB3's ``mlp_extractor``).
+
+    Args:
+        slots: rows of the observation.
+        features: columns of the observation.
+        hidden: widths of the row encoders' layers; the last is the embedding width.
+        activation: the activation between layers.
+    """
+
+    def __init__(
+        self, slots: int, features: int, hidden: Sequence[int], activation: type[nn.Module]
+    ) -> None:
+        super().__init__()
+        width = hidden[-1]
+        self.slots = slots
+        self.features = features
+        self.width = width
+        self.actor_rows = _mlp([features, *hidden], activation)
+        self.actor_mix = _mlp([3 * width, width], activation)
+        self.critic_rows = _mlp([features, *hidden], activation)
+        self.critic_head = _mlp([2 * width, width], activation)
+        # SB3 reads these to size the action and value outputs
+        self.latent_dim_pi = slots * width
+        self.latent_dim_vf = width
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.forward_actor(features), self.forward_critic(features)
+
+    def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
+        rows = self.actor_rows(self._rows(features))
+        context = _pool(rows).unsqueeze(1).expand(-1, self.slots, -1)
+        return self.actor_mix(torch.cat([rows, context], dim=2)).flatten(1)
+
+    def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
+        return self.critic_head(_pool(self.critic_rows(self._rows(features))))
+
+    def _rows(self, features: torch.Tensor) -> torch.Tensor:
+        return features.reshape(-1, self.slots, self.features)
+
+
+def own_rows_first(observation: np.ndarray) -> np.ndarray:
+    """Each slot's view: ``(..., slots, features) -> (..., slots, slots, features)``, where view
+    ``i`` is the observation rolled so that row ``i`` comes first."""
+    slots = observation.shape[-2]
+    return np.stack([np.roll(observation, -i, axis=-2) for i in range(slots)], axis=-3)
+
+
+class OwnSlotExtractor(nn.Module):
+    """Latents of one slot's view for its own action and value (SB3's ``mlp_extractor``).
+
+    Args:
+        slots: rows of the observation; the first is the agent's own.
+        features: columns of the observation.
+        hidden: widths of the row encoders' layers; the last is the embedding width.
+        activation: the activation between layers.
+    """
+
+    def __init__(
+        self, slots: int, features: int, hidden: Sequence[int], activation: type[nn.Module]
+    ) -> None:
+        super().__init__()
+        width = hidden[-1]
+        self.slots = slots
+        self.features = features
+        self.actor_rows = _mlp([features, *hidden], activation)
+        self.actor_mix = _mlp([3 * width, width], activation)
+        self.critic_rows = _mlp([features, *hidden], activation)
+        self.critic_mix = _mlp([3 * width, width], activation)
+        self.latent_dim_pi = width
+        self.latent_dim_vf = width
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.forward_actor(features), self.forward_critic(features)
+
+    def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
+        return self._own(features, self.actor_rows, self.actor_mix)
+
+    def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
+        return self._own(features, self.critic_rows, self.critic_mix)
+
+    def _own(self, features: torch.Tensor, rows: nn.Module, mix: nn.Module) -> torch.Tensor:
+        encoded = rows(features.reshape(-1, self.slots, self.features))
+        return mix(torch.cat([encoded[:, 0], _pool(encoded)], dim=1))
+
+
+class SlotActionHead(nn.Module):
+    """One linear output shared by every slot: ``(batch, slots * width) -> (batch, slots)``."""
+
+    def __init__(self, slots: int, width: int) -> None:
+        super().__init__()
+        self.slots = slots
+        self.width = width
+        self.linear = nn.Linear(width, 1)
+
+    def forward(self, latent: torch.Tensor) -> torch.Tensor:
+        rows = latent.reshape(-1, self.slots, self.width)
+        return self.linear(rows).squeeze(-1)
+
+
+class SlotActorCriticPolicy(ActorCriticPolicy):
+    """SB3's actor-critic policy with the slot-shared network of the module docstring.
+
+    It takes ``ActorCriticPolicy``'s arguments; ``net_arch`` is a list of hidden widths of the
+    row encoders (default ``[64, 64]``). The observation space must be ``Box(slots,
+    features)`` and the action space ``Box(slots,)``; gSDE is not supported.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: list[int] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        shape = observation_space.shape
+        if shape is None or len(shape) != 2:
+            raise PolicyError(
+                f"the slot network needs observations of shape (slots, features), got {shape}; "
+                "use network 'mlp' for other environments"
+            )
+        if action_space.shape != (shape[0],):
+            raise PolicyError(
+                f"the slot network needs one action per slot: action shape "
+                f"{action_space.shape} != ({shape[0]},)"
+            )
+        if kwargs.get("use_sde"):
+            raise PolicyError("the slot network does not support gSDE (use_sde); leave it off")
+        hidden = list(net_arch) if net_arch else list(DEFAULT_HIDDEN)
+        if not all(isinstance(width, int) and width > 0 for width in hidden):
+            raise PolicyError(
+                f"net_arch {net_arch!r} of the slot network must be a list of positive widths, "
+                "e.g. [64, 64]"
+            )
+        super().__init__(observation_space, action_space, lr_schedule, net_arch=hidden, **kwargs)
+
+    def _build_mlp_extractor(self) -> None:
+        shape = self.observation_space.shape
+        assert shape is not None and isinstance(self.net_arch, list)
+        # SB3 annotates its MlpExtractor but uses only the interface SlotExtractor provides
+        self.mlp_extractor = SlotExtractor(  # type: ignore[assignment]
+            shape[0], shape[1], self.net_arch, self.activation_fn
+        )
+
+    def _build(self, lr_schedule: Schedule) -> None:
+        super()._build(lr_schedule)
+        # The parent built one Linear over all slots' latents; replace it by the shared head.
+        assert isinstance(self.action_dist, DiagGaussianDistribution)
+        extractor = self.mlp_extractor
+        assert isinstance(extractor, SlotExtractor)
+        self.action_net = SlotActionHead(extractor.slots, extractor.width)
+        if self.ortho_init:
+            self.action_net.apply(partial(self.init_weights, gain=0.01))
+        # the optimizer classes SB3 takes all accept lr; the base class's signature does not say so
+        self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
+            self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs
+        )
+
+
+class OwnSlotPolicy(ActorCriticPolicy):
+    """SB3's actor-critic policy for one slot's view (:class:`OwnSlotExtractor`): observation
+    ``Box(slots, features)`` with the agent's row first, action ``Box(1,)``.
+
+    It takes ``ActorCriticPolicy``'s arguments; ``net_arch`` is a list of hidden widths of the
+    row encoders (default ``[64, 64]``).
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: list[int] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        shape = observation_space.shape
+        if shape is None or len(shape) != 2:
+            raise PolicyError(
+                f"per-slot agents need observations of shape (slots, features), got {shape}"
+            )
+        if action_space.shape != (1,):
+            raise PolicyError(
+                f"a per-slot agent sets one limit: action shape {action_space.shape} != (1,)"
+            )
+        hidden = list(net_arch) if net_arch else list(DEFAULT_HIDDEN)
+        super().__init__(observation_space, action_space, lr_schedule, net_arch=hidden, **kwargs)
+
+    def _build_mlp_extractor(self) -> None:
+        shape = self.observation_space.shape
+        assert shape is not None and isinstance(self.net_arch, list)
+        # SB3 annotates its MlpExtractor but uses only the interface OwnSlotExtractor provides
+        self.mlp_extractor = OwnSlotExtractor(  # type: ignore[assignment]
+            shape[0], shape[1], self.net_arch, self.activation_fn
+        )

@@ -1,0 +1,269 @@
+"""``dlsched train``: train a learned scheduler with Stable-Baselines3 and track it in MLflow."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from dlsched.envs.backend import BACKENDS
+from dlsched.envs.errors import PolicyError
+from dlsched.envs.rewards import REWARDS
+from dlsched.policies.agent_actions import ActionMode
+from dlsched.policies.learned import ALGORITHMS
+from dlsched.runs.tracking import connect, resolve_tracking_uri
+from dlsched.runs.training import NETWORKS, HyperValue, TrainingConfig, train
+from dlsched.runs.training_envs import VecEnvKind
+from dlsched.runs.trajectory import DEFAULT_OUT
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``dlsched train`` to the CLI."""
+    defaults = TrainingConfig(algo="ppo", scenarios=(), timesteps=1)
+    parser = subparsers.add_parser(
+        "train",
+        help="train a learned scheduler (Stable-Baselines3) and log it to MLflow",
+        description=(
+            "Train an agent on one or several scenarios (each may be a distribution), validate "
+            "it on held-out seeds with the metrics of `dlsched evaluate`, keep the best model "
+            "and log it to MLflow; evaluate it with `dlsched evaluate --policy "
+            "runs:/<run_id>/model`."
+        ),
+    )
+    parser.add_argument("--algo", choices=tuple(ALGORITHMS), default="ppo", help="(ppo)")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        required=True,
+        metavar="S",
+        help="training scenario, shipped name or YAML path; repeat to mix several",
+    )
+    parser.add_argument("--timesteps", type=int, required=True, help="environment steps")
+    parser.add_argument("--n-envs", type=int, default=defaults.n_envs, help="(%(default)s)")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="(%(default)s)")
+    parser.add_argument(
+        "--eval-scenario",
+        action="append",
+        default=[],
+        metavar="E",
+        help="validation scenario (repeatable; default: the training scenarios)",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=defaults.eval_every,
+        help="timesteps between validations, 0 for none (%(default)s)",
+    )
+    parser.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=defaults.eval_episodes,
+        help="held-out seeds per validation scenario (%(default)s)",
+    )
+    parser.add_argument(
+        "--patience",
+        type=int,
+        default=defaults.patience,
+        help="validations without improvement that stop training, 0 for never (%(default)s)",
+    )
+    parser.add_argument(
+        "--reward", choices=tuple(REWARDS), help="reward (default: the environment's)"
+    )
+    parser.add_argument("--backend", choices=BACKENDS, default=defaults.backend, help="(replay)")
+    parser.add_argument(
+        "--network",
+        choices=NETWORKS,
+        default=defaults.network,
+        help="slot: one network shared by every slot (ppo, a2c); mlp: SB3's MLP; "
+        "auto: slot when possible (%(default)s)",
+    )
+    parser.add_argument(
+        "--net-arch",
+        default=",".join(map(str, defaults.net_arch)),
+        metavar="W,W",
+        help="hidden layer widths (%(default)s)",
+    )
+    parser.add_argument(
+        "--actions",
+        choices=[mode.value for mode in ActionMode],
+        default=defaults.actions.value,
+        help="relative: an action scales the limit in force by up to --max-step per interval; "
+        "absolute: it sets the limit (%(default)s)",
+    )
+    parser.add_argument(
+        "--max-step",
+        type=float,
+        default=defaults.max_step,
+        help="largest factor of one relative action (%(default)s)",
+    )
+    parser.add_argument(
+        "--frame-stack",
+        type=int,
+        default=defaults.frame_stack,
+        help="consecutive observations the agent sees at once (%(default)s)",
+    )
+    parser.add_argument(
+        "--slot-agents",
+        action="store_true",
+        help="every slot is an agent of one shared policy, rewarded for its own job too "
+        "(timesteps count slot steps)",
+    )
+    parser.add_argument(
+        "--own-weight",
+        type=float,
+        default=defaults.own_weight,
+        help="with --slot-agents, the weight of an agent's own job in its reward (%(default)s)",
+    )
+    parser.add_argument(
+        "--hp",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an argument of the SB3 algorithm (repeatable), e.g. --hp learning_rate=3e-4",
+    )
+    parser.add_argument(
+        "--policy-kwarg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an argument of the agent's policy (repeatable), e.g. --policy-kwarg log_std_init=-1",
+    )
+    parser.add_argument(
+        "--no-reward-normalization",
+        action="store_true",
+        help="train on raw rewards (default: scaled by the running deviation of returns)",
+    )
+    parser.add_argument(
+        "--vec-env",
+        choices=[kind.value for kind in VecEnvKind],
+        default=defaults.vec_env.value,
+        help="step the environments in this process or in one subprocess each (%(default)s)",
+    )
+    parser.add_argument(
+        "--torch-threads", type=int, default=defaults.torch_threads, help="(%(default)s)"
+    )
+    parser.add_argument(
+        "--tracking-uri",
+        help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
+        "(default sqlite:///mlflow.db)",
+    )
+    parser.add_argument("--experiment", help="MLflow experiment (default train-<scenario>)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"parent folder of the run's local files ({DEFAULT_OUT}/<training id>/)",
+    )
+    parser.add_argument(
+        "--no-tracking", action="store_true", help="no MLflow: only the local folder"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``dlsched train`` as ``args`` say; the exit code."""
+    config = TrainingConfig(
+        algo=args.algo,
+        scenarios=tuple(args.scenario),
+        timesteps=args.timesteps,
+        n_envs=args.n_envs,
+        seed=args.seed,
+        eval_scenarios=tuple(args.eval_scenario),
+        eval_episodes=args.eval_episodes,
+        eval_every=args.eval_every,
+        patience=args.patience,
+        reward=args.reward,
+        backend=args.backend,
+        network=args.network,
+        net_arch=parse_widths(args.net_arch),
+        actions=ActionMode(args.actions),
+        max_step=args.max_step,
+        frame_stack=args.frame_stack,
+        slot_agents=args.slot_agents,
+        own_weight=args.own_weight,
+        hyperparams=parse_settings(args.hp, "--hp"),
+        policy_kwargs=parse_settings(args.policy_kwarg, "--policy-kwarg"),
+        normalize_reward=not args.no_reward_normalization,
+        vec_env=VecEnvKind(args.vec_env),
+        torch_threads=args.torch_threads,
+    )
+    client = target = None
+    if not args.no_tracking:
+        target = resolve_tracking_uri(args.tracking_uri)
+        print(target.describe(), file=sys.stderr)
+        client = connect(target)
+    result = train(
+        config,
+        args.out,
+        client,
+        target,
+        experiment=args.experiment,
+        progress=not args.no_progress,
+    )
+    ending = "stopped early (no improvement)" if result.stopped_early else "done"
+    print(f"training {result.training_id}: {result.timesteps} timesteps, {ending}")
+    best = result.best
+    if best is not None:
+        print(f"best validation score {best.score:.4f} at {best.timesteps} timesteps")
+        for key, value in sorted(best.metrics.items()):
+            print(f"  {key} = {value:.4f}")
+    print(f"local files: {result.folder.resolve()}")
+    if result.run_id is not None and target is not None:
+        print(f"MLflow run {result.run_id} (experiment {result.experiment_id}) in {target.uri}")
+    print(f"model: {result.model_uri}")
+    print(
+        f"evaluate it: dlsched evaluate --scenario {config.scenarios[0]} "
+        f"--policy default,{result.model_uri} --seed 100 --episodes 10"
+    )
+    return 0
+
+
+def parse_widths(text: str) -> tuple[int, ...]:
+    """``"64,64"`` as ``(64, 64)``.
+
+    Raises:
+        PolicyError: not a comma-separated list of positive integers.
+    """
+    try:
+        widths = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        widths = ()
+    if not widths or any(width < 1 for width in widths):
+        raise PolicyError(f"--net-arch {text!r} must be positive widths, e.g. 64,64")
+    return widths
+
+
+def parse_settings(settings: Sequence[str], option: str) -> tuple[tuple[str, HyperValue], ...]:
+    """``KEY=VALUE`` strings as pairs, values read as YAML scalars (``3e-4`` is a number).
+
+    Args:
+        settings: the strings, as given.
+        option: the option they came from, for messages.
+
+    Raises:
+        PolicyError: a malformed setting, a key given twice, or a value that is not a scalar.
+    """
+    parsed: dict[str, HyperValue] = {}
+    for setting in settings:
+        key, equals, text = setting.partition("=")
+        key = key.strip()
+        if not (equals and key and text.strip()):
+            raise PolicyError(f"{option} {setting!r} is not KEY=VALUE; e.g. {option} gamma=0.95")
+        if key in parsed:
+            raise PolicyError(f"{option} sets {key!r} twice; give each once")
+        value = yaml.safe_load(text)
+        if isinstance(value, str):
+            # YAML 1.1 reads 3e-4 (no dot) as a string; a number is what is meant
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        if not isinstance(value, bool | int | float | str):
+            raise PolicyError(
+                f"{option} {setting!r}: value {text!r} is not a number, a bool or a string"
+            )
+        parsed[key] = value
+    return tuple(parsed.items())

@@ -1,0 +1,490 @@
+"""Training learned schedulers: MLflow run and artifacts, determinism, early stopping, the batched
+KV writer, scenario mixes and arrival-pattern distributions, and the ``dlsched train`` command."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from mlflow import MlflowClient
+from stable_baselines3.common.logger import Logger
+
+from dlsched.envs.errors import PolicyError, ScenarioError, TrackingError
+from dlsched.envs.scenario import ArrivalKind
+from dlsched.envs.scenario_file import load_scenario, parse_scenario
+from dlsched.policies.agent_actions import ActionMapping
+from dlsched.policies.learned import CARD_FILE, MODEL_FILE, NORMALIZER_FILE, LearnedPolicy
+from dlsched.policies.loading import resolve_policy
+from dlsched.runs.cli import main
+from dlsched.runs.evaluation import evaluate, summarise
+from dlsched.runs.kvwriter import MlflowKVWriter
+from dlsched.runs.tracking import TrackingTarget
+from dlsched.runs.training import (
+    BEST_MODEL_DIR,
+    CONFIG_FILE,
+    FINAL_MODEL_DIR,
+    VALIDATION_SEED_BASE,
+    TrainingConfig,
+    TrainingResult,
+    train,
+)
+from dlsched.runs.training_envs import ScenarioMix, VecEnvKind, make_training_env
+
+#: A small inference distribution: six 10 s steps per episode, 2-4 jobs, two arrival patterns.
+TINY: dict[str, object] = {
+    "name": "tiny-mix",
+    "kind": "inference",
+    "interval_s": 10,
+    "horizon_s": 60,
+    "slots_per_worker": 4,
+    "workers": {"count": 1, "cores": 8},
+    "jobs": [
+        {
+            "workloads": ["resnet50", "vgg16"],
+            "count": {"low": 2, "high": 4},
+            "arrival_choices": [{"kind": "burst"}, {"kind": "fixed", "every_s": 15}],
+            "target_range_s": {"low": 10, "high": 60},
+        }
+    ],
+}
+
+
+def write_scenario(folder: Path, data: dict[str, object], **changes: object) -> Path:
+    data = {**data, **changes}
+    path = folder / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def tiny_config(scenario: Path, **changes: object) -> TrainingConfig:
+    settings: dict[str, object] = {
+        "algo": "ppo",
+        "scenarios": (str(scenario),),
+        "timesteps": 512,
+        "n_envs": 2,
+        "seed": 0,
+        "eval_every": 256,
+        "eval_episodes": 2,
+        "patience": 0,
+        "net_arch": (16,),
+        "hyperparams": (("n_steps", 64), ("batch_size", 64), ("n_epochs", 2)),
+        "vec_env": VecEnvKind.DUMMY,
+    }
+    settings.update(changes)
+    return TrainingConfig(**settings)
+
+
+@pytest.fixture(scope="module")
+def tracked_run(
+    tmp_path_factory: pytest.TempPathFactory, mlflow_store: tuple[Path, str]
+) -> tuple[TrainingResult, str, Path]:
+    """One short tracked training run: ``(result, tracking uri, scenario file)``."""
+    folder, uri = mlflow_store
+    work = tmp_path_factory.mktemp("tracked")
+    scenario = write_scenario(work, TINY)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)  # the store's artifacts live beside it
+        result = train(
+            tiny_config(scenario, timesteps=2048),
+            work / "out",
+            MlflowClient(uri),
+            resolve_target(uri),
+            experiment=f"train-test-{uuid.uuid4().hex[:8]}",
+            progress=False,
+        )
+    return result, uri, scenario
+
+
+def resolve_target(uri: str) -> TrackingTarget:
+    return TrackingTarget(uri, "--tracking-uri")
+
+
+# --- a tracked run and its model -----------------------------------------------------------
+
+
+def test_training_logs_the_model_its_statistics_and_configuration(
+    tracked_run: tuple[TrainingResult, str, Path],
+) -> None:
+    result, uri, _ = tracked_run
+    client = MlflowClient(uri)
+    assert result.run_id is not None
+    run = client.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["algo"] == "ppo"
+    assert run.data.params["hp.n_steps"] == "64"
+    assert run.data.tags["dlsched.kind"] == "training"
+    for folder in (BEST_MODEL_DIR, FINAL_MODEL_DIR):
+        names = {Path(a.path).name for a in client.list_artifacts(result.run_id, folder)}
+        assert names == {MODEL_FILE, NORMALIZER_FILE, CARD_FILE}
+    top = {a.path for a in client.list_artifacts(result.run_id)}
+    assert {CONFIG_FILE, "validation.json", "progress.csv", "scenarios"} <= top
+    config = json.loads(Path(client.download_artifacts(result.run_id, CONFIG_FILE)).read_text())
+    assert config["config"]["timesteps"] == 2048
+    assert config["config"]["validation_seeds"] == [VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + 1]
+
+
+def test_training_metrics_reach_mlflow_in_batches(
+    tracked_run: tuple[TrainingResult, str, Path],
+) -> None:
+    result, uri, _ = tracked_run
+    client = MlflowClient(uri)
+    assert result.run_id is not None
+    rollouts = 2048 // (64 * 2)
+    assert len(client.get_metric_history(result.run_id, "time/iterations")) == rollouts
+    qoe = client.get_metric_history(result.run_id, "rollout/satisfied_fraction")
+    assert len(qoe) == rollouts
+    assert all(0.0 <= point.value <= 1.0 for point in qoe)
+    scores = client.get_metric_history(result.run_id, "eval/score")
+    assert [point.step for point in scores] == [record.timesteps for record in result.validations]
+    satisfied = client.get_metric_history(result.run_id, "eval/tiny-mix/satisfied_fraction_mean")
+    assert [p.value for p in satisfied] == pytest.approx(
+        [r.metrics["tiny-mix/satisfied_fraction_mean"] for r in result.validations]
+    )
+
+
+def test_evaluation_loads_the_logged_model_and_runs_it_like_a_baseline(
+    tracked_run: tuple[TrainingResult, str, Path],
+) -> None:
+    result, uri, scenario_path = tracked_run
+    policy = resolve_policy(result.model_uri, tracking_uri=uri)
+    assert isinstance(policy, LearnedPolicy)
+    assert policy.card.run_id == result.run_id
+    scenario = load_scenario(scenario_path)
+    episodes = evaluate(scenario, [resolve_policy("default"), policy], [7, 8], progress=False)
+    summaries = {s.label: s for s in summarise([e.score for e in episodes], scenario.kind)}
+    assert set(summaries) == {"default", policy.name}
+    learned = summaries[policy.name].metric("satisfied_fraction_mean").estimate
+    assert learned.n == 2 and learned.mean is not None
+
+
+def test_dlsched_evaluate_runs_the_logged_model_by_its_run_uri(
+    tracked_run: tuple[TrainingResult, str, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    result, uri, scenario_path = tracked_run
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    code = main([
+        "evaluate", "--scenario", str(scenario_path), "--policy", f"default,{result.model_uri}",
+        "--episodes", "2", "--seed", "100", "--tracking-uri", uri, "--no-tracking",
+        "--no-progress", "--json",
+    ])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (scenario,) = json.loads(out)["scenarios"]
+    labels = [summary["label"] for summary in scenario["policies"]]
+    assert labels == ["default", f"ppo-{result.run_id[:8]}"]
+
+
+def test_the_best_validated_model_is_the_one_logged(
+    tracked_run: tuple[TrainingResult, str, Path],
+) -> None:
+    result, _, scenario_path = tracked_run
+    best = result.best
+    assert best is not None
+    assert best.score == max(record.score for record in result.validations)
+    # rerunning the validation with the logged model gives the logged score
+    policy = resolve_policy(str(result.model_folder))
+    scenario = load_scenario(scenario_path)
+    episodes = evaluate(scenario, [policy], [VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + 1],
+                        progress=False)  # fmt: skip
+    mean = np.mean([e.metrics.satisfied_fraction_mean for e in episodes])
+    assert mean == pytest.approx(best.score)
+
+
+def test_a_trained_model_refuses_an_environment_with_another_layout(
+    tracked_run: tuple[TrainingResult, str, Path], tmp_path: Path
+) -> None:
+    result, uri, _ = tracked_run
+    policy = resolve_policy(result.model_uri, tracking_uri=uri)
+    wider = load_scenario(write_scenario(tmp_path, TINY, name="tiny-wide", slots_per_worker=5))
+    with pytest.raises(PolicyError) as caught:
+        evaluate(wider, [policy], [0], progress=False)
+    assert "[1 worker(s) x 4 slots" in str(caught.value)
+    assert "[1 worker(s) x 5 slots" in str(caught.value)
+
+
+def test_an_unknown_run_is_reported_with_the_store(mlflow_store: tuple[Path, str]) -> None:
+    _, uri = mlflow_store
+    with pytest.raises(PolicyError, match="cannot fetch model 'runs:/0123456789abcdef/model'"):
+        resolve_policy("runs:/0123456789abcdef/model", tracking_uri=uri)
+
+
+# --- determinism and early stopping ---------------------------------------------------------
+
+
+def trained_parameters(config: TrainingConfig, out: Path) -> dict[str, torch.Tensor]:
+    result = train(config, out, progress=False)
+    policy = resolve_policy(str(result.model_folder / MODEL_FILE))
+    assert isinstance(policy, LearnedPolicy)
+    return {k: v.clone() for k, v in policy.model.policy.state_dict().items()}
+
+
+def test_the_same_seed_trains_the_same_model_twice(tmp_path: Path) -> None:
+    threads = torch.get_num_threads()
+    try:
+        scenario = write_scenario(tmp_path, TINY)
+        config = tiny_config(scenario, eval_every=0, torch_threads=1)
+        first = trained_parameters(config, tmp_path / "a")
+        second = trained_parameters(config, tmp_path / "b")
+        other = trained_parameters(tiny_config(scenario, eval_every=0, seed=1), tmp_path / "c")
+    finally:
+        torch.set_num_threads(threads)
+    assert first.keys() == second.keys()
+    for name in first:
+        torch.testing.assert_close(first[name], second[name], rtol=0, atol=0)
+    assert any(not torch.equal(first[name], other[name]) for name in first)
+
+
+def test_training_stops_after_patience_validations_without_improvement(tmp_path: Path) -> None:
+    # No target is reachable (a ResNet-50 batch takes > 5 s on 8 cores): every validation
+    # scores 0, so only the first one counts as an improvement.
+    hopeless = json.loads(json.dumps(TINY))
+    hopeless["name"] = "hopeless"
+    hopeless["jobs"][0]["target_range_s"] = {"low": 1, "high": 2}
+    scenario = write_scenario(tmp_path, hopeless)
+    result = train(
+        tiny_config(scenario, timesteps=4096, eval_every=256, patience=2), tmp_path, progress=False
+    )
+    assert result.stopped_early
+    assert [record.improved for record in result.validations] == [True, False, False]
+    assert [record.score for record in result.validations] == [0.0, 0.0, 0.0]
+    assert result.timesteps < 4096
+    assert (result.model_folder / MODEL_FILE).is_file()
+
+
+@pytest.mark.parametrize("algo", ["a2c", "sac", "td3"])
+def test_every_algorithm_trains_and_its_model_loads(tmp_path: Path, algo: str) -> None:
+    scenario = write_scenario(tmp_path, TINY)
+    hyperparams = (("n_steps", 16),) if algo == "a2c" else (("learning_starts", 64),)
+    config = tiny_config(scenario, algo=algo, timesteps=160, eval_every=0, hyperparams=hyperparams)
+    result = train(config, tmp_path, progress=False)
+    policy = resolve_policy(str(result.model_folder))
+    assert isinstance(policy, LearnedPolicy) and policy.card.algo == algo
+    limits, _ = policy.predict(np.zeros((4, 16), dtype=np.float32))
+    assert limits.shape == (4,) and np.all((limits >= 0) & (limits <= 1))
+
+
+def test_per_slot_agents_train_validate_and_load(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, TINY)
+    config = tiny_config(
+        scenario,
+        slot_agents=True,
+        timesteps=1024,  # agent steps: 4 slots x 2 environments x 128 steps
+        eval_every=512,
+        hyperparams=(("n_steps", 32), ("batch_size", 64), ("n_epochs", 2)),
+    )
+    result = train(config, tmp_path, progress=False)
+    assert [record.timesteps for record in result.validations] == [512, 1024]
+    policy = resolve_policy(str(result.model_folder))
+    assert isinstance(policy, LearnedPolicy) and policy.card.slot_agents
+    limits, _ = policy.predict(np.zeros((4, 16), dtype=np.float32))
+    assert limits.shape == (4,)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"algo": "sac", "network": "slot"}, "network 'slot' extends the actor-critic policy"),
+        ({"seed": VALIDATION_SEED_BASE}, "are also validation seeds"),
+        ({"timesteps": 0}, "timesteps=0 must be at least 1"),
+        ({"hyperparams": (("policy_kwargs", "x"),)}, "'policy_kwargs' is set by dlsched"),
+    ],
+)
+def test_invalid_configurations_are_refused_before_training(
+    tmp_path: Path, changes: dict[str, object], message: str
+) -> None:
+    config = tiny_config(write_scenario(tmp_path, TINY), **changes)
+    with pytest.raises(PolicyError, match=message):
+        train(config, tmp_path, progress=False)
+    assert not any(tmp_path.glob("train-*"))
+
+
+def test_scenarios_with_different_layouts_are_not_trained_together(tmp_path: Path) -> None:
+    wide = write_scenario(tmp_path, TINY, name="tiny-wide", slots_per_worker=6)
+    config = tiny_config(write_scenario(tmp_path, TINY), eval_scenarios=(str(wide),))
+    with pytest.raises(ScenarioError, match=r"4 slots.*!=|6 slots.*!="):
+        train(config, tmp_path, progress=False)
+
+
+# --- the MLflow KV writer ---------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def run_id(mlflow_store: tuple[Path, str]) -> tuple[MlflowClient, str]:
+    _, uri = mlflow_store
+    client = MlflowClient(uri)
+    experiment = client.create_experiment(f"kvwriter-{uuid.uuid4().hex[:8]}")
+    return client, client.create_run(experiment).info.run_id
+
+
+def test_kvwriter_sends_in_batches_and_on_close(run_id: tuple[MlflowClient, str]) -> None:
+    client, run = run_id
+    clock = FakeClock()
+    writer = MlflowKVWriter(client, run, max_pending=5, flush_interval_s=60, clock=clock)
+    logger = Logger(None, [writer])
+    for step in range(3):
+        logger.record("train/loss", 1.0 / (step + 1))
+        logger.record("train/note", "text is not a metric")
+        logger.record("train/hidden", 2.0, exclude="mlflow")
+        logger.dump(step)
+    assert writer.batches_sent == 0 and writer.pending == 3
+    assert client.get_metric_history(run, "train/loss") == []
+    for step in range(3, 5):
+        logger.record("train/loss", 1.0 / (step + 1))
+        logger.dump(step)
+    assert writer.batches_sent == 1 and writer.pending == 0
+    logger.record("train/loss", 0.1)
+    logger.dump(5)
+    clock.now = 61.0
+    logger.record("train/loss", 0.05)
+    logger.dump(6)  # due by time
+    assert writer.batches_sent == 2
+    logger.record("train/loss", 0.01)
+    logger.dump(7)
+    logger.close()
+    history = client.get_metric_history(run, "train/loss")
+    assert sorted((p.step, p.value) for p in history) == [
+        (0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3)), (3, 0.25), (4, 0.2), (5, 0.1),
+        (6, 0.05), (7, 0.01),
+    ]  # fmt: skip
+    assert writer.batches_sent == 3
+    assert client.get_metric_history(run, "train/hidden") == []
+
+
+def test_kvwriter_logs_numbers_of_every_kind_but_no_nan(run_id: tuple[MlflowClient, str]) -> None:
+    client, run = run_id
+    writer = MlflowKVWriter(client, run)
+    writer.write(
+        {
+            "a": np.float32(1.5),
+            "b": np.array([2.0]),
+            "c": torch.tensor(3.0),
+            "d": True,
+            "e": float("nan"),
+            "f": np.array([1.0, 2.0]),
+        },
+        {},
+        step=4,
+    )
+    writer.close()
+    logged = client.get_run(run).data.metrics
+    assert logged == {"a": 1.5, "b": 2.0, "c": 3.0, "d": 1.0}
+
+
+def test_kvwriter_reports_a_store_that_refuses(run_id: tuple[MlflowClient, str]) -> None:
+    client, run = run_id
+    client.set_terminated(run)
+    client.delete_run(run)
+    writer = MlflowKVWriter(client, run, max_pending=1)
+    with pytest.raises(TrackingError, match=f"MLflow refused 1 training metrics of run {run}"):
+        writer.write({"x": 1.0}, {}, 0)
+    assert writer.pending == 1
+
+
+# --- scenario mixes and arrival-pattern distributions --------------------------------------
+
+
+def test_a_scenario_mix_draws_scenarios_from_the_seed(tmp_path: Path) -> None:
+    burst = load_scenario(write_scenario(tmp_path, TINY, name="a-burst"))
+    other = load_scenario(write_scenario(tmp_path, TINY, name="b-other", horizon_s=80))
+    env = make_training_env([burst, other], ActionMapping())
+    mix = env.unwrapped
+    assert isinstance(mix, ScenarioMix)
+    drawn = []
+    for seed in range(12):
+        first, _ = env.reset(seed=seed)
+        name = mix.active.unwrapped.scenario.name
+        again, _ = env.reset(seed=seed)
+        assert mix.active.unwrapped.scenario.name == name
+        np.testing.assert_array_equal(first, again)
+        drawn.append(name)
+    assert set(drawn) == {"a-burst", "b-other"}
+    env.close()
+
+
+def test_arrival_choices_draw_one_pattern_per_group_and_episode(tmp_path: Path) -> None:
+    scenario = load_scenario(write_scenario(tmp_path, TINY))
+    (group,) = scenario.groups
+    assert [c.kind for c in group.arrival_choices] == [ArrivalKind.BURST, ArrivalKind.FIXED]
+    patterns = set()
+    for seed in range(20):
+        times = [job.arrival_s for job in scenario.realise(np.random.default_rng(seed))]
+        assert times == [0.0] * len(times) or times == [15.0 * i for i in range(len(times))]
+        patterns.add("burst" if times[-1] == 0 else "fixed")
+    assert patterns == {"burst", "fixed"}
+
+
+def test_arrival_and_arrival_choices_are_exclusive() -> None:
+    data = json.loads(json.dumps(TINY))
+    data["jobs"][0]["arrival"] = {"kind": "burst"}
+    with pytest.raises(ScenarioError, match="both arrival and arrival_choices are given"):
+        parse_scenario(data, "test")
+    data["jobs"][0].pop("arrival")
+    data["jobs"][0]["arrival_choices"] = [{"kind": "fixed"}]
+    with pytest.raises(ScenarioError, match=r"arrival_choices\[0\].every_s is missing"):
+        parse_scenario(data, "test")
+
+
+def test_the_shipped_training_distributions_match_the_paper_layouts() -> None:
+    mix = load_scenario("train-inference-mix")
+    for paper in ("dqoes-varied-burst", "dqoes-varied-fixed50", "dqoes-random-models"):
+        other = load_scenario(paper)
+        assert (len(other.workers), other.slots_per_worker) == (1, mix.slots_per_worker)
+        assert other.kind is mix.kind
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def test_train_command_trains_and_says_how_to_evaluate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = write_scenario(tmp_path, TINY)
+    code = main([
+        "train", "--scenario", str(scenario), "--timesteps", "128", "--n-envs", "1",
+        "--eval-every", "64", "--eval-episodes", "1", "--net-arch", "8",
+        "--hp", "n_steps=64", "--hp", "batch_size=32", "--hp", "learning_rate=3e-4",
+        "--policy-kwarg", "log_std_init=-1", "--no-tracking", "--no-progress",
+        "--out", str(tmp_path / "out"),
+    ])  # fmt: skip
+    out, _ = capsys.readouterr()
+    assert code == 0
+    (folder,) = (tmp_path / "out").iterdir()
+    assert f"model: {folder / BEST_MODEL_DIR}" in out
+    assert "dlsched evaluate --scenario" in out
+    config = json.loads((folder / CONFIG_FILE).read_text())["config"]
+    assert config["hyperparams"] == {"n_steps": 64, "batch_size": 32, "learning_rate": 3e-4}
+    assert config["policy_kwargs"] == {"log_std_init": -1}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--hp", "gamma"], "--hp 'gamma' is not KEY=VALUE"),
+        (["--hp", "gamma=0.9", "--hp", "gamma=0.8"], "--hp sets 'gamma' twice"),
+        (["--hp", "net=[1, 2]"], "is not a number, a bool or a string"),
+        (["--net-arch", "64,x"], "--net-arch '64,x' must be positive widths"),
+    ],
+)
+def test_train_command_refuses_malformed_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    scenario = write_scenario(tmp_path, TINY)
+    code = main(["train", "--scenario", str(scenario), "--timesteps", "64", "--no-tracking", *args])
+    assert code == 2
+    assert message in capsys.readouterr().err
