@@ -324,13 +324,19 @@ def test_prune_removes_old_workload_images_only(docker_engine, workload_image, c
 @pytest.mark.docker
 def test_a_capped_calibration_run_measures_rate_and_cpu(docker_engine, workload_image):
     cores = docker_engine.info()["NCPU"]
+
+    def calibration_containers() -> set[str]:
+        found = docker_engine.containers.list(all=True, filters={"label": CALIBRATION_LABEL})
+        return {container.id for container in found}
+
+    already_there = calibration_containers()  # another calibration may share the engine
     run = measure_run(docker_engine, WORKLOADS["mlp-digits"], 0.5, cores, duration_s=2.0)
     assert run.quota_cores == pytest.approx(0.5 * cores)
     assert len(run.completions) >= 3 and run.units_per_s > 0
     assert 0 < run.cpu_cores <= run.quota_cores * 1.1
     assert run.startup_s > 0 and run.threads == math.ceil(0.5 * cores)
     assert [iteration for iteration, _ in run.losses][:3] == [1, 2, 3]
-    assert not docker_engine.containers.list(all=True, filters={"label": CALIBRATION_LABEL})
+    assert calibration_containers() <= already_there  # this run removed the one it started
 
 
 @pytest.mark.docker
