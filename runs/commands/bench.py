@@ -26,6 +26,7 @@ from dlsched.envs.errors import DlschedError
 from dlsched.envs.scenario import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
 from dlsched.envs.telemetry import JobState
 from dlsched.envs.workloads.catalog import WORKLOADS
+from dlsched.runs.commands.arguments import positive_int
 from dlsched.runs.tracking_bench import register_tracking_bench
 
 #: What one step of telemetry and actuation may cost for 10 containers.
@@ -59,10 +60,10 @@ def _register_docker(benchmarks: argparse._SubParsersAction[argparse.ArgumentPar
         ),
     )
     parser.add_argument(
-        "--containers", type=_positive_int, default=10, help="containers to run (default: 10)"
+        "--containers", type=positive_int, default=10, help="containers to run (default: 10)"
     )
     parser.add_argument(
-        "--steps", type=_positive_int, default=20, help="steps to time (default: 20)"
+        "--steps", type=positive_int, default=20, help="steps to time (default: 20)"
     )
     services = sorted(name for name, spec in WORKLOADS.items() if spec.kind == "inference")
     parser.add_argument(
@@ -79,13 +80,6 @@ def _register_docker(benchmarks: argparse._SubParsersAction[argparse.ArgumentPar
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.set_defaults(handler=run_docker)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not positive; expected 1 or more")
-    return value
 
 
 @dataclass(frozen=True)

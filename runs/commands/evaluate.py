@@ -24,6 +24,7 @@ from dlsched.envs.errors import PolicyError, TrackingError
 from dlsched.envs.scenario import Scenario
 from dlsched.envs.scenario_file import load_scenario
 from dlsched.policies.policy import ParamValue, Policy
+from dlsched.runs.commands.arguments import positive_int
 from dlsched.runs.compare import (
     ScenarioComparison,
     comparison_data,
@@ -70,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="set a policy parameter (repeatable), e.g. --set dqoes.alpha=0.2",
     )
     parser.add_argument(
-        "--episodes", type=_positive_int, default=5, help="episodes (seeds) per policy (5)"
+        "--episodes", type=positive_int, default=5, help="episodes (seeds) per policy (5)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (0)")
     parser.add_argument("--backend", choices=BACKENDS, default="replay", help="(replay)")
@@ -99,13 +100,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not positive; expected 1 or more")
-    return value
 
 
 @dataclass(frozen=True)
