@@ -27,6 +27,7 @@ from dlsched.envs.scenario import ArrivalPattern, JobGroup, JobKind, Scenario, W
 from dlsched.envs.telemetry import JobState
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.runs.commands.arguments import positive_int
+from dlsched.runs.replay_bench import register_replay_bench
 from dlsched.runs.tracking_bench import register_tracking_bench
 
 #: What one step of telemetry and actuation may cost for 10 containers.
@@ -43,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     benchmarks = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     _register_docker(benchmarks)
     register_tracking_bench(benchmarks)
+    register_replay_bench(benchmarks)
 
 
 # ---------------------------------------------------------------------- docker

@@ -1,0 +1,98 @@
+"""``dlsched bench replay``: how fast the replay environment runs, against real time.
+
+It times whole seeded episodes of a scenario through ``gym.make``, every job at an equal share,
+and reports environment steps per second and the speed-up over real time (simulated seconds
+per wall-clock second): the Docker backend runs at 1, so the ratio is what replay buys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import gymnasium as gym
+import numpy as np
+
+import dlsched.envs  # noqa: F401  (registers the environments)
+from dlsched.envs.scenario import JobKind
+from dlsched.envs.scenario_file import load_scenario
+from dlsched.runs.commands.arguments import positive_int
+
+DEFAULT_SCENARIO = "dqoes-varied-burst"
+
+
+@dataclass(frozen=True)
+class ReplaySpeed:
+    """What ``episodes`` episodes of ``scenario`` cost on this machine."""
+
+    scenario: str
+    episodes: int
+    steps: int
+    wall_s: float
+    simulated_s: float
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.wall_s
+
+    @property
+    def real_time_ratio(self) -> float:
+        """Simulated seconds per wall-clock second."""
+        return self.simulated_s / self.wall_s
+
+
+def measure_replay_speed(scenario_name: str, episodes: int) -> ReplaySpeed:
+    """Time ``episodes`` episodes (seeds 0, 1, ...) of ``scenario_name`` at equal shares."""
+    scenario = load_scenario(scenario_name)
+    training = scenario.kind is JobKind.TRAINING
+    env = gym.make("dlsched/Training-v0" if training else "dlsched/Inference-v0", scenario=scenario)
+    action = np.full(env.action_space.shape, 1.0 / scenario.slots_per_worker, np.float32)
+    steps = 0
+    simulated_s = 0.0
+    started = time.perf_counter()
+    for seed in range(episodes):
+        env.reset(seed=seed)
+        done = False
+        while not done:
+            _, _, terminated, truncated, info = env.step(action)
+            steps += 1
+            done = terminated or truncated
+        simulated_s += info["time_s"]
+    wall_s = time.perf_counter() - started
+    env.close()
+    return ReplaySpeed(scenario_name, episodes, steps, wall_s, simulated_s)
+
+
+def register_replay_bench(benchmarks: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``dlsched bench replay`` to the ``bench`` subcommands."""
+    parser = benchmarks.add_parser(
+        "replay",
+        help="environment steps per second on the replay backend, against real time",
+        description=(
+            "Run EPISODES seeded episodes of SCENARIO on the replay backend at equal shares; "
+            "print steps per second and simulated seconds per wall-clock second."
+        ),
+    )
+    parser.add_argument("--scenario", default=DEFAULT_SCENARIO, help=f"({DEFAULT_SCENARIO})")
+    parser.add_argument("--episodes", type=positive_int, default=20, help="episodes (20)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.set_defaults(handler=run_replay_bench)
+
+
+def run_replay_bench(args: argparse.Namespace) -> int:
+    speed = measure_replay_speed(args.scenario, args.episodes)
+    if args.json:
+        figures = asdict(speed) | {
+            "steps_per_s": speed.steps_per_s,
+            "real_time_ratio": speed.real_time_ratio,
+        }
+        print(json.dumps(figures, indent=2))
+        return 0
+    print(
+        f"{speed.scenario}: {speed.episodes} episodes, {speed.steps} steps in "
+        f"{speed.wall_s:.2f} s: {speed.steps_per_s:,.0f} steps/s, "
+        f"{speed.real_time_ratio:,.0f}x real time"
+    )
+    return 0
