@@ -48,7 +48,8 @@ def measure_replay_speed(scenario_name: str, episodes: int) -> ReplaySpeed:
     scenario = load_scenario(scenario_name)
     training = scenario.kind is JobKind.TRAINING
     env = gym.make("dlsched/Training-v0" if training else "dlsched/Inference-v0", scenario=scenario)
-    action = np.full(env.action_space.shape, 1.0 / scenario.slots_per_worker, np.float32)
+    slots = len(scenario.workers) * scenario.slots_per_worker
+    action = np.full(slots, 1.0 / scenario.slots_per_worker, np.float32)
     steps = 0
     simulated_s = 0.0
     started = time.perf_counter()
