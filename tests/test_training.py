@@ -15,8 +15,10 @@ from mlflow import MlflowClient
 from stable_baselines3.common.logger import Logger
 
 from dlsched.envs.errors import PolicyError, ScenarioError, TrackingError
-from dlsched.envs.scenario import ArrivalKind
+from dlsched.envs.rewards import satisfied_closeness
+from dlsched.envs.scenario import ArrivalKind, JobKind
 from dlsched.envs.scenario_file import load_scenario, parse_scenario
+from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 from dlsched.policies.agent_actions import ActionMapping
 from dlsched.policies.learned import CARD_FILE, MODEL_FILE, NORMALIZER_FILE, LearnedPolicy
 from dlsched.policies.loading import resolve_policy
@@ -488,3 +490,38 @@ def test_train_command_refuses_malformed_settings(
     code = main(["train", "--scenario", str(scenario), "--timesteps", "64", "--no-tracking", *args])
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+# --- the shaped reward the recipe trains with ---------------------------------------------
+
+
+def service(job_id: str, target_s: float, latency_s: float | None) -> JobTelemetry:
+    return JobTelemetry(
+        job_id=job_id,
+        workload="resnet50",
+        kind=JobKind.INFERENCE,
+        state=JobState.RUNNING,
+        worker=0,
+        slot=int(job_id[1:]),
+        arrival_s=0.0,
+        age_s=100.0,
+        limit=0.5,
+        cpu_usage=1.0,
+        cpu_seconds=100.0,
+        target_s=target_s,
+        latency_s=latency_s,
+    )
+
+
+def test_satisfied_closeness_credits_s_fully_and_near_misses_partly() -> None:
+    jobs = (
+        service("j0", 20.0, 21.0),  # S: 1
+        service("j1", 20.0, 40.0),  # twice the target: 0
+        service("j2", 20.0, 20.0 * 2**0.5),  # half-way in log terms: 0.25
+        service("j3", 20.0, 5.0),  # a quarter of it: 0
+        service("j4", 20.0, None),  # no measurement: 0
+    )
+    now = Telemetry(100.0, 10.0, (WorkerTelemetry(0, 8.0, 5.0),), jobs)
+    assert satisfied_closeness(now, now) == pytest.approx((1.0 + 0.25) / 5)
+    idle = Telemetry(100.0, 10.0, (WorkerTelemetry(0, 8.0, 0.0),), ())
+    assert satisfied_closeness(idle, idle) == 0.0
