@@ -253,7 +253,7 @@ def _remove_replaced(client: docker.DockerClient, image_id: str) -> None:
 
 def image_changes() -> list[str]:
     """The Dockerfile instructions applied to the imported root filesystem."""
-    prefix = Path(sys.base_prefix)
+    prefix = Path(os.path.realpath(sys.base_prefix))
     env = {
         "PATH": f"{prefix / 'bin'}:/usr/local/bin:/usr/bin:/bin",
         "PYTHONPATH": IMAGE_PACKAGE_ROOT,
