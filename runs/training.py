@@ -302,7 +302,7 @@ def train(
         out: parent of the run's local folder.
         client: an MLflow client whose store was checked (``connect``); ``None`` tracks nothing.
         target: the store ``client`` writes to (for messages).
-        experiment: the MLflow experiment (default ``train-<first scenario>``).
+        experiment: the MLflow experiment (default ``<first scenario>-training``).
         progress: show a progress bar.
 
     Raises:
@@ -380,7 +380,7 @@ def _start_run(
     scenario: Scenario,
     experiment: str | None,
 ) -> _Tracking:
-    name = experiment or f"train-{scenario.name}"
+    name = experiment or f"{scenario.name}-training"
     try:
         experiment_id = _experiment_id(client, name)
         tags = {TAG_KIND: "training"}

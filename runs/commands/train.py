@@ -151,7 +151,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
         "(default sqlite:///mlflow.db)",
     )
-    parser.add_argument("--experiment", help="MLflow experiment (default train-<scenario>)")
+    parser.add_argument("--experiment", help="MLflow experiment (default <scenario>-training)")
     parser.add_argument(
         "--out",
         type=Path,
