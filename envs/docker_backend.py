@@ -62,6 +62,7 @@ from dlsched.envs.errors import (
 from dlsched.envs.scenario import JobKind, JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 from dlsched.envs.workloads.catalog import WORKLOADS
+from dlsched.envs.workloads.cpu_quota import THREADINGS
 
 _log = logging.getLogger(__name__)
 
@@ -119,6 +120,19 @@ def connect(endpoint: str | None = None, timeout_s: float = 60.0) -> docker.Dock
             "DOCKER_HOST at a running engine"
         ) from error
     return client
+
+
+def engine_cores(endpoint: str | None = None) -> float:
+    """The cores (``NCPU``) of the engine at ``endpoint`` (``None``: the environment's).
+
+    Raises:
+        DockerUnavailableError: no engine answers there (see :func:`connect`).
+    """
+    client = connect(endpoint)
+    try:
+        return float(client.info()["NCPU"])
+    finally:
+        client.close()
 
 
 def _permission_denied(error: BaseException) -> bool:
@@ -360,6 +374,7 @@ class DockerBackend(Backend):
         stop_timeout_s: float = 10.0,
         actuation_threads: int = 16,
         min_usage_window_s: float = 1.0,
+        workload_threading: str = "tuned",
     ) -> None:
         """Configure the backend; nothing is contacted before :meth:`reset`.
 
@@ -382,6 +397,10 @@ class DockerBackend(Backend):
                 than the quota (10 % at 1 s); a measurement sooner than this after the previous
                 one (``advance(0)`` right after a placement) repeats the previous usage, and the
                 next one averages over the whole time since.
+            workload_threading: how the workloads size their thread pools: ``"tuned"``
+                (threads follow the quota and wait passively) or ``"stock"`` (torch's and
+                OpenMP's defaults, as unmodified framework jobs run); see
+                :mod:`dlsched.envs.workloads.cpu_quota`.
         """
         if not 1000 <= cpu_period_us <= 1_000_000:
             raise BackendError(
@@ -390,6 +409,11 @@ class DockerBackend(Backend):
             )
         if actuation_threads < 1:
             raise BackendError(f"actuation_threads={actuation_threads!r} must be at least 1")
+        if workload_threading not in THREADINGS:
+            raise BackendError(
+                f"workload_threading={workload_threading!r} is not one of {list(THREADINGS)}; "
+                'use "tuned" (the default) or "stock"'
+            )
         self._image = image
         self._cpu_period_us = int(cpu_period_us)
         self._use_cgroup_files = use_cgroup_files
@@ -400,6 +424,7 @@ class DockerBackend(Backend):
         self._stop_timeout_s = float(stop_timeout_s)
         self._min_usage_window_s = float(min_usage_window_s)
         self._actuation_threads = actuation_threads
+        self._workload_threading = workload_threading
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._clients: dict[str | None, docker.DockerClient] = {}
         self._engines: tuple[_Engine, ...] = ()
@@ -647,6 +672,8 @@ class DockerBackend(Backend):
             command += ["--iterations", str(iterations)]
         if start_iteration:
             command += ["--start-iteration", str(start_iteration)]
+        if self._workload_threading != "tuned":
+            command += ["--threading", self._workload_threading]
         return [*command, "--seed", str(self._seeds[job.job_id])]
 
     def _start(

@@ -273,6 +273,11 @@ def test_a_cpu_period_the_kernel_refuses_is_refused():
         DockerBackend(cpu_period_us=500)
 
 
+def test_an_unknown_workload_threading_is_refused_with_the_choices():
+    with pytest.raises(BackendError, match=r"workload_threading='default'.*'tuned', 'stock'"):
+        DockerBackend(workload_threading="default")
+
+
 # ---------------------------------------------------------------------- interruption
 
 

@@ -30,6 +30,7 @@ from dlsched.envs.workloads.cpu_quota import (
     CpuQuota,
     ThreadFollower,
     read_cpu_quota,
+    thread_keeper,
     threads_for,
 )
 from dlsched.envs.workloads.digits import load_digits
@@ -216,6 +217,15 @@ def test_thread_follower_resizes_torch_when_the_quota_file_changes(one_core_cgro
     assert follower.threads == 8 and follower.update() == 8
 
 
+def test_stock_threads_keep_one_thread_per_core_whatever_the_quota(one_core_cgroup, monkeypatch):
+    monkeypatch.setattr(cpu_quota, "usable_cores", lambda: 4)
+    keeper = thread_keeper("stock")
+    assert keeper.update() == 4 and torch.get_num_threads() == 4
+    write_v1_quota(one_core_cgroup, 300_000)
+    assert keeper.update() == 4 and torch.get_num_threads() == 4
+    assert isinstance(thread_keeper("tuned"), ThreadFollower)
+
+
 # --- data and catalog ---
 
 
@@ -336,7 +346,7 @@ def test_without_a_checkpoint_a_restart_only_continues_the_count(one_core_cgroup
 
 
 def run_module(args, cgroup_root, **kwargs):
-    env = {**os.environ, CGROUP_ROOT_ENV: str(cgroup_root)}
+    env = kwargs.pop("env", {**os.environ, CGROUP_ROOT_ENV: str(cgroup_root)})
     return subprocess.Popen(
         [sys.executable, "-m", "dlsched.envs.workloads", *args],
         stdout=subprocess.PIPE,
@@ -359,6 +369,21 @@ def test_command_line_training_prints_only_json_lines_on_stdout(tmp_path):
     assert events[0].threads == 1 and events[0].start_iteration == 1
     assert [e.iteration for e in events if isinstance(e, IterationEvent)] == [2, 3, 4]
     assert isinstance(events[-1], DoneEvent)
+
+
+def test_command_line_stock_threading_ignores_the_quota_and_the_image_default(tmp_path):
+    write_v1_quota(tmp_path, 50_000)
+    # OMP_NUM_THREADS=1 is what the image sets for the tuned workloads.
+    process = run_module(
+        ["mlp-digits", "--iterations", "2", "--batch-size", "8", "--threading", "stock"],
+        tmp_path,
+        env={**os.environ, CGROUP_ROOT_ENV: str(tmp_path), "OMP_NUM_THREADS": "1"},
+    )
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    events = events_of(stdout)
+    cores = len(os.sched_getaffinity(0))
+    assert {event.threads for event in events if hasattr(event, "threads")} == {cores}
 
 
 def test_command_line_stops_on_sigterm_and_resumes_from_the_checkpoint(tmp_path):

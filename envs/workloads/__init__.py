@@ -20,7 +20,7 @@ Image
 
 Command
     ``python -m dlsched_workloads <workload> [--iterations N] [--start-iteration K]
-    [--batch-size B] [--seed S] [--checkpoint PATH]``
+    [--batch-size B] [--seed S] [--checkpoint PATH] [--threading tuned|stock]``
 
     - ``--iterations N``: training: the job's total iterations (default: the workload's);
       inference: stop after N batches in all (default: serve until stopped).
@@ -30,6 +30,7 @@ Command
       the model restarts from its initial weights.
     - ``--batch-size B``: samples per iteration or images per batch (default: the workload's).
     - ``--seed S``: initial weights and data order (default 0).
+    - ``--threading``: ``tuned`` (default) or ``stock``; see Threads below.
 
 Output
     One JSON object per line on stdout, flushed at once (:mod:`.events` has the types and
@@ -61,5 +62,7 @@ Threads
     unit the workload reads its CPU quota (cgroup v1 ``cpu.cfs_quota_us`` /
     ``cpu.cfs_period_us`` or v2 ``cpu.max``, under ``DLSCHED_CGROUP_ROOT`` if set) and sets
     ``torch.set_num_threads(ceil(quota / period))``, at least 1 and at most the cores it may run
-    on; without a quota, those cores (:mod:`.cpu_quota`).
+    on; without a quota, those cores (:mod:`.cpu_quota`). With ``--threading stock`` it does
+    neither, and runs as an unmodified torch program would: one thread per usable core whatever
+    the quota, OpenMP's own wait policy.
 """

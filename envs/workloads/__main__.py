@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .catalog import WORKLOADS
+from .cpu_quota import THREADINGS
 
 
 def _non_negative(text: str) -> int:
@@ -59,6 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="training: save the state here when stopped (SIGTERM) and resume from it if present",
     )
+    parser.add_argument(
+        "--threading",
+        choices=THREADINGS,
+        default="tuned",
+        help="tuned (default): threads follow the CPU quota and wait passively; stock: torch's "
+        "and OpenMP's own defaults, as an unmodified program runs",
+    )
     return parser
 
 
@@ -66,10 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the workload the command line names; return the exit status."""
     args = build_parser().parse_args(argv)
     spec = WORKLOADS[args.workload]
-    # Containers share cores: OpenMP threads that spin while waiting for a descheduled partner
-    # burn their own quota and others' CPU (measured: half the throughput of a two-thread job
-    # on a busy host). Read when torch loads OpenMP, so it is set before the import below.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if args.threading == "tuned":
+        # Containers share cores: OpenMP threads that spin while waiting for a descheduled
+        # partner burn their own quota and others' CPU (`dlsched bench contention` measures it).
+        # Read when torch loads OpenMP, so it is set before the import below.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     # Imported here so that --help and argument errors do not wait for torch.
     from .stopping import StopRequest
 
@@ -88,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             checkpoint=args.checkpoint,
             stop=stop,
+            threading=args.threading,
         )
     from .inference import run_inference
 
@@ -98,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch_size=batch_size,
         seed=args.seed,
         stop=stop,
+        threading=args.threading,
     )
 
 

@@ -5,7 +5,10 @@ A torch program that keeps one thread per host core under a quota of one core sp
 period throttled, with its threads waiting on each other; one that keeps one thread under a raised
 quota leaves CPU unused. So the workloads read the quota before every unit of work and resize
 torch's intra-op pool whenever it changes: ``ceil(quota / period)`` threads, at least 1, at most
-the cores the process may run on; without a quota, those cores.
+the cores the process may run on; without a quota, those cores. This is the ``"tuned"``
+threading; ``"stock"`` (:class:`StockThreads`) leaves torch's pool as an unmodified program has
+it, one thread per usable core whatever the quota, so that a host of stock framework jobs can be
+reproduced (``dlsched bench contention`` compares the two).
 
 The cgroup files are read under ``/sys/fs/cgroup`` (inside a container, its own cgroup), or under
 the directory named by the environment variable ``DLSCHED_CGROUP_ROOT`` (tests point it at fake
@@ -21,10 +24,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, Protocol
 
 CGROUP_ROOT_ENV = "DLSCHED_CGROUP_ROOT"
 DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
 _V1_CPU_DIRS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
+
+Threading = Literal["tuned", "stock"]
+#: The ways a workload can size its thread pool, the default first.
+THREADINGS: tuple[Threading, ...] = ("tuned", "stock")
 
 
 @dataclass(frozen=True)
@@ -126,3 +134,35 @@ class ThreadFollower:
             torch.set_num_threads(wanted)
             self._threads = wanted
         return wanted
+
+
+class StockThreads:
+    """Keeps one intra-op thread per usable core, as torch sizes its pool when nothing says.
+
+    The image sets ``OMP_NUM_THREADS=1`` so that the tuned workloads start small; the first
+    :meth:`update` undoes it. A CFS quota does not change the pool: under a quota of one core a
+    job on an 8-core host keeps 8 threads, as an unmodified program does.
+    """
+
+    def __init__(self) -> None:
+        self._threads = 0
+
+    def update(self) -> int:
+        """Size the pool on the first call; return its thread count."""
+        if not self._threads:
+            import torch
+
+            self._threads = usable_cores()
+            torch.set_num_threads(self._threads)
+        return self._threads
+
+
+class ThreadKeeper(Protocol):
+    """What a workload calls before each unit of work: sizes the pool, returns its threads."""
+
+    def update(self) -> int: ...
+
+
+def thread_keeper(threading: Threading) -> ThreadKeeper:
+    """The keeper of ``threading``: :class:`ThreadFollower` (tuned) or :class:`StockThreads`."""
+    return ThreadFollower() if threading == "tuned" else StockThreads()

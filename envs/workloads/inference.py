@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .catalog import WorkloadSpec
-from .cpu_quota import ThreadFollower
+from .cpu_quota import Threading, thread_keeper
 from .digits import load_digits
 from .events import BatchEvent, StartEvent, emit
 from .models import MODEL_BUILDERS, SERVICE_IMAGE_SIZE
@@ -58,6 +58,7 @@ def run_inference(
     seed: int,
     stop: StopRequest,
     out: TextIO = sys.stdout,
+    threading: Threading = "tuned",
 ) -> int:
     """Serve ``spec``'s model, printing its events to ``out``; return the exit status (0).
 
@@ -70,12 +71,13 @@ def run_inference(
         seed: seeds the random weights.
         stop: set when the service is asked to stop; checked after each batch.
         out: where the JSON lines go.
+        threading: how the thread pool is sized (:mod:`.cpu_quota`).
     """
     torch.manual_seed(seed)
     model = MODEL_BUILDERS[spec.name]()
     model.eval()
     inputs = DigitBatches(batch_size)
-    threads = ThreadFollower()
+    threads = thread_keeper(threading)
 
     emit(StartEvent(time.time(), spec.name, "inference", threads.update(), start_batch), out)
     batch = start_batch

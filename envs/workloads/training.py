@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .catalog import WorkloadSpec
-from .cpu_quota import ThreadFollower
+from .cpu_quota import Threading, thread_keeper
 from .digits import load_digits
 from .events import DoneEvent, IterationEvent, StartEvent, emit
 from .models import MODEL_BUILDERS, DigitsVAE, vae_loss
@@ -127,6 +127,7 @@ def run_training(
     checkpoint: Path | None,
     stop: StopRequest,
     out: TextIO = sys.stdout,
+    threading: Threading = "tuned",
 ) -> int:
     """Train ``spec``'s model, printing its events to ``out``; return the exit status.
 
@@ -139,6 +140,7 @@ def run_training(
         checkpoint: where to save the state when stopped and resume it from, or ``None``.
         stop: set when the job is asked to stop; checked after each iteration.
         out: where the JSON lines go.
+        threading: how the thread pool is sized (:mod:`.cpu_quota`).
 
     Returns:
         0 after the last iteration, :data:`EXIT_STOPPED` when stopped before it.
@@ -152,7 +154,7 @@ def run_training(
     images = torch.from_numpy(digits.scaled_images())
     labels = torch.from_numpy(digits.labels)
     sampler = MinibatchSampler(len(digits), batch_size, seed)
-    threads = ThreadFollower()
+    threads = thread_keeper(threading)
 
     emit(StartEvent(time.time(), spec.name, "training", threads.update(), start_iteration), out)
     for iteration in range(start_iteration + 1, iterations + 1):

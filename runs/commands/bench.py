@@ -21,12 +21,19 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from dlsched.envs.decision import Placement
-from dlsched.envs.docker_backend import LABEL_EPISODE, MANAGED_FILTER, DockerBackend, connect
+from dlsched.envs.docker_backend import (
+    LABEL_EPISODE,
+    MANAGED_FILTER,
+    DockerBackend,
+    connect,
+    engine_cores,
+)
 from dlsched.envs.errors import DlschedError
 from dlsched.envs.scenario import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
 from dlsched.envs.telemetry import JobState
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.runs.commands.arguments import positive_int
+from dlsched.runs.contention_bench import register_contention_bench
 from dlsched.runs.replay_bench import register_replay_bench
 from dlsched.runs.tracking_bench import register_tracking_bench
 
@@ -45,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_docker(benchmarks)
     register_tracking_bench(benchmarks)
     register_replay_bench(benchmarks)
+    register_contention_bench(benchmarks)
 
 
 # ---------------------------------------------------------------------- docker
@@ -187,9 +195,7 @@ def bench_docker(
     """
     if containers < 1 or steps < 1:
         raise DlschedError(f"containers={containers}, steps={steps}; both must be at least 1")
-    probe = connect(endpoint)
-    cores = float(probe.info()["NCPU"])
-    probe.close()
+    cores = engine_cores(endpoint)
     scenario = Scenario(
         name="bench-docker",
         kind=JobKind.INFERENCE,
