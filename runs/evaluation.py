@@ -26,7 +26,7 @@ import math
 import statistics
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -293,6 +293,7 @@ class EpisodeResult:
         steps: the reset state and every step after it.
         jobs: arrival and completion of every job that arrived.
         metrics: the episode's scores.
+        backend_options: the keyword arguments the backend was built with.
     """
 
     policy: PolicyIdentity
@@ -302,6 +303,7 @@ class EpisodeResult:
     steps: tuple[StepRecord, ...]
     jobs: tuple[JobOutcome, ...]
     metrics: EpisodeMetrics
+    backend_options: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def score(self) -> EpisodeScore:
@@ -317,6 +319,7 @@ def run_episode(
     seed: int,
     backend: str = "replay",
     on_step: Callable[[StepRecord], None] | None = None,
+    backend_options: Mapping[str, str] | None = None,
 ) -> EpisodeResult:
     """Run one episode of ``policy`` on ``scenario`` and record it.
 
@@ -326,12 +329,18 @@ def run_episode(
         seed: the ``reset`` seed (it draws the jobs and the backend's noise).
         backend: the backend's registered name.
         on_step: called with every step's record as soon as it is taken (progress display).
+        backend_options: keyword arguments of the backend's constructor (e.g.
+            ``{"workload_threading": "stock"}`` for Docker).
 
     Returns:
         The episode's record and scores.
     """
+    options = dict(backend_options or {})
     env = TelemetryFeed(
-        gym.make(ENV_IDS[scenario.kind], scenario=scenario, backend=backend), policy
+        gym.make(
+            ENV_IDS[scenario.kind], scenario=scenario, backend=backend, backend_options=options
+        ),
+        policy,
     )
     try:
         observation, info = env.reset(seed=seed)
@@ -357,6 +366,7 @@ def run_episode(
         steps=tuple(steps),
         jobs=jobs,
         metrics=episode_metrics(scenario.kind, steps, jobs, all_arrived=terminated),
+        backend_options=options,
     )
 
 
@@ -448,6 +458,7 @@ def evaluate(
     backend: str = "replay",
     on_episode: Callable[[EpisodeResult], None] | None = None,
     progress: bool = True,
+    backend_options: Mapping[str, str] | None = None,
 ) -> list[EpisodeResult]:
     """Run every policy for every seed, ``default`` first so that others can be set against it.
 
@@ -458,6 +469,7 @@ def evaluate(
         backend: the backend's registered name.
         on_episode: called with each episode's record as soon as it ends (tracking).
         progress: show a progress bar on stderr.
+        backend_options: keyword arguments of the backend's constructor.
 
     Returns:
         The records, in the order they ran.
@@ -477,7 +489,12 @@ def evaluate(
             for seed in seeds:
                 bar.set_postfix_str(f"{policy.name} seed {seed}", refresh=False)
                 result = run_episode(
-                    scenario, policy, seed, backend, on_step=lambda _: bar.update()
+                    scenario,
+                    policy,
+                    seed,
+                    backend,
+                    on_step=lambda _: bar.update(),
+                    backend_options=backend_options,
                 )
                 # a training episode that terminates early leaves its remaining steps unused
                 bar.update(steps_per_episode - (len(result.steps) - 1))

@@ -259,6 +259,7 @@ def episode_params(
         "scenario.hash": result.scenario.content_hash(),
         "scenario.kind": result.scenario.kind.value,
         "backend": result.backend,
+        **{f"backend.{key}": str(value) for key, value in result.backend_options.items()},
         "seed": str(result.seed),
         "evaluation": evaluation_id,
         "dlsched.version": version,
@@ -346,6 +347,7 @@ class EvaluationTracker:
         experiment: the experiment's name; the scenario's name by default.
         warn: where warnings go (stderr in the CLI).
         plots: draw the episode plots (they cost more than the rest of the tracking).
+        backend_options: the keyword arguments the backend is built with.
     """
 
     def __init__(
@@ -361,6 +363,7 @@ class EvaluationTracker:
         experiment: str | None = None,
         warn: Callable[[str], None] = print,
         plots: bool = True,
+        backend_options: Mapping[str, str] | None = None,
     ) -> None:
         self.client = client
         self.target = target
@@ -368,6 +371,7 @@ class EvaluationTracker:
         self.folder = folder
         self.evaluation_id = evaluation_id
         self.backend = backend
+        self.backend_options = dict(backend_options or {})
         self.policies = tuple(policies)
         self.seeds = tuple(seeds)
         self.experiment_name = experiment or scenario.name
@@ -446,6 +450,7 @@ class EvaluationTracker:
             "scenario.hash": self.scenario.content_hash(),
             "scenario.kind": self.scenario.kind.value,
             "backend": self.backend,
+            **{f"backend.{key}": str(value) for key, value in self.backend_options.items()},
             "policies": ",".join(policy.name for policy in self.policies),
             "episodes": str(len(self.seeds)),
             "seeds": ",".join(str(seed) for seed in self.seeds),

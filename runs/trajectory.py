@@ -136,6 +136,7 @@ def episode_record(result: EpisodeResult) -> dict[str, object]:
         "scenario": result.scenario.name,
         "scenario_hash": result.scenario.content_hash(),
         "backend": result.backend,
+        "backend_options": dict(result.backend_options),
         "seed": result.seed,
         "metrics": to_jsonable(result.metrics),
         "jobs": [{**to_jsonable(job), "completion_s": job.completion_s} for job in result.jobs],

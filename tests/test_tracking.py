@@ -344,3 +344,49 @@ def test_a_deleted_experiment_is_reported_with_how_to_restore_it(
     assert f"experiment {name!r} (id {experiment_id})" in err
     assert f"mlflow experiments restore --experiment-id {experiment_id}" in err
     assert list((tmp_path / "out").iterdir()) == []  # its evaluation folder was removed
+
+
+# ---------------------------------------------------------------------------------- backends
+
+
+def test_workload_threading_on_the_replay_backend_is_refused_with_the_fix(
+    capsys, tmp_path, short_scenario, mlflow_store, no_env_uri
+):
+    _, uri = mlflow_store
+    code, _, err = evaluate_cli(
+        capsys, "--scenario", str(short_scenario), "--policy", "default", "--episodes", "1",
+        "--workload-threading", "stock", "--tracking-uri", uri, "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 2
+    assert "--workload-threading stock applies to the docker backend, not 'replay'" in err
+    assert "add --backend docker" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.docker
+def test_a_docker_evaluation_with_stock_workloads_records_the_threading(
+    capsys, tmp_path, mlflow_store, no_env_uri, docker_engine, workload_image
+):
+    _, uri = mlflow_store
+    cores = float(docker_engine.info()["NCPU"])
+    scenario = load_scenario("docker-smoke-training")
+    workers = tuple(dataclasses.replace(worker, cores=cores) for worker in scenario.workers)
+    path = tmp_path / "smoke.yaml"
+    path.write_text(dump_scenario(dataclasses.replace(scenario, workers=workers)))
+    code, out, err = evaluate_cli(
+        capsys, "--scenario", str(path), "--policy", "default", "--episodes", "1", "--json",
+        "--backend", "docker", "--workload-threading", "stock", "--tracking-uri", uri,
+        "--experiment", f"stock-{uuid.uuid4().hex[:8]}", "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 0, err
+    evaluation = json.loads(out)["evaluation"]
+    client = MlflowClient(uri)
+    episode = client.get_run(evaluation["episode_runs"]["default-seed0"]).data.params
+    parent = client.get_run(evaluation["parent_run_id"]).data.params
+    for params in (episode, parent):
+        assert (params["backend"], params["backend.workload_threading"]) == ("docker", "stock")
+    record = json.loads(
+        (Path(evaluation["local_folder"]) / "default-seed0" / "episode.json").read_text()
+    )
+    assert record["backend_options"] == {"workload_threading": "stock"}
+    assert not docker_engine.containers.list(all=True, filters={"label": "dlsched.managed"})

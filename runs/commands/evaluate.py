@@ -13,16 +13,17 @@ import dataclasses
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 from mlflow import MlflowClient
 
 from dlsched.envs.backend import BACKENDS
-from dlsched.envs.errors import PolicyError, TrackingError
+from dlsched.envs.errors import DlschedError, PolicyError, TrackingError
 from dlsched.envs.scenario import Scenario
 from dlsched.envs.scenario_file import load_scenario
+from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.policies.policy import ParamValue, Policy
 from dlsched.runs.commands.arguments import positive_int
 from dlsched.runs.compare import (
@@ -75,6 +76,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (0)")
     parser.add_argument("--backend", choices=BACKENDS, default="replay", help="(replay)")
+    parser.add_argument(
+        "--workload-threading",
+        choices=THREADINGS,
+        help="docker backend: how the workloads size their thread pools; tuned (the default) "
+        "follows the quota, stock runs them as unmodified framework jobs",
+    )
     parser.add_argument("--json", action="store_true", help="print only JSON on stdout")
     parser.add_argument(
         "--tracking-uri",
@@ -111,12 +118,14 @@ class EvaluationRequest:
         policies: the built policies, in the order given.
         seeds: the seeds of every policy's episodes.
         backend: the backend's name.
+        backend_options: keyword arguments of the backend's constructor.
     """
 
     scenario: Scenario
     policies: tuple[Policy, ...]
     seeds: tuple[int, ...]
     backend: str
+    backend_options: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
         policies=tuple(build_policies(specs, parse_settings(args.set, specs), target.uri)),
         seeds=tuple(range(args.seed, args.seed + args.episodes)),
         backend=args.backend,
+        backend_options=backend_options(args.backend, args.workload_threading),
     )
     progress = not args.no_progress
     if args.no_tracking:
@@ -196,10 +206,32 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def backend_options(backend: str, workload_threading: str | None) -> dict[str, str]:
+    """The backend's options the command line gives.
+
+    Raises:
+        DlschedError: ``--workload-threading`` with a backend that runs no workload.
+    """
+    if workload_threading is None:
+        return {}
+    if backend != "docker":
+        raise DlschedError(
+            f"--workload-threading {workload_threading} applies to the docker backend, not "
+            f"{backend!r}: the replay backend's workloads are profiles; add --backend docker "
+            "or drop the option"
+        )
+    return {"workload_threading": workload_threading}
+
+
 def evaluate_untracked(request: EvaluationRequest, progress: bool = True) -> ScenarioComparison:
     """Run the evaluation and summarise it, recording nothing."""
     results = evaluate(
-        request.scenario, request.policies, request.seeds, request.backend, progress=progress
+        request.scenario,
+        request.policies,
+        request.seeds,
+        request.backend,
+        progress=progress,
+        backend_options=request.backend_options,
     )
     return comparison_of(request, results, None)
 
@@ -240,6 +272,7 @@ def evaluate_tracked(
         experiment=experiment,
         warn=warn,
         plots=plots,
+        backend_options=request.backend_options,
     )
     with tracker:
         results = evaluate(
@@ -249,6 +282,7 @@ def evaluate_tracked(
             request.backend,
             on_episode=tracker.record_episode,
             progress=progress,
+            backend_options=request.backend_options,
         )
         comparison = comparison_of(request, results, evaluation_id)
         location = EvaluationLocation(
