@@ -15,10 +15,11 @@ per second under three allocations:
 
 It does so twice: with the workloads' ``tuned`` threading (threads follow the quota and wait
 passively; the default, and what the measured profiles were recorded with) and with ``stock``
-threading (torch's and OpenMP's own defaults, as unmodified framework jobs run, and as the jobs
-of the FlowCon and DQoES papers ran). Progress is reported in "alone jobs": the summed
-iterations per second of all jobs over the first job's rate when it ran alone and uncapped, the
-unit in which a host without contention would give the same figure for ``free`` and ``equal``.
+threading (torch's and OpenMP's own defaults, as unmodified framework jobs run; the papers
+describe no thread tuning of their TensorFlow and PyTorch jobs). Progress is reported in "alone
+jobs": the summed iterations per second of all jobs over the first job's rate when it ran alone
+and uncapped, the unit in which a host without contention would give the same figure for
+``free`` and ``equal``.
 """
 
 from __future__ import annotations

@@ -310,6 +310,17 @@ class EpisodeResult:
         return EpisodeScore(self.policy, self.seed, self.metrics)
 
 
+def backend_label(backend: str, options: Mapping[str, str]) -> str:
+    """How a comparison names a backend and its options: ``docker[workload_threading=stock]``.
+
+    Episodes of one scenario are compared only with others of the same label, so that, e.g.,
+    stock and tuned workloads on Docker are never one table.
+    """
+    if not options:
+        return backend
+    return f"{backend}[{','.join(f'{key}={options[key]}' for key in sorted(options))}]"
+
+
 # ---------------------------------------------------------------------------------- episodes
 
 

@@ -60,6 +60,7 @@ from dlsched.runs.evaluation import (
     PolicyIdentity,
     PolicySummary,
     StepRecord,
+    backend_label,
 )
 from dlsched.runs.plots import plot_episode
 from dlsched.runs.trajectory import EvaluationFolder, episode_name
@@ -77,6 +78,7 @@ TAG_KIND = "dlsched.kind"  # "evaluation" on parent runs, "episode" on child run
 TAG_EVALUATION = "dlsched.evaluation"
 TAG_POLICY_PARAMS = "dlsched.policy_params"  # the parameters as typed JSON
 EPISODE_METRIC_PREFIX = "episode/"
+BACKEND_PARAM_PREFIX = "backend."  # one param per backend option: backend.workload_threading
 
 #: Errors a tracking store raises when it is unreachable or refuses a write.
 STORE_ERRORS: tuple[type[BaseException], ...] = (
@@ -259,7 +261,7 @@ def episode_params(
         "scenario.hash": result.scenario.content_hash(),
         "scenario.kind": result.scenario.kind.value,
         "backend": result.backend,
-        **{f"backend.{key}": str(value) for key, value in result.backend_options.items()},
+        **{BACKEND_PARAM_PREFIX + key: str(value) for key, value in result.backend_options.items()},
         "seed": str(result.seed),
         "evaluation": evaluation_id,
         "dlsched.version": version,
@@ -450,7 +452,10 @@ class EvaluationTracker:
             "scenario.hash": self.scenario.content_hash(),
             "scenario.kind": self.scenario.kind.value,
             "backend": self.backend,
-            **{f"backend.{key}": str(value) for key, value in self.backend_options.items()},
+            **{
+                BACKEND_PARAM_PREFIX + key: str(value)
+                for key, value in self.backend_options.items()
+            },
             "policies": ",".join(policy.name for policy in self.policies),
             "episodes": str(len(self.seeds)),
             "seeds": ",".join(str(seed) for seed in self.seeds),
@@ -654,7 +659,14 @@ def _stored(run: Run, experiment: str) -> StoredEpisode:
         scenario=params["scenario"],
         scenario_hash=params["scenario.hash"],
         kind=JobKind(params["scenario.kind"]),
-        backend=params["backend"],
+        backend=backend_label(
+            params["backend"],
+            {
+                key.removeprefix(BACKEND_PARAM_PREFIX): value
+                for key, value in params.items()
+                if key.startswith(BACKEND_PARAM_PREFIX)
+            },
+        ),
         score=EpisodeScore(
             PolicyIdentity(params["policy"], tuple(sorted(policy_params.items()))),
             int(params["seed"]),

@@ -19,7 +19,7 @@ import dlsched.runs.evaluation as evaluation_module
 from dlsched.baselines import make
 from dlsched.envs.scenario_file import dump_scenario, load_scenario
 from dlsched.runs.cli import main
-from dlsched.runs.evaluation import run_episode
+from dlsched.runs.evaluation import backend_label, run_episode
 from dlsched.runs.tracking import (
     DEFAULT_TRACKING_URI,
     ENV_VAR,
@@ -349,6 +349,11 @@ def test_a_deleted_experiment_is_reported_with_how_to_restore_it(
 # ---------------------------------------------------------------------------------- backends
 
 
+def test_a_backend_with_options_is_labelled_by_them_in_a_fixed_order():
+    assert backend_label("replay", {}) == "replay"
+    assert backend_label("docker", {"b": "2", "a": "1"}) == "docker[a=1,b=2]"
+
+
 def test_workload_threading_on_the_replay_backend_is_refused_with_the_fix(
     capsys, tmp_path, short_scenario, mlflow_store, no_env_uri
 ):
@@ -379,7 +384,16 @@ def test_a_docker_evaluation_with_stock_workloads_records_the_threading(
         "--experiment", f"stock-{uuid.uuid4().hex[:8]}", "--out", str(tmp_path / "out"),
     )  # fmt: skip
     assert code == 0, err
-    evaluation = json.loads(out)["evaluation"]
+    printed = json.loads(out)
+    evaluation = printed["evaluation"]
+    assert printed["scenarios"][0]["backend"] == "docker[workload_threading=stock]"
+    compare_code = main(
+        ["compare", "--tracking-uri", uri, "--experiment", evaluation["experiment"], "--format",
+         "json", "--no-plot"]
+    )  # fmt: skip
+    compared, _ = capsys.readouterr()
+    assert compare_code == 0
+    assert json.loads(compared)["scenarios"] == printed["scenarios"]
     client = MlflowClient(uri)
     episode = client.get_run(evaluation["episode_runs"]["default-seed0"]).data.params
     parent = client.get_run(evaluation["parent_run_id"]).data.params

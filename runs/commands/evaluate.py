@@ -20,7 +20,7 @@ import yaml
 from mlflow import MlflowClient
 
 from dlsched.envs.backend import BACKENDS
-from dlsched.envs.errors import DlschedError, PolicyError, TrackingError
+from dlsched.envs.errors import BackendError, PolicyError, TrackingError
 from dlsched.envs.scenario import Scenario
 from dlsched.envs.scenario_file import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
@@ -31,7 +31,13 @@ from dlsched.runs.compare import (
     comparison_data,
     render_table,
 )
-from dlsched.runs.evaluation import EpisodeResult, PolicyIdentity, evaluate, summarise
+from dlsched.runs.evaluation import (
+    EpisodeResult,
+    PolicyIdentity,
+    backend_label,
+    evaluate,
+    summarise,
+)
 from dlsched.runs.tracking import (
     EvaluationTracker,
     TrackingTarget,
@@ -210,12 +216,12 @@ def backend_options(backend: str, workload_threading: str | None) -> dict[str, s
     """The backend's options the command line gives.
 
     Raises:
-        DlschedError: ``--workload-threading`` with a backend that runs no workload.
+        BackendError: ``--workload-threading`` with a backend that runs no workload.
     """
     if workload_threading is None:
         return {}
     if backend != "docker":
-        raise DlschedError(
+        raise BackendError(
             f"--workload-threading {workload_threading} applies to the docker backend, not "
             f"{backend!r}: the replay backend's workloads are profiles; add --backend docker "
             "or drop the option"
@@ -311,7 +317,7 @@ def comparison_of(
         scenario=request.scenario.name,
         scenario_hash=request.scenario.content_hash(),
         kind=request.scenario.kind,
-        backend=request.backend,
+        backend=backend_label(request.backend, request.backend_options),
         summaries=summaries,
         evaluations=(evaluation_id,) * len(summaries) if evaluation_id else (),
     )
