@@ -250,6 +250,11 @@ def new_evaluation_id(scenario: Scenario) -> str:
 # ---------------------------------------------------------------------------------- writing
 
 
+def backend_params(options: Mapping[str, str]) -> dict[str, str]:
+    """The params of a backend's options: ``backend.<option>``, read back by :func:`_stored`."""
+    return {BACKEND_PARAM_PREFIX + key: str(value) for key, value in options.items()}
+
+
 def episode_params(
     result: EpisodeResult, evaluation_id: str, version: str, commit: str | None
 ) -> dict[str, str]:
@@ -261,7 +266,7 @@ def episode_params(
         "scenario.hash": result.scenario.content_hash(),
         "scenario.kind": result.scenario.kind.value,
         "backend": result.backend,
-        **{BACKEND_PARAM_PREFIX + key: str(value) for key, value in result.backend_options.items()},
+        **backend_params(result.backend_options),
         "seed": str(result.seed),
         "evaluation": evaluation_id,
         "dlsched.version": version,
@@ -452,10 +457,7 @@ class EvaluationTracker:
             "scenario.hash": self.scenario.content_hash(),
             "scenario.kind": self.scenario.kind.value,
             "backend": self.backend,
-            **{
-                BACKEND_PARAM_PREFIX + key: str(value)
-                for key, value in self.backend_options.items()
-            },
+            **backend_params(self.backend_options),
             "policies": ",".join(policy.name for policy in self.policies),
             "episodes": str(len(self.seeds)),
             "seeds": ",".join(str(seed) for seed in self.seeds),
