@@ -31,6 +31,7 @@ import dataclasses
 import logging
 import math
 import os
+import posixpath
 import signal
 import threading
 import time
@@ -75,6 +76,8 @@ MANAGED_FILTER = f"{LABEL_MANAGED}=1"
 
 #: Linux refuses CFS quotas below one millisecond per period.
 MIN_CPU_QUOTA_US = 1000
+#: Where a training container saves its state when stopped; a migration carries it over.
+CHECKPOINT_PATH = "/tmp/dlsched-checkpoint.pt"
 DEFAULT_CPU_PERIOD_US = 100_000
 DEFAULT_LOCAL_SOCKET = "unix:///var/run/docker.sock"
 
@@ -344,7 +347,10 @@ class DockerBackend(Backend):
     cpu_period``, no quota at 1).
 
     A migration stops the job's container and starts a new one on the destination worker that
-    resumes training at the last iteration the old one reported (``--start-iteration``); the
+    resumes training at the last iteration the old one reported (``--start-iteration``), with
+    the model and optimizer state the old one saved when stopped (:data:`CHECKPOINT_PATH`,
+    copied from the stopped container into the new one, so it works across engines). A job
+    killed before it could save resumes its count from untrained weights, with a warning. The
     time this takes is real time the step pays, and the scenario's ``migration_cost_s`` (a
     replay setting) is not added to it. An inference job restarts on the destination with its
     batch count carried over.
@@ -672,14 +678,26 @@ class DockerBackend(Backend):
             command += ["--iterations", str(iterations)]
         if start_iteration:
             command += ["--start-iteration", str(start_iteration)]
+        if job.kind is JobKind.TRAINING:
+            command += ["--checkpoint", CHECKPOINT_PATH]
         if self._workload_threading != "tuned":
             command += ["--threading", self._workload_threading]
         return [*command, "--seed", str(self._seeds[job.job_id])]
 
     def _start(
-        self, spec: JobSpec, worker: int, limit: float, start_iteration: int, attempt: int
+        self,
+        spec: JobSpec,
+        worker: int,
+        limit: float,
+        start_iteration: int,
+        attempt: int,
+        checkpoint: bytes | None = None,
     ) -> tuple[_Run, tuple[float, int]]:
-        """Start one container of ``spec``; the run and its limit and quota as read back."""
+        """Start one container of ``spec``; the run and its limit and quota as read back.
+
+        ``checkpoint``, a tar archive of :data:`CHECKPOINT_PATH`, is put into the container
+        before it starts, so that the workload resumes from it.
+        """
         assert self._episode is not None
         client = self._engines[worker].client
         name = f"dlsched-{self._episode[:8]}-{spec.job_id}" + (f"-m{attempt}" if attempt else "")
@@ -704,6 +722,8 @@ class DockerBackend(Backend):
                 host_config=host_config,
             )
             container_id: str = created["Id"]
+            if checkpoint is not None:
+                client.api.put_archive(container_id, posixpath.dirname(CHECKPOINT_PATH), checkpoint)
             client.api.start(container_id)
             started_s = self._now()
             inspected = client.api.inspect_container(container_id)
@@ -772,13 +792,34 @@ class DockerBackend(Backend):
             client.api.stop(old.container_id, timeout=math.ceil(self._stop_timeout_s))
         old.output.wait_ended(self._output_grace_s)
         progress = old.output.progress()
-        resume = progress.iterations if job.spec.kind is JobKind.TRAINING else progress.batches
+        training = job.spec.kind is JobKind.TRAINING
+        resume = progress.iterations if training else progress.batches
+        checkpoint = self._checkpoint_of(job) if training else None
         run, (job.limit, job.quota_us) = self._start(
-            job.spec, placement.worker, job.limit, resume, attempt=len(job.runs)
+            job.spec, placement.worker, job.limit, resume, len(job.runs), checkpoint
         )
         job.runs.append(run)
         job.worker = placement.worker
         job.slot = placement.slot
+
+    def _checkpoint_of(self, job: _Job) -> bytes | None:
+        """The tar archive of the checkpoint the job's stopped container saved, if it saved one."""
+        run = job.run
+        try:
+            chunks, _ = self._engines[run.worker].client.api.get_archive(
+                run.container_id, CHECKPOINT_PATH
+            )
+            return b"".join(chunks)
+        except docker.errors.APIError as error:
+            _log.warning(
+                "job %s (container %s) left no checkpoint at %s (%s); it resumes at its "
+                "iteration count from untrained weights",
+                job.spec.job_id,
+                run.name,
+                CHECKPOINT_PATH,
+                error,
+            )
+            return None
 
     def _set_limit(self, job_id: str, limit: float) -> None:
         job = self._jobs[job_id]

@@ -48,6 +48,7 @@ from dlsched.envs.workloads.events import (
     IterationEvent,
     StartEvent,
     encode_event,
+    parse_event,
 )
 from dlsched.runs.cli import main as cli_main
 
@@ -498,12 +499,24 @@ def test_migration_resumes_on_the_other_worker_from_the_iteration_reached(
         resumed_at = int(new_args[new_args.index("--start-iteration") + 1])
         assert 5 <= resumed_at < 120
         assert containers[1].labels[docker_backend.LABEL_WORKER] == "1"
+        # The model moved with the job: the new container goes on from the old one's loss,
+        # not from an untrained model's.
+        old_losses, new_losses = (_losses(container) for container in containers)
+        assert old_losses[-1] < 0.8 * old_losses[0]
+        assert new_losses[0] < (old_losses[0] + old_losses[-1]) / 2
     finally:
         backend.close()
 
 
 def _name(container) -> str:
     return container.name
+
+
+def _losses(container) -> list[float]:
+    """The losses a training container reported, in order."""
+    lines = container.logs(stdout=True, stderr=False).decode().splitlines()
+    events = [parse_event(line) for line in lines]
+    return [event.loss for event in events if isinstance(event, IterationEvent)]
 
 
 @requires_docker
