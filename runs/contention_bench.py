@@ -49,6 +49,11 @@ ALLOCATIONS: Mapping[str, str] = {
     "favoured": "job 1 uncapped, the others at 1/(2 JOBS)",
 }
 
+#: The workloads a contention measurement can run: those that count iterations.
+TRAINING_WORKLOADS: tuple[str, ...] = tuple(
+    sorted(name for name, spec in WORKLOADS.items() if spec.kind == "training")
+)
+
 #: More iterations than any measurement runs, so that no job finishes during it.
 _ENDLESS_ITERATIONS = 10_000_000
 
@@ -182,11 +187,10 @@ def measure_contention(
     Raises:
         BackendError: bad arguments, or a job that stopped running during the measurement.
     """
-    spec = WORKLOADS.get(workload)
-    if spec is None or spec.kind != "training":
-        training = sorted(name for name, known in WORKLOADS.items() if known.kind == "training")
+    if workload not in TRAINING_WORKLOADS:
         raise BackendError(
-            f"workload {workload!r} is not a training workload; use one of {training}"
+            f"workload {workload!r} is not a training workload; use one of "
+            f"{list(TRAINING_WORKLOADS)}"
         )
     if jobs < 2:
         raise BackendError(f"jobs={jobs}: contention needs at least 2 jobs on the host")
@@ -305,7 +309,6 @@ def register_contention_bench(
     benchmarks: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> None:
     """Add ``dlsched bench contention`` to the ``bench`` subcommands."""
-    training = sorted(name for name, spec in WORKLOADS.items() if spec.kind == "training")
     parser = benchmarks.add_parser(
         "contention",
         help="total progress of co-located training jobs under free, equal and favoured limits",
@@ -318,7 +321,7 @@ def register_contention_bench(
         ),
     )
     parser.add_argument(
-        "--workload", choices=training, default="mlp-digits", help="(default: mlp-digits)"
+        "--workload", choices=TRAINING_WORKLOADS, default="mlp-digits", help="(default: mlp-digits)"
     )
     parser.add_argument("--jobs", type=positive_int, default=3, help="jobs together (3)")
     parser.add_argument("--window", type=float, default=20.0, help="seconds per rate (20)")
