@@ -35,9 +35,9 @@ from dlsched.baselines.parameters import check_number
 from dlsched.envs.decision import Decision
 from dlsched.envs.errors import PolicyError
 from dlsched.envs.placement import Placer
-from dlsched.envs.profile import WorkloadProfile, load_profile_set
-from dlsched.envs.replay import ReplayBackend
-from dlsched.envs.scenario import JobKind, JobSpec
+from dlsched.envs.replay.backend import ReplayBackend
+from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set
+from dlsched.envs.scenarios.model import JobKind, JobSpec
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry
 
 #: Bisection steps when inverting a throughput curve: 60 halvings reach float precision.

@@ -1,4 +1,4 @@
-"""dlsched.envs: environments, scenarios, backends and workloads.
+"""dlsched.envs: the scheduling environments, their scenarios, backends and workloads.
 
 Importing it registers the environments with Gymnasium::
 
@@ -6,9 +6,74 @@ Importing it registers the environments with Gymnasium::
     import dlsched.envs  # noqa: F401
 
     env = gym.make("dlsched/Inference-v0", scenario="dqoes-resnet50-burst-target20")
+
+Subpackages: :mod:`dlsched.envs.scenarios` (the scenario model and its files),
+:mod:`dlsched.envs.replay` (the replay backend and its workload profiles),
+:mod:`dlsched.envs.docker` (the Docker backend) and :mod:`dlsched.envs.workloads` (the PyTorch
+programs the containers run). What a user needs is re-exported here.
 """
 
 from gymnasium.envs.registration import register
 
+from dlsched.envs.backend import Backend
+from dlsched.envs.backends import BACKENDS, make_backend
+from dlsched.envs.decision import Decision, Migration, Placement
+from dlsched.envs.errors import (
+    ActionError,
+    BackendError,
+    DlschedError,
+    DockerUnavailableError,
+    ImageMissingError,
+    PolicyError,
+    ProfileError,
+    ScenarioError,
+    TrackingError,
+    UnknownNameError,
+)
+from dlsched.envs.inference_env import InferenceEnv
+from dlsched.envs.observation import FEATURES, ObservationLayout
+from dlsched.envs.placement import Placer, SpreadPlacer
+from dlsched.envs.rewards import REWARDS, RewardFn, reward_function
+from dlsched.envs.scenarios import JobKind, Scenario, load_scenario, scenario_names
+from dlsched.envs.telemetry import JobState, JobTelemetry, QoEClass, Telemetry, WorkerTelemetry
+from dlsched.envs.training_env import TrainingEnv
+
 register(id="dlsched/Inference-v0", entry_point="dlsched.envs.inference_env:InferenceEnv")
 register(id="dlsched/Training-v0", entry_point="dlsched.envs.training_env:TrainingEnv")
+
+__all__ = [
+    "BACKENDS",
+    "FEATURES",
+    "REWARDS",
+    "ActionError",
+    "Backend",
+    "BackendError",
+    "Decision",
+    "DlschedError",
+    "DockerUnavailableError",
+    "ImageMissingError",
+    "InferenceEnv",
+    "JobKind",
+    "JobState",
+    "JobTelemetry",
+    "Migration",
+    "ObservationLayout",
+    "Placement",
+    "Placer",
+    "PolicyError",
+    "ProfileError",
+    "QoEClass",
+    "RewardFn",
+    "Scenario",
+    "ScenarioError",
+    "SpreadPlacer",
+    "Telemetry",
+    "TrackingError",
+    "TrainingEnv",
+    "UnknownNameError",
+    "WorkerTelemetry",
+    "load_scenario",
+    "make_backend",
+    "reward_function",
+    "scenario_names",
+]

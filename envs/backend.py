@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from dlsched.envs.decision import Placement
-from dlsched.envs.errors import UnknownNameError
-from dlsched.envs.scenario import JobSpec, Scenario
+from dlsched.envs.scenarios.model import JobSpec, Scenario
 from dlsched.envs.telemetry import Telemetry
 
 
@@ -61,19 +60,3 @@ class Backend(ABC):
     @abstractmethod
     def close(self) -> None:
         """Stop everything this backend started."""
-
-
-BACKENDS: tuple[str, ...] = ("replay", "docker")
-
-
-def make_backend(name: str, **kwargs: Any) -> Backend:
-    """Build a backend by its registered name (``replay`` or ``docker``)."""
-    if name == "replay":
-        from dlsched.envs.replay import ReplayBackend
-
-        return ReplayBackend(**kwargs)
-    if name == "docker":
-        from dlsched.envs.docker_backend import DockerBackend
-
-        return DockerBackend(**kwargs)
-    raise UnknownNameError("backend", name, BACKENDS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from dlsched.envs.scenario import JobKind
+from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.scheduling_env import SchedulingEnv
 
 
@@ -47,7 +47,7 @@ class InferenceEnv(SchedulingEnv):
 
     ## Arguments
     - ``scenario``: a shipped scenario's name (``dlsched scenarios`` lists them), a path to a
-      YAML file, or a :class:`~dlsched.envs.scenario.Scenario`; it must have inference jobs.
+      YAML file, or a :class:`~dlsched.envs.scenarios.model.Scenario`; it must have inference jobs.
     - ``backend``: ``"replay"`` (default, deterministic) or ``"docker"``, or a Backend object.
     - ``reward``: a reward name or a function ``(now, before) -> float``.
     - ``interval_s``: seconds per step, overriding the scenario's (the papers' IV).

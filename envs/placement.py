@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from dlsched.envs.scenario import JobSpec
+from dlsched.envs.scenarios.model import JobSpec
 from dlsched.envs.telemetry import Telemetry
 
 

@@ -15,13 +15,14 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from dlsched.envs.backend import Backend, make_backend
+from dlsched.envs.backend import Backend
+from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Decision, Placement
 from dlsched.envs.errors import ActionError, ScenarioError
 from dlsched.envs.observation import ObservationLayout, encode
 from dlsched.envs.placement import Placer, SpreadPlacer
 from dlsched.envs.rewards import RewardFn, reward_function
-from dlsched.envs.scenario import JobKind, JobSpec, Scenario
+from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, QoEClass, Telemetry, WorkerTelemetry
 
 #: Default lowest limit, as a fraction of a worker: 2% keeps a starved job alive and measurable.
@@ -31,7 +32,7 @@ DEFAULT_LIMIT_FLOOR = 0.02
 def resolve_scenario(scenario: str | Scenario, kind: JobKind, env_id: str) -> Scenario:
     """Load ``scenario`` by name or path if needed and check it is of the environment's kind."""
     if isinstance(scenario, str):
-        from dlsched.envs.scenario_file import load_scenario
+        from dlsched.envs.scenarios.file_format import load_scenario
 
         scenario = load_scenario(scenario)
     if scenario.kind is not kind:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from dlsched.envs.scenario import JobKind
+from dlsched.envs.scenarios.model import JobKind
 
 
 class JobState(StrEnum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from dlsched.envs.scenario import JobKind
+from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.scheduling_env import SchedulingEnv
 
 

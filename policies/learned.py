@@ -35,7 +35,7 @@ from stable_baselines3.common.vec_env.stacked_observations import StackedObserva
 
 from dlsched.envs.errors import PolicyError, UnknownNameError
 from dlsched.envs.observation import ObservationLayout
-from dlsched.envs.scenario import JobKind
+from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.telemetry import Telemetry
 from dlsched.policies.agent_actions import ActionMapping
 from dlsched.policies.normalization import load_normalizer, save_normalizer

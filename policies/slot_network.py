@@ -15,7 +15,8 @@ network instead applies one small network to every row (Deep Sets, Zaheer et al.
 The network is the same for any permutation of the jobs over the slots, and its size does not
 grow with the number of slots.
 
-:class:`OwnSlotPolicy` is the same network for per-slot agents (:mod:`dlsched.runs.slot_agents`):
+:class:`OwnSlotPolicy` is the same network for per-slot agents
+(:mod:`dlsched.runs.training.slot_agents`):
 its input is one slot's view, the observation with that slot's row first (:func:`own_rows_first`),
 and it outputs that slot's action and value from ``[e_0, c]``.
 """
@@ -53,8 +54,11 @@ def _pool(rows: torch.Tensor) -> torch.Tensor:
     return torch.cat([rows.mean(dim=1), rows.amax(dim=1)], dim=1)
 
 
-class SlotExtractor(nn.Module):
-    """The actor's per-slot latents and the critic's pooled latent (SB3's ``mlp_extractor``).
+class _RowEncoders(nn.Module):
+    """What both extractors share: row encoders for the actor and the critic, and the actor's mix.
+
+    Subclasses add the critic's last layer and say how rows become latents. The attribute names
+    are those of the state dicts that saved models hold.
 
     Args:
         slots: rows of the observation.
@@ -67,20 +71,40 @@ class SlotExtractor(nn.Module):
         self, slots: int, features: int, hidden: Sequence[int], activation: type[nn.Module]
     ) -> None:
         super().__init__()
-        width = hidden[-1]
         self.slots = slots
         self.features = features
-        self.width = width
+        self.width = hidden[-1]
         self.actor_rows = _mlp([features, *hidden], activation)
-        self.actor_mix = _mlp([3 * width, width], activation)
+        self.actor_mix = _mlp([3 * self.width, self.width], activation)
         self.critic_rows = _mlp([features, *hidden], activation)
-        self.critic_head = _mlp([2 * width, width], activation)
-        # SB3 reads these to size the action and value outputs
-        self.latent_dim_pi = slots * width
-        self.latent_dim_vf = width
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.forward_actor(features), self.forward_critic(features)
+
+    def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _rows(self, features: torch.Tensor) -> torch.Tensor:
+        return features.reshape(-1, self.slots, self.features)
+
+
+class SlotExtractor(_RowEncoders):
+    """The actor's per-slot latents and the critic's pooled latent (SB3's ``mlp_extractor``).
+
+    Args: as :class:`_RowEncoders`.
+    """
+
+    def __init__(
+        self, slots: int, features: int, hidden: Sequence[int], activation: type[nn.Module]
+    ) -> None:
+        super().__init__(slots, features, hidden, activation)
+        self.critic_head = _mlp([2 * self.width, self.width], activation)
+        # SB3 reads these to size the action and value outputs
+        self.latent_dim_pi = slots * self.width
+        self.latent_dim_vf = self.width
 
     def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
         rows = self.actor_rows(self._rows(features))
@@ -90,9 +114,6 @@ class SlotExtractor(nn.Module):
     def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
         return self.critic_head(_pool(self.critic_rows(self._rows(features))))
 
-    def _rows(self, features: torch.Tensor) -> torch.Tensor:
-        return features.reshape(-1, self.slots, self.features)
-
 
 def own_rows_first(observation: np.ndarray) -> np.ndarray:
     """Each slot's view: ``(..., slots, features) -> (..., slots, slots, features)``, where view
@@ -101,32 +122,19 @@ def own_rows_first(observation: np.ndarray) -> np.ndarray:
     return np.stack([np.roll(observation, -i, axis=-2) for i in range(slots)], axis=-3)
 
 
-class OwnSlotExtractor(nn.Module):
+class OwnSlotExtractor(_RowEncoders):
     """Latents of one slot's view for its own action and value (SB3's ``mlp_extractor``).
 
-    Args:
-        slots: rows of the observation; the first is the agent's own.
-        features: columns of the observation.
-        hidden: widths of the row encoders' layers; the last is the embedding width.
-        activation: the activation between layers.
+    Args: as :class:`_RowEncoders`; the first row is the agent's own.
     """
 
     def __init__(
         self, slots: int, features: int, hidden: Sequence[int], activation: type[nn.Module]
     ) -> None:
-        super().__init__()
-        width = hidden[-1]
-        self.slots = slots
-        self.features = features
-        self.actor_rows = _mlp([features, *hidden], activation)
-        self.actor_mix = _mlp([3 * width, width], activation)
-        self.critic_rows = _mlp([features, *hidden], activation)
-        self.critic_mix = _mlp([3 * width, width], activation)
-        self.latent_dim_pi = width
-        self.latent_dim_vf = width
-
-    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.forward_actor(features), self.forward_critic(features)
+        super().__init__(slots, features, hidden, activation)
+        self.critic_mix = _mlp([3 * self.width, self.width], activation)
+        self.latent_dim_pi = self.width
+        self.latent_dim_vf = self.width
 
     def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
         return self._own(features, self.actor_rows, self.actor_mix)
@@ -135,7 +143,7 @@ class OwnSlotExtractor(nn.Module):
         return self._own(features, self.critic_rows, self.critic_mix)
 
     def _own(self, features: torch.Tensor, rows: nn.Module, mix: nn.Module) -> torch.Tensor:
-        encoded = rows(features.reshape(-1, self.slots, self.features))
+        encoded = rows(self._rows(features))
         return mix(torch.cat([encoded[:, 0], _pool(encoded)], dim=1))
 
 

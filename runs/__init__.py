@@ -1,0 +1,70 @@
+"""dlsched.runs: what a user runs: evaluations, comparisons, training, calibration, benchmarks.
+
+The entry points a Python user needs are importable from here::
+
+    from dlsched.runs import EvaluationRequest, build_policies, evaluate_untracked
+    from dlsched.envs import load_scenario
+
+    request = EvaluationRequest(
+        scenario=load_scenario("dqoes-varied-burst"),
+        policies=tuple(build_policies(["default", "dqoes"], {})),
+        seeds=(0, 1, 2),
+        backend="replay",
+    )
+    print(evaluate_untracked(request).summaries)
+
+They are imported on first use, so that ``dlsched --help`` does not load MLflow, torch or
+Stable-Baselines3. Subpackages: :mod:`.tracking` (MLflow), :mod:`.training` (SB3),
+:mod:`.fidelity` (calibration), :mod:`.reproduce` (the papers' claims), :mod:`.bench`
+(benchmarks) and :mod:`.commands` (the command line).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dlsched.runs.evaluation import EpisodeResult, evaluate, run_episode, summarise
+    from dlsched.runs.policy_specs import build_policies, resolve_policy
+    from dlsched.runs.tracking.tracked_evaluation import (
+        EvaluationRequest,
+        evaluate_tracked,
+        evaluate_untracked,
+    )
+    from dlsched.runs.training.harness import TrainingConfig, train
+
+#: Each public name and the module that defines it.
+_EXPORTS: dict[str, str] = {
+    "EpisodeResult": "dlsched.runs.evaluation",
+    "evaluate": "dlsched.runs.evaluation",
+    "run_episode": "dlsched.runs.evaluation",
+    "summarise": "dlsched.runs.evaluation",
+    "build_policies": "dlsched.runs.policy_specs",
+    "resolve_policy": "dlsched.runs.policy_specs",
+    "EvaluationRequest": "dlsched.runs.tracking.tracked_evaluation",
+    "evaluate_tracked": "dlsched.runs.tracking.tracked_evaluation",
+    "evaluate_untracked": "dlsched.runs.tracking.tracked_evaluation",
+    "TrainingConfig": "dlsched.runs.training.harness",
+    "train": "dlsched.runs.training.harness",
+}
+
+__all__ = [
+    "EpisodeResult",
+    "EvaluationRequest",
+    "TrainingConfig",
+    "build_policies",
+    "evaluate",
+    "evaluate_tracked",
+    "evaluate_untracked",
+    "resolve_policy",
+    "run_episode",
+    "summarise",
+    "train",
+]
+
+
+def __getattr__(name: str) -> object:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 import dlsched.envs  # noqa: F401  (registers the environment ids)
 from dlsched.envs.inference_env import InferenceEnv
-from dlsched.envs.scenario import JobKind, Scenario
+from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.telemetry import JobState, QoEClass, Telemetry
 from dlsched.envs.training_env import TrainingEnv
 from dlsched.policies.feed import TelemetryFeed

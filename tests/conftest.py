@@ -123,11 +123,11 @@ def _docker_required() -> bool:
 @pytest.fixture(scope="session")
 def docker_engine():
     """A ``docker.DockerClient`` of the engine DOCKER_HOST names (the local socket by default)."""
+    from dlsched.envs.docker.engine import connect
     from dlsched.envs.errors import DockerUnavailableError
-    from dlsched.envs.image import docker_client
 
     try:
-        client = docker_client()
+        client = connect(timeout_s=600)
     except DockerUnavailableError as error:
         if _docker_required():
             pytest.fail(f"DLSCHED_REQUIRE_DOCKER=1 but {error}")
@@ -139,6 +139,6 @@ def docker_engine():
 @pytest.fixture(scope="session")
 def workload_image(docker_engine):
     """The tag of the workload image on ``docker_engine``, built offline if it is not there."""
-    from dlsched.envs.image import build_image
+    from dlsched.envs.docker.image import build_image
 
     return build_image(docker_engine, offline=True).tag

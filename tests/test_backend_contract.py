@@ -15,11 +15,12 @@ import docker
 import numpy as np
 import pytest
 
-from dlsched.envs.backend import Backend, make_backend
+from dlsched.envs.backend import Backend
+from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Placement
-from dlsched.envs.docker_backend import LABEL_EPISODE, DockerBackend
-from dlsched.envs.scenario import Scenario
-from dlsched.envs.scenario_file import load_scenario
+from dlsched.envs.docker.backend import LABEL_EPISODE, DockerBackend
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.telemetry import JobState, Telemetry
 
 with_docker = pytest.mark.docker

@@ -17,8 +17,8 @@ import dlsched.envs  # noqa: F401  (registers the environments)
 from dlsched.baselines import make
 from dlsched.baselines.base import Baseline
 from dlsched.baselines.flowcon import FlowCon
-from dlsched.baselines.report import run_episode
-from dlsched.envs.scenario import (
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.scenarios.model import (
     ArrivalKind,
     ArrivalPattern,
     JobGroup,
@@ -26,9 +26,9 @@ from dlsched.envs.scenario import (
     Scenario,
     WorkerSpec,
 )
-from dlsched.envs.scenario_file import load_scenario
 from dlsched.envs.telemetry import QoEClass, Telemetry
 from dlsched.policies import TelemetryFeed
+from dlsched.runs.reproduce.baselines_report import run_episode
 
 SEEDS = range(5)
 

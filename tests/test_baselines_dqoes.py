@@ -12,7 +12,7 @@ from dlsched.baselines.dqoes import (
     classify,
     performance_management,
 )
-from dlsched.envs.scenario import JobKind
+from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 
 TOL = 1e-9

@@ -13,7 +13,7 @@ from dlsched import baselines
 from dlsched.baselines.base import Baseline
 from dlsched.envs.decision import Decision, Migration
 from dlsched.envs.errors import ActionError, PolicyError
-from dlsched.envs.scenario import (
+from dlsched.envs.scenarios.model import (
     ArrivalKind,
     ArrivalPattern,
     JobGroup,

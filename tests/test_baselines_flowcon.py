@@ -15,7 +15,7 @@ from dlsched.baselines.flowcon import (
     listener,
     select_worker,
 )
-from dlsched.envs.scenario import JobKind, JobSpec
+from dlsched.envs.scenarios.model import JobKind, JobSpec
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 
 TOL = 1e-9

@@ -13,7 +13,7 @@ from dlsched.baselines.specon import (
     speculate,
 )
 from dlsched.envs.decision import Migration
-from dlsched.envs.scenario import JobKind
+from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dlsched.baselines.tradl import TRADL, Stage, TieredJob, tiered_limits
-from dlsched.envs.scenario import JobKind
+from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 
 TOL = 1e-9

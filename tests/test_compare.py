@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 import dlsched.runs.evaluation as evaluation_module
-from dlsched.envs.scenario import JobKind
-from dlsched.envs.scenario_file import dump_scenario, load_scenario
+from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
+from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main
-from dlsched.runs.compare import compare_stored
 from dlsched.runs.evaluation import EpisodeMetrics, EpisodeScore, PolicyIdentity
-from dlsched.runs.tracking import ENV_VAR, StoredEpisode
+from dlsched.runs.tracking.compare import compare_stored
+from dlsched.runs.tracking.store import ENV_VAR
+from dlsched.runs.tracking.stored_runs import StoredEpisode
 
 SCENARIO = "dqoes-resnet50-burst-target40"
 

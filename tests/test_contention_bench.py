@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dlsched.envs.errors import BackendError
+from dlsched.runs.bench.contention import ALLOCATIONS, allocation_limits, measure_contention
 from dlsched.runs.cli import main as cli_main
-from dlsched.runs.contention_bench import ALLOCATIONS, allocation_limits, measure_contention
 
 requires_docker = pytest.mark.docker
 

@@ -20,17 +20,18 @@ import docker.errors
 import numpy as np
 import pytest
 
-from dlsched.envs import docker_backend
-from dlsched.envs.cgroup import (
+from dlsched.envs.decision import Decision, Placement
+from dlsched.envs.docker import backend as docker_backend
+from dlsched.envs.docker import engine as docker_engine
+from dlsched.envs.docker.backend import DockerBackend
+from dlsched.envs.docker.cgroup import (
     CgroupVersion,
     CpuUsageFile,
     detect_cgroup_version,
     find_cpu_usage_file,
     parse_cpu_stat_usage,
 )
-from dlsched.envs.container_output import ContainerOutput, JsonLineReader, Progress
-from dlsched.envs.decision import Decision, Placement
-from dlsched.envs.docker_backend import DockerBackend
+from dlsched.envs.docker.container_output import ContainerOutput, JsonLineReader, Progress
 from dlsched.envs.errors import (
     BackendError,
     DockerUnavailableError,
@@ -38,8 +39,8 @@ from dlsched.envs.errors import (
     ScenarioError,
 )
 from dlsched.envs.inference_env import InferenceEnv
-from dlsched.envs.scenario import JobGroup, JobKind, Scenario, WorkerSpec
-from dlsched.envs.scenario_file import load_scenario
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.scenarios.model import JobGroup, JobKind, Scenario, WorkerSpec
 from dlsched.envs.telemetry import JobState, Telemetry
 from dlsched.envs.training_env import TrainingEnv
 from dlsched.envs.workloads.events import (
@@ -256,9 +257,10 @@ def test_permission_denied_on_the_socket_says_how_to_get_access(monkeypatch):
                 "PermissionError(13, 'Permission denied'))"
             ) from error
 
-    monkeypatch.setattr(docker_backend.docker, "from_env", refuse)
-    with pytest.raises(DockerUnavailableError, match="usermod -aG docker"):
-        docker_backend.connect("unix:///var/run/docker.sock")
+    monkeypatch.setattr(docker_engine.docker, "from_env", refuse)
+    with pytest.raises(DockerUnavailableError, match="usermod -aG docker") as raised:
+        docker_engine.connect("unix:///var/run/docker.sock")
+    assert "'docker' group" in str(raised.value)
 
 
 def test_a_workload_the_image_does_not_have_is_refused_before_any_container():
@@ -628,8 +630,8 @@ _INTERRUPTED_EPISODE = """
 import sys
 import numpy as np
 from dlsched.envs.decision import Placement
-from dlsched.envs.docker_backend import DockerBackend
-from dlsched.envs.scenario import JobGroup, JobKind, Scenario, WorkerSpec
+from dlsched.envs.docker.backend import DockerBackend
+from dlsched.envs.scenarios.model import JobGroup, JobKind, Scenario, WorkerSpec
 
 scenario = Scenario(
     name="test-interrupted", kind=JobKind.INFERENCE, workers=(WorkerSpec(cores={cores}),),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dlsched.envs.errors import DlschedError
-from dlsched.runs.commands.bench import DOCKER_STEP_TARGET_S, bench_docker
+from dlsched.runs.bench.docker_steps import DOCKER_STEP_TARGET_S, bench_docker
 
 
 def test_a_benchmark_of_no_steps_is_refused():

@@ -13,7 +13,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import dlsched.envs  # noqa: F401  (registers the ids)
 from dlsched.envs.decision import Decision, Migration
 from dlsched.envs.errors import ActionError, ScenarioError
-from dlsched.envs.scenario_file import load_scenario, scenario_names
+from dlsched.envs.scenarios.file_format import load_scenario, scenario_names
 from dlsched.envs.telemetry import JobState, QoEClass
 
 ENV_IDS = ("dlsched/Inference-v0", "dlsched/Training-v0")

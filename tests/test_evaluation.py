@@ -8,10 +8,9 @@ import statistics
 import pytest
 
 from dlsched.baselines import make
-from dlsched.envs.scenario import JobKind, Scenario
-from dlsched.envs.scenario_file import load_scenario
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.telemetry import JobState, QoEClass
-from dlsched.runs.compare import ScenarioComparison, render_table
 from dlsched.runs.evaluation import (
     EpisodeMetrics,
     EpisodeScore,
@@ -21,6 +20,7 @@ from dlsched.runs.evaluation import (
     run_episode,
     summarise,
 )
+from dlsched.runs.tracking.compare import ScenarioComparison, render_table
 
 INFERENCE = "dqoes-resnet50-burst-target40"
 TRAINING = "flowcon-poc-3"

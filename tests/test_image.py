@@ -18,9 +18,8 @@ from pathlib import Path
 import docker.errors
 import pytest
 
-from dlsched.envs import image
-from dlsched.envs.errors import DockerUnavailableError
-from dlsched.envs.image import (
+from dlsched.envs.docker import engine, image
+from dlsched.envs.docker.image import (
     IMAGE_TAG,
     IMAGE_VERSION,
     DirectoryEntry,
@@ -32,11 +31,12 @@ from dlsched.envs.image import (
     parse_ldd_line,
     write_rootfs_tar,
 )
-from dlsched.envs.profile import load_profile
+from dlsched.envs.errors import DockerUnavailableError
+from dlsched.envs.replay.profile import load_profile
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.events import BatchEvent, DoneEvent, IterationEvent, parse_event
 from dlsched.runs import cli
-from dlsched.runs.commands.calibrate import CALIBRATION_LABEL, measure_run
+from dlsched.runs.fidelity.calibration import CALIBRATION_LABEL, measure_run
 
 # --- identity and errors ---
 
@@ -60,18 +60,9 @@ def test_an_unreachable_engine_names_the_endpoint_and_the_fix(tmp_path, monkeypa
     endpoint = f"unix://{tmp_path / 'no-engine.sock'}"
     monkeypatch.setenv("DOCKER_HOST", endpoint)
     with pytest.raises(DockerUnavailableError) as raised:
-        image.docker_client(timeout_s=5)
+        engine.connect(timeout_s=5)
     message = str(raised.value)
     assert endpoint in message and "dockerd" in message and "DOCKER_HOST" in message
-
-
-def test_a_refused_socket_says_how_to_get_access():
-    error = docker.errors.DockerException(
-        "Error while fetching server API version: ('Connection aborted.', "
-        "PermissionError(13, 'Permission denied'))"
-    )
-    message = image._unavailable_message("unix:///var/run/docker.sock", error)
-    assert "permission denied" in message and "docker' group" in message
 
 
 def test_the_cli_reports_an_unreachable_engine_as_one_message(tmp_path, monkeypatch, capsys):

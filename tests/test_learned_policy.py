@@ -17,8 +17,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 from dlsched.envs.errors import PolicyError, UnknownNameError
 from dlsched.envs.observation import FEATURES, ObservationLayout
 from dlsched.envs.rewards import satisfied, satisfied_fraction
-from dlsched.envs.scenario import JobKind
-from dlsched.envs.scenario_file import parse_scenario
+from dlsched.envs.scenarios.file_format import parse_scenario
+from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.scheduling_env import SchedulingEnv
 from dlsched.policies.agent_actions import ActionMapping, ActionMode, AgentActions
 from dlsched.policies.learned import (
@@ -30,7 +30,6 @@ from dlsched.policies.learned import (
     load_model,
     save_model,
 )
-from dlsched.policies.loading import resolve_policy
 from dlsched.policies.normalization import SlotPooledStatistics, slot_normalizer
 from dlsched.policies.slot_network import (
     OwnSlotPolicy,
@@ -39,8 +38,9 @@ from dlsched.policies.slot_network import (
     own_rows_first,
 )
 from dlsched.runs.evaluation import run_episode
-from dlsched.runs.slot_agents import SlotAgentVecEnv
-from dlsched.runs.training_envs import make_training_env
+from dlsched.runs.policy_specs import resolve_policy
+from dlsched.runs.training.environments import make_training_env
+from dlsched.runs.training.slot_agents import SlotAgentVecEnv
 
 SLOTS = 4
 

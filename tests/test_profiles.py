@@ -14,7 +14,8 @@ import pytest
 
 from dlsched.envs.decision import Placement
 from dlsched.envs.errors import ProfileError, UnknownNameError
-from dlsched.envs.profile import (
+from dlsched.envs.replay.backend import ReplayBackend
+from dlsched.envs.replay.profile import (
     PROFILES_DIR,
     WorkUnit,
     load_profile,
@@ -22,8 +23,7 @@ from dlsched.envs.profile import (
     profile_names,
     profile_set_names,
 )
-from dlsched.envs.replay import ReplayBackend
-from dlsched.envs.scenario import JobKind, JobSpec, Scenario, WorkerSpec
+from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario, WorkerSpec
 from dlsched.envs.telemetry import JobState
 
 PAPER_INFERENCE = ["inceptionv3", "nasnetmobile", "resnet50", "vgg16", "xception"]

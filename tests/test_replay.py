@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dlsched.envs.backend import make_backend
+from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Placement
 from dlsched.envs.errors import ActionError, BackendError, ScenarioError, UnknownNameError
-from dlsched.envs.profile import load_profile_set
-from dlsched.envs.replay import ReplayBackend
-from dlsched.envs.scenario import JobKind, JobSpec, Scenario, WorkerSpec
+from dlsched.envs.replay.backend import ReplayBackend
+from dlsched.envs.replay.profile import load_profile_set
+from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario, WorkerSpec
 from dlsched.envs.telemetry import JobState, QoEClass, Telemetry
 
 PROVENANCE = {

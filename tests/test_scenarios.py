@@ -12,9 +12,15 @@ import numpy as np
 import pytest
 import yaml
 
-from dlsched.envs import scenario_file
 from dlsched.envs.errors import ScenarioError, UnknownNameError
-from dlsched.envs.scenario import (
+from dlsched.envs.scenarios import file_format as scenario_file
+from dlsched.envs.scenarios.file_format import (
+    dump_scenario,
+    load_scenario,
+    parse_scenario,
+    scenario_names,
+)
+from dlsched.envs.scenarios.model import (
     ArrivalKind,
     ArrivalPattern,
     FloatRange,
@@ -23,12 +29,6 @@ from dlsched.envs.scenario import (
     JobKind,
     Scenario,
     WorkerSpec,
-)
-from dlsched.envs.scenario_file import (
-    dump_scenario,
-    load_scenario,
-    parse_scenario,
-    scenario_names,
 )
 from dlsched.runs.cli import main
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlsched.envs.sharing import water_fill
+from dlsched.envs.replay.sharing import water_fill
 
 EPS = 1e-9
 

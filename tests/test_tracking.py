@@ -17,18 +17,14 @@ from mlflow import MlflowClient
 
 import dlsched.runs.evaluation as evaluation_module
 from dlsched.baselines import make
-from dlsched.envs.scenario_file import dump_scenario, load_scenario
+from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
+from dlsched.runs.bench.tracking import bench_tracking
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import backend_label, run_episode
-from dlsched.runs.tracking import (
-    DEFAULT_TRACKING_URI,
-    ENV_VAR,
-    EvaluationTracker,
-    dlsched_version,
-    resolve_tracking_uri,
-)
-from dlsched.runs.tracking_bench import bench_tracking
-from dlsched.runs.trajectory import TRAJECTORY_COLUMNS
+from dlsched.runs.tracking.provenance import dlsched_version
+from dlsched.runs.tracking.store import DEFAULT_TRACKING_URI, ENV_VAR, resolve_tracking_uri
+from dlsched.runs.tracking.tracker import EvaluationTracker
+from dlsched.runs.tracking.trajectory import TRAJECTORY_COLUMNS
 
 SCENARIO = "dqoes-resnet50-burst-target40"
 HORIZON_S = 60.0  # six steps: enough to see latencies, limits and classes change

@@ -16,17 +16,18 @@ from stable_baselines3.common.logger import Logger
 
 from dlsched.envs.errors import PolicyError, ScenarioError, TrackingError
 from dlsched.envs.rewards import satisfied_closeness
-from dlsched.envs.scenario import ArrivalKind, JobKind
-from dlsched.envs.scenario_file import load_scenario, parse_scenario
+from dlsched.envs.scenarios.file_format import load_scenario, parse_scenario
+from dlsched.envs.scenarios.model import ArrivalKind, JobKind
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 from dlsched.policies.agent_actions import ActionMapping
 from dlsched.policies.learned import CARD_FILE, MODEL_FILE, NORMALIZER_FILE, LearnedPolicy
-from dlsched.policies.loading import resolve_policy
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import evaluate, summarise
-from dlsched.runs.kvwriter import MlflowKVWriter
-from dlsched.runs.tracking import TrackingTarget
-from dlsched.runs.training import (
+from dlsched.runs.policy_specs import resolve_policy
+from dlsched.runs.tracking.kvwriter import MlflowKVWriter
+from dlsched.runs.tracking.store import TrackingTarget
+from dlsched.runs.training.environments import ScenarioMix, VecEnvKind, make_training_env
+from dlsched.runs.training.harness import (
     BEST_MODEL_DIR,
     CONFIG_FILE,
     FINAL_MODEL_DIR,
@@ -35,7 +36,6 @@ from dlsched.runs.training import (
     TrainingResult,
     train,
 )
-from dlsched.runs.training_envs import ScenarioMix, VecEnvKind, make_training_env
 
 #: A small inference distribution: six 10 s steps per episode, 2-4 jobs, two arrival patterns.
 TINY: dict[str, object] = {

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from dlsched.envs.profile import load_profile
+from dlsched.envs.replay.profile import load_profile
 from dlsched.envs.workloads import cpu_quota
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import (
@@ -47,10 +47,10 @@ from dlsched.envs.workloads.models import MODEL_BUILDERS
 from dlsched.envs.workloads.stopping import StopRequest
 from dlsched.envs.workloads.training import MinibatchSampler, run_training
 from dlsched.runs import cli
-from dlsched.runs.commands.calibrate import (
+from dlsched.runs.fidelity.calibration import (
     DEFAULT_OUTPUT_DIR as MEASURED_PROFILES,
 )
-from dlsched.runs.commands.calibrate import (
+from dlsched.runs.fidelity.calibration import (
     HostDescription,
     LimitRun,
     build_profile,

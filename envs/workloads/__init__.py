@@ -12,10 +12,10 @@ nothing here imports dlsched, and imports within the package are relative.
 Contract with the Docker backend
 --------------------------------
 Image
-    ``dlsched.envs.image.IMAGE_TAG`` = ``dlsched-workloads:<IMAGE_VERSION>``, the version ending
-    in a hash of this folder, so a change here needs a rebuild. ``image_present(client)`` says
-    whether an engine has it; ``build_hint()`` gives the command that builds it
-    (``dlsched image build --offline``). The image carries the label ``dlsched.image=1`` (never
+    ``dlsched.envs.docker.image.IMAGE_TAG`` = ``dlsched-workloads:<IMAGE_VERSION>``, the version
+    ending in a hash of this folder, so a change here needs a rebuild. ``image_present(client)``
+    says whether an engine has it; ``build_hint()`` gives the command that builds it (``dlsched
+    image build --offline``). The image carries the label ``dlsched.image=1`` (never
     ``dlsched.managed``, which its containers would inherit).
 
 Command

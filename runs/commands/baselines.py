@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from dlsched.baselines.registry import baseline_class, defaults, names
-from dlsched.baselines.report import PAPER_SCENARIOS, format_report, report
+from dlsched.runs.reproduce.baselines_report import PAPER_SCENARIOS, format_report, report
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,44 +1,25 @@
 """``dlsched bench <name>``: measure how fast a part of dlsched is, on this machine.
 
-Each benchmark is a subcommand registered by its own ``_register_<name>`` function below.
-
-``dlsched bench docker`` times what the Docker backend spends per environment step on telemetry
-and actuation for a host of running containers (by default 10 inference services): setting every
-container's limit and reading it back (``apply``), then measuring CPU usage, state and progress
-(``advance(0)``, which does not sleep). For comparison it times docker-py's
-``container.stats(stream=False)`` for the same containers, which is what a scheduler that asked
-the engine for CPU usage would pay per step.
+Each benchmark is a library module of :mod:`dlsched.runs.bench`; this module only parses its
+options and prints its figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
-import numpy as np
-
-from dlsched.envs.decision import Placement
-from dlsched.envs.docker_backend import (
-    LABEL_EPISODE,
-    MANAGED_FILTER,
-    DockerBackend,
-    connect,
-    engine_cores,
-)
-from dlsched.envs.errors import DlschedError
-from dlsched.envs.scenario import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
-from dlsched.envs.telemetry import JobState
 from dlsched.envs.workloads.catalog import WORKLOADS
+from dlsched.envs.workloads.cpu_quota import THREADINGS
+from dlsched.runs.bench.contention import TRAINING_WORKLOADS, measure_contention
+from dlsched.runs.bench.docker_steps import DOCKER_STEP_TARGET_S, bench_docker
+from dlsched.runs.bench.replay import DEFAULT_SCENARIO as REPLAY_SCENARIO
+from dlsched.runs.bench.replay import measure_replay_speed
+from dlsched.runs.bench.tracking import DEFAULT_POLICIES as TRACKING_POLICIES
+from dlsched.runs.bench.tracking import DEFAULT_SCENARIO as TRACKING_SCENARIO
+from dlsched.runs.bench.tracking import bench_tracking
 from dlsched.runs.commands.arguments import positive_int
-from dlsched.runs.contention_bench import register_contention_bench
-from dlsched.runs.replay_bench import register_replay_bench
-from dlsched.runs.tracking_bench import register_tracking_bench
-
-#: What one step of telemetry and actuation may cost for 10 containers.
-DOCKER_STEP_TARGET_S = 0.050
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,12 +31,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     benchmarks = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     _register_docker(benchmarks)
-    register_tracking_bench(benchmarks)
-    register_replay_bench(benchmarks)
-    register_contention_bench(benchmarks)
-
-
-# ---------------------------------------------------------------------- docker
+    _register_tracking(benchmarks)
+    _register_replay(benchmarks)
+    _register_contention(benchmarks)
 
 
 def _register_docker(benchmarks: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -92,84 +70,6 @@ def _register_docker(benchmarks: argparse._SubParsersAction[argparse.ArgumentPar
     parser.set_defaults(handler=run_docker)
 
 
-@dataclass(frozen=True)
-class StepTimes:
-    """Mean times of one kind of step (seconds).
-
-    Attributes:
-        actuation_s: ``apply`` with a limit for every container: the engine updates (in
-            parallel) and the read-backs of those that change.
-        telemetry_s: ``advance(0)``: CPU usage, state and progress of every container.
-        step_s: their sum.
-        step_max_s: the slowest step.
-    """
-
-    actuation_s: float
-    telemetry_s: float
-    step_s: float
-    step_max_s: float
-
-    @classmethod
-    def of(cls, actuation: list[float], telemetry: list[float]) -> StepTimes:
-        steps = [a + t for a, t in zip(actuation, telemetry, strict=True)]
-        return cls(
-            actuation_s=statistics.fmean(actuation),
-            telemetry_s=statistics.fmean(telemetry),
-            step_s=statistics.fmean(steps),
-            step_max_s=max(steps),
-        )
-
-
-@dataclass(frozen=True)
-class DockerBenchResult:
-    """The figures of ``dlsched bench docker`` (seconds).
-
-    Attributes:
-        containers: containers running during the measurement.
-        steps: steps timed of each kind.
-        changed: steps that give every container a new limit (the worst case).
-        unchanged: steps that repeat every container's limit (the backend skips those updates;
-            what a converged scheduler costs).
-        stats_s: docker-py's ``container.stats(stream=False)`` for every container, one after
-            another: what one step of usage readings through the engine costs.
-        stats_per_container_s: ``stats_s`` per container.
-        ratio: ``stats_s`` over the mean step that changes every limit.
-        target_s: the target per step.
-    """
-
-    containers: int
-    steps: int
-    changed: StepTimes
-    unchanged: StepTimes
-    stats_s: float
-    stats_per_container_s: float
-    ratio: float
-    target_s: float
-
-    def report(self) -> str:
-        lines = [f"dlsched Docker backend, {self.containers} containers, {self.steps} steps each:"]
-        for title, times in (
-            ("every limit changes", self.changed),
-            ("no limit changes", self.unchanged),
-        ):
-            met = "met" if times.step_s <= self.target_s else "NOT met"
-            lines += [
-                f"  {title}:",
-                f"    actuation (set + read back limits)     {times.actuation_s * 1000:8.1f} ms",
-                f"    telemetry (usage, state, progress)     {times.telemetry_s * 1000:8.1f} ms",
-                f"    per step, mean                         {times.step_s * 1000:8.1f} ms "
-                f"(max {times.step_max_s * 1000:.1f} ms; target "
-                f"{self.target_s * 1000:.0f} ms: {met})",
-            ]
-        lines += [
-            f"docker-py container.stats(stream=False), same {self.containers} containers:",
-            f"    all containers                         {self.stats_s * 1000:8.1f} ms "
-            f"({self.stats_per_container_s * 1000:.1f} ms per container)",
-            f"ratio stats / dlsched step (every limit changes) {self.ratio:6.1f} x",
-        ]
-        return "\n".join(lines)
-
-
 def run_docker(args: argparse.Namespace) -> int:
     """Run the Docker benchmark as ``args`` say; print the figures; the exit code (0)."""
     result = bench_docker(args.containers, args.steps, args.workload, args.endpoint, args.image)
@@ -177,100 +77,121 @@ def run_docker(args: argparse.Namespace) -> int:
     return 0
 
 
-def bench_docker(
-    containers: int,
-    steps: int,
-    workload: str = "resnet-svc",
-    endpoint: str | None = None,
-    image: str | None = None,
-) -> DockerBenchResult:
-    """Time the Docker backend's per-step telemetry and actuation against docker-py's stats.
-
-    Args:
-        containers: inference containers to run.
-        steps: steps to time of each kind (every limit changes; no limit changes).
-        workload: the service they run.
-        endpoint: the engine (``None``: the environment's).
-        image: the workload image (``None``: dlsched's own).
-    """
-    if containers < 1 or steps < 1:
-        raise DlschedError(f"containers={containers}, steps={steps}; both must be at least 1")
-    cores = engine_cores(endpoint)
-    scenario = Scenario(
-        name="bench-docker",
-        kind=JobKind.INFERENCE,
-        workers=(WorkerSpec(cores=cores, endpoint=endpoint),),
-        groups=(
-            JobGroup(
-                workloads=(workload,),
-                count=containers,
-                arrival=ArrivalPattern(),
-                targets_s=(10.0,),
-            ),
+def _register_tracking(
+    benchmarks: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    """Add ``dlsched bench tracking`` to the ``bench`` subcommands."""
+    parser = benchmarks.add_parser(
+        "tracking",
+        help="time an evaluation tracked in MLflow against the same untracked",
+        description=(
+            "Evaluate POLICIES on SCENARIO (replay backend) for EPISODES seeds three times: "
+            "untracked, tracked with plots, tracked without plots; print the times and their "
+            "ratios to the untracked run."
         ),
-        slots_per_worker=containers,
-        profile_set="measured",
     )
-    jobs = scenario.realise(np.random.default_rng(0))
-    backend = DockerBackend(image=image)
-    try:
-        backend.reset(scenario, jobs, np.random.default_rng(0))
-        backend.apply({}, [Placement(job.job_id, 0, slot) for slot, job in enumerate(jobs)])
-        # Two alternating sets of limits, so that every step changes every container's quota;
-        # their sum stays under the host so that the engine is not starved by its containers.
-        share = 0.5 / containers
-        limit_sets = [
-            {job.job_id: share * (1 + (slot % 3) / 3) for slot, job in enumerate(jobs)},
-            {job.job_id: share * (1.5 + (slot % 3) / 3) for slot, job in enumerate(jobs)},
-        ]
-        backend.advance(1.0)
-        changed = _time_steps(backend, [limit_sets[step % 2] for step in range(steps)])
-        unchanged = _time_steps(backend, [limit_sets[(steps - 1) % 2]] * steps)
-        now = backend.advance(0.0)
-        running = [job for job in now.jobs if job.state is JobState.RUNNING]
-        if len(running) != containers:
-            raise DlschedError(
-                f"only {len(running)} of {containers} benchmark containers are running "
-                f"({[(job.job_id, job.state.value) for job in now.jobs]}); see the log above"
-            )
-        stats_s = _time_engine_stats(endpoint, backend.episode)
-    finally:
-        backend.close()
-    return DockerBenchResult(
-        containers=containers,
-        steps=steps,
-        changed=changed,
-        unchanged=unchanged,
-        stats_s=stats_s,
-        stats_per_container_s=stats_s / containers,
-        ratio=stats_s / changed.step_s,
-        target_s=DOCKER_STEP_TARGET_S,
+    parser.add_argument("--scenario", default=TRACKING_SCENARIO, help=f"({TRACKING_SCENARIO})")
+    parser.add_argument(
+        "--policy",
+        default=",".join(TRACKING_POLICIES),
+        metavar="P[,P...]",
+        help=f"({','.join(TRACKING_POLICIES)})",
     )
+    parser.add_argument("--episodes", type=int, default=3, help="seeds per policy (3)")
+    parser.add_argument(
+        "--tracking-uri", help="the store to time (default: a new sqlite file in a temp folder)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.set_defaults(handler=run_tracking)
 
 
-def _time_steps(backend: DockerBackend, limits: list[dict[str, float]]) -> StepTimes:
-    """Time ``apply(limits[i])`` then ``advance(0)`` for each ``i``."""
-    actuation, telemetry = [], []
-    for step_limits in limits:
-        start = time.perf_counter()
-        backend.apply(step_limits)
-        applied = time.perf_counter()
-        backend.advance(0.0)
-        actuation.append(applied - start)
-        telemetry.append(time.perf_counter() - applied)
-    return StepTimes.of(actuation, telemetry)
+def run_tracking(args: argparse.Namespace) -> int:
+    """Run the tracking benchmark as ``args`` say; print the figures; the exit code (0)."""
+    policies = tuple(name.strip() for name in args.policy.split(",") if name.strip())
+    result = bench_tracking(args.scenario, policies, args.episodes, args.tracking_uri)
+    print(json.dumps(asdict(result), indent=2) if args.json else result.report())
+    return 0
 
 
-def _time_engine_stats(endpoint: str | None, episode: str | None) -> float:
-    """Seconds docker-py's ``stats(stream=False)`` takes for every container of ``episode``."""
-    client = connect(endpoint)
-    try:
-        found = client.containers.list(
-            filters={"label": [MANAGED_FILTER, f"{LABEL_EPISODE}={episode}"]}
-        )
-        start = time.perf_counter()
-        for container in found:
-            container.stats(stream=False)
-        return time.perf_counter() - start
-    finally:
-        client.close()
+def _register_replay(benchmarks: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``dlsched bench replay`` to the ``bench`` subcommands."""
+    parser = benchmarks.add_parser(
+        "replay",
+        help="environment steps per second on the replay backend, against real time",
+        description=(
+            "Run EPISODES seeded episodes of SCENARIO on the replay backend at equal shares; "
+            "print steps per second and simulated seconds per wall-clock second."
+        ),
+    )
+    parser.add_argument("--scenario", default=REPLAY_SCENARIO, help=f"({REPLAY_SCENARIO})")
+    parser.add_argument("--episodes", type=positive_int, default=20, help="episodes (20)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.set_defaults(handler=run_replay)
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    speed = measure_replay_speed(args.scenario, args.episodes)
+    if args.json:
+        figures = asdict(speed) | {
+            "steps_per_s": speed.steps_per_s,
+            "real_time_ratio": speed.real_time_ratio,
+        }
+        print(json.dumps(figures, indent=2))
+        return 0
+    print(
+        f"{speed.scenario}: {speed.episodes} episodes, {speed.steps} steps in "
+        f"{speed.wall_s:.2f} s: {speed.steps_per_s:,.0f} steps/s, "
+        f"{speed.real_time_ratio:,.0f}x real time"
+    )
+    return 0
+
+
+def _register_contention(
+    benchmarks: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    """Add ``dlsched bench contention`` to the ``bench`` subcommands."""
+    parser = benchmarks.add_parser(
+        "contention",
+        help="total progress of co-located training jobs under free, equal and favoured limits",
+        description=(
+            "Run JOBS copies of a training workload on the local engine (needs the workload "
+            "image, `dlsched image build --offline`) and measure their iterations per second "
+            "alone, in free competition, at equal limits and with one job favoured, with the "
+            "workloads' tuned and stock threading. Each threading takes 4 x (SETTLE + WINDOW) "
+            "seconds plus the start-ups: about 2 minutes with the defaults."
+        ),
+    )
+    parser.add_argument(
+        "--workload", choices=TRAINING_WORKLOADS, default="mlp-digits", help="(default: mlp-digits)"
+    )
+    parser.add_argument("--jobs", type=positive_int, default=3, help="jobs together (3)")
+    parser.add_argument("--window", type=float, default=20.0, help="seconds per rate (20)")
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds after a change (5)")
+    parser.add_argument(
+        "--threading",
+        choices=(*THREADINGS, "both"),
+        default="both",
+        help="the workloads' threading to measure (default: both)",
+    )
+    parser.add_argument(
+        "--endpoint", metavar="URL", help="engine URL (default: DOCKER_HOST or the local socket)"
+    )
+    parser.add_argument("--image", metavar="TAG", help="the workload image (default: dlsched's)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.set_defaults(handler=run_contention)
+
+
+def run_contention(args: argparse.Namespace) -> int:
+    """Run the benchmark as ``args`` say; print the figures; the exit code (0)."""
+    threadings = THREADINGS if args.threading == "both" else (args.threading,)
+    result = measure_contention(
+        args.workload,
+        args.jobs,
+        args.window,
+        args.settle,
+        threadings,
+        args.endpoint,
+        args.image,
+    )
+    print(json.dumps(asdict(result), indent=2) if args.json else result.report())
+    return 0

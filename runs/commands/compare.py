@@ -13,7 +13,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dlsched.runs.compare import (
+from dlsched.runs.tracking.compare import (
     FORMATS,
     compare_stored,
     comparison_data,
@@ -21,9 +21,10 @@ from dlsched.runs.compare import (
     render_markdown,
     render_table,
 )
-from dlsched.runs.plots import plot_comparison
-from dlsched.runs.tracking import connect, load_episodes, resolve_tracking_uri
-from dlsched.runs.trajectory import DEFAULT_OUT
+from dlsched.runs.tracking.plots import plot_comparison
+from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+from dlsched.runs.tracking.stored_runs import load_episodes
+from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -11,14 +11,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dlsched.envs.docker_backend import (
+from dlsched.envs.docker.backend import (
     LABEL_EPISODE,
     LABEL_JOB,
-    connect,
-    endpoint_url,
     managed_containers,
     remove_managed_containers,
 )
+from dlsched.envs.docker.engine import connect, endpoint_url
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

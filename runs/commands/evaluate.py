@@ -1,51 +1,40 @@
 """``dlsched evaluate``: run policies on a scenario over seeds, track every episode, summarise.
 
 Order of work, so that nothing is lost: the policies are built and the tracking store is checked
-before any episode runs; each episode is written to its local folder (``--out``) as soon as it
-ends, then logged to MLflow; if the store fails mid-way, the evaluation goes on untracked and
-says where the local records are.
+before any episode runs; then :func:`~dlsched.runs.tracking.tracked_evaluation.evaluate_tracked`
+records each episode locally (``--out``) and in MLflow.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
-from mlflow import MlflowClient
 
-from dlsched.envs.backend import BACKENDS
-from dlsched.envs.errors import BackendError, PolicyError, TrackingError
-from dlsched.envs.scenario import Scenario
-from dlsched.envs.scenario_file import load_scenario
+from dlsched.envs.backends import BACKENDS
+from dlsched.envs.errors import BackendError, PolicyError
+from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
-from dlsched.policies.policy import ParamValue, Policy
+from dlsched.policies.policy import ParamValue
 from dlsched.runs.commands.arguments import positive_int
-from dlsched.runs.compare import (
+from dlsched.runs.policy_specs import build_policies
+from dlsched.runs.tracking.compare import (
     ScenarioComparison,
-    comparison_data,
     render_table,
 )
-from dlsched.runs.evaluation import (
-    EpisodeResult,
-    PolicyIdentity,
-    backend_label,
-    evaluate,
-    summarise,
+from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+from dlsched.runs.tracking.tracked_evaluation import (
+    EvaluationLocation,
+    EvaluationRequest,
+    evaluate_tracked,
+    evaluate_untracked,
+    summary_data,
 )
-from dlsched.runs.tracking import (
-    EvaluationTracker,
-    TrackingTarget,
-    connect,
-    new_evaluation_id,
-    resolve_tracking_uri,
-)
-from dlsched.runs.trajectory import DEFAULT_OUT, EvaluationFolder
+from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -115,63 +104,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=run)
 
 
-@dataclass(frozen=True)
-class EvaluationRequest:
-    """What to evaluate, as the command line gives it.
-
-    Attributes:
-        scenario: the scenario.
-        policies: the built policies, in the order given.
-        seeds: the seeds of every policy's episodes.
-        backend: the backend's name.
-        backend_options: keyword arguments of the backend's constructor.
-    """
-
-    scenario: Scenario
-    policies: tuple[Policy, ...]
-    seeds: tuple[int, ...]
-    backend: str
-    backend_options: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class EvaluationLocation:
-    """Where a tracked evaluation's records are.
-
-    Attributes:
-        id: the evaluation id (the parent run's name and the local folder's).
-        tracking_uri: the MLflow store.
-        experiment: the experiment's name.
-        experiment_id: its id.
-        parent_run_id: the evaluation's run.
-        episode_runs: each episode's run id, by ``<policy>-seed<seed>``.
-        local_folder: the local records.
-    """
-
-    id: str
-    tracking_uri: str
-    experiment: str
-    experiment_id: str | None
-    parent_run_id: str | None
-    episode_runs: dict[str, str]
-    local_folder: str
-
-
-@dataclass(frozen=True)
-class TrackedEvaluation:
-    """The outcome of :func:`evaluate_tracked`.
-
-    Attributes:
-        comparison: the summary table.
-        location: where the records are.
-        failure: the store's failure after the evaluation started, if it failed.
-    """
-
-    comparison: ScenarioComparison
-    location: EvaluationLocation
-    failure: TrackingError | None
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched evaluate`` as ``args`` say; the exit code."""
     specs = [spec.strip() for spec in args.policy.split(",") if spec.strip()]
@@ -229,112 +161,11 @@ def backend_options(backend: str, workload_threading: str | None) -> dict[str, s
     return {"workload_threading": workload_threading}
 
 
-def evaluate_untracked(request: EvaluationRequest, progress: bool = True) -> ScenarioComparison:
-    """Run the evaluation and summarise it, recording nothing."""
-    results = evaluate(
-        request.scenario,
-        request.policies,
-        request.seeds,
-        request.backend,
-        progress=progress,
-        backend_options=request.backend_options,
-    )
-    return comparison_of(request, results, None)
-
-
-def evaluate_tracked(
-    request: EvaluationRequest,
-    client: MlflowClient,
-    target: TrackingTarget,
-    out: Path,
-    experiment: str | None = None,
-    plots: bool = True,
-    progress: bool = True,
-    warn: Callable[[str], None] = print,
-) -> TrackedEvaluation:
-    """Run the evaluation, recording every episode locally under ``out`` and in MLflow.
-
-    Args:
-        request: what to evaluate.
-        client: a client from :func:`~dlsched.runs.tracking.connect` (the store was checked).
-        target: where it tracks.
-        out: parent folder of the local records.
-        experiment: the MLflow experiment (default: the scenario's name).
-        plots: draw and log the episode plots.
-        progress: show a progress bar.
-        warn: where warnings go.
-    """
-    evaluation_id = new_evaluation_id(request.scenario)
-    folder = EvaluationFolder.of(out, evaluation_id)
-    tracker = EvaluationTracker(
-        client,
-        target,
-        request.scenario,
-        folder,
-        evaluation_id,
-        request.backend,
-        [PolicyIdentity.of(policy) for policy in request.policies],
-        request.seeds,
-        experiment=experiment,
-        warn=warn,
-        plots=plots,
-        backend_options=request.backend_options,
-    )
-    with tracker:
-        results = evaluate(
-            request.scenario,
-            request.policies,
-            request.seeds,
-            request.backend,
-            on_episode=tracker.record_episode,
-            progress=progress,
-            backend_options=request.backend_options,
-        )
-        comparison = comparison_of(request, results, evaluation_id)
-        location = EvaluationLocation(
-            id=evaluation_id,
-            tracking_uri=target.uri,
-            experiment=tracker.experiment_name,
-            experiment_id=tracker.experiment_id,
-            parent_run_id=tracker.parent_run_id,
-            episode_runs=dict(tracker.episode_run_ids),
-            local_folder=str(folder.path.resolve()),
-        )
-        summary_json = folder.path / "summary.json"
-        summary_json.write_text(json.dumps(_json(comparison, location), indent=2))
-        summary_txt = folder.path / "summary.txt"
-        summary_txt.write_text(render_table([comparison]) + "\n")
-        tracker.finish(comparison.summaries, [summary_json, summary_txt])
-    return TrackedEvaluation(comparison, location, tracker.failure)
-
-
-def comparison_of(
-    request: EvaluationRequest, results: Sequence[EpisodeResult], evaluation_id: str | None
-) -> ScenarioComparison:
-    """The summary table of an evaluation's episodes."""
-    summaries = summarise([result.score for result in results], request.scenario.kind)
-    return ScenarioComparison(
-        scenario=request.scenario.name,
-        scenario_hash=request.scenario.content_hash(),
-        kind=request.scenario.kind,
-        backend=backend_label(request.backend, request.backend_options),
-        summaries=summaries,
-        evaluations=(evaluation_id,) * len(summaries) if evaluation_id else (),
-    )
-
-
-def _json(comparison: ScenarioComparison, location: EvaluationLocation | None) -> dict[str, object]:
-    return {
-        "scenarios": comparison_data([comparison]),
-        "evaluation": dataclasses.asdict(location) if location is not None else None,
-    }
-
-
 def _print(
     comparison: ScenarioComparison, location: EvaluationLocation | None, as_json: bool
 ) -> None:
     if as_json:
-        print(json.dumps(_json(comparison, location), indent=2))
+        print(json.dumps(summary_data(comparison, location), indent=2))
     else:
         print(render_table([comparison]))
 
@@ -367,41 +198,3 @@ def parse_settings(
             )
         parsed.setdefault(policy, {})[param] = value
     return parsed
-
-
-def build_policies(
-    specs: Sequence[str],
-    params: Mapping[str, Mapping[str, ParamValue]],
-    tracking_uri: str | None = None,
-) -> list[Policy]:
-    """Build each policy ``--policy`` names, with its ``--set`` parameters.
-
-    A spec is a baseline name or a trained model (a path or a ``runs:/`` URI), as
-    :func:`dlsched.policies.loading.resolve_policy` reads it.
-
-    Args:
-        specs: what ``--policy`` lists.
-        params: parameters by spec.
-        tracking_uri: the MLflow store of ``runs:/`` models.
-
-    Raises:
-        PolicyError: no policy, one listed twice, or two that share a name (their runs and
-            folders are named after it).
-        UnknownNameError: a baseline name that is not registered.
-    """
-    from dlsched.policies.loading import resolve_policy
-
-    if not specs:
-        raise PolicyError("--policy names no policy; e.g. --policy default,dqoes")
-    repeated = sorted({spec for spec in specs if specs.count(spec) > 1})
-    if repeated:
-        raise PolicyError(f"--policy lists {', '.join(repeated)} more than once; list each once")
-    policies = [resolve_policy(spec, params.get(spec), tracking_uri) for spec in specs]
-    names = [policy.name for policy in policies]
-    shared = sorted({name for name in names if names.count(name) > 1})
-    if shared:
-        raise PolicyError(
-            f"policies {', '.join(specs)} include several called {', '.join(shared)}; runs and "
-            "folders are named after the policy, so evaluate them separately"
-        )
-    return policies

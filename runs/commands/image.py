@@ -1,7 +1,7 @@
 """``dlsched image``: build, inspect and prune the workload image the Docker backend runs.
 
 - ``dlsched image build [--offline | --dockerfile] [--force]``: make sure the local engine (or
-  the one ``DOCKER_HOST`` names) has :data:`~dlsched.envs.image.IMAGE_TAG`. Offline (the
+  the one ``DOCKER_HOST`` names) has :data:`~dlsched.envs.docker.image.IMAGE_TAG`. Offline (the
   default) assembles it from this Python installation; ``--dockerfile`` builds
   ``envs/workloads/Dockerfile``, which pulls from the registries. An image already there is
   reused unless ``--force``.
@@ -18,7 +18,8 @@ from typing import Any
 import docker.errors
 from tqdm import tqdm
 
-from dlsched.envs.image import (
+from dlsched.envs.docker.engine import connect
+from dlsched.envs.docker.image import (
     IMAGE_LABEL,
     IMAGE_REPOSITORY,
     IMAGE_TAG,
@@ -26,7 +27,6 @@ from dlsched.envs.image import (
     ProgressCallback,
     build_hint,
     build_image,
-    docker_client,
     image_present,
 )
 
@@ -70,7 +70,7 @@ def register(subparsers: Any) -> None:
 
 def run_build(args: argparse.Namespace) -> int:
     """Build (or reuse) the workload image; print what happened."""
-    client = docker_client()
+    client = connect(timeout_s=600)
     with _ProgressDisplay() as display:
         result = build_image(client, offline=args.offline, force=args.force, progress=display)
     print(_describe(result))
@@ -86,7 +86,7 @@ def run_build(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     """Print the tag this dlsched needs and whether the engine has it (exit 1 if not)."""
-    client = docker_client()
+    client = connect(timeout_s=600)
     if not image_present(client):
         print(f"{IMAGE_TAG}: not built; build it with: {build_hint()}")
         return 1
@@ -97,7 +97,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_prune(args: argparse.Namespace) -> int:
     """Remove dlsched workload images whose tag is not the current one."""
-    client = docker_client()
+    client = connect(timeout_s=600)
     removed = 0
     for image in client.images.list(name=IMAGE_REPOSITORY, filters={"label": IMAGE_LABEL}):
         if IMAGE_TAG in image.tags:

@@ -12,13 +12,13 @@ import sys
 from dataclasses import asdict, dataclass
 
 from dlsched.envs.errors import DlschedError
-from dlsched.envs.scenario import IntRange, Scenario
-from dlsched.envs.scenario_file import (
+from dlsched.envs.scenarios.file_format import (
     load_scenario,
     scenario_names,
     scenario_path,
     scenario_to_data,
 )
+from dlsched.envs.scenarios.model import IntRange, Scenario
 
 
 @dataclass(frozen=True)

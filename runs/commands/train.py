@@ -10,15 +10,15 @@ from pathlib import Path
 
 import yaml
 
-from dlsched.envs.backend import BACKENDS
+from dlsched.envs.backends import BACKENDS
 from dlsched.envs.errors import PolicyError
 from dlsched.envs.rewards import REWARDS
 from dlsched.policies.agent_actions import ActionMode
 from dlsched.policies.learned import ALGORITHMS
-from dlsched.runs.tracking import connect, resolve_tracking_uri
-from dlsched.runs.training import NETWORKS, HyperValue, TrainingConfig, train
-from dlsched.runs.training_envs import VecEnvKind
-from dlsched.runs.trajectory import DEFAULT_OUT
+from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+from dlsched.runs.tracking.trajectory import DEFAULT_OUT
+from dlsched.runs.training.environments import VecEnvKind
+from dlsched.runs.training.harness import NETWORKS, HyperValue, TrainingConfig, train
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

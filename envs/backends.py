@@ -1,0 +1,28 @@
+"""The backends by name: what ``backend=`` of the environments accepts.
+
+The interface (:mod:`dlsched.envs.backend`) knows no implementation; this module does, and
+imports each only when it is asked for, so that the replay backend never loads docker-py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlsched.envs.backend import Backend
+from dlsched.envs.errors import UnknownNameError
+
+#: The registered backend names.
+BACKENDS: tuple[str, ...] = ("replay", "docker")
+
+
+def make_backend(name: str, **kwargs: Any) -> Backend:
+    """Build a backend by its registered name (``replay`` or ``docker``)."""
+    if name == "replay":
+        from dlsched.envs.replay.backend import ReplayBackend
+
+        return ReplayBackend(**kwargs)
+    if name == "docker":
+        from dlsched.envs.docker.backend import DockerBackend
+
+        return DockerBackend(**kwargs)
+    raise UnknownNameError("backend", name, BACKENDS)

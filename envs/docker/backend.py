@@ -1,0 +1,953 @@
+"""The Docker backend: real containers on one or more Docker engines, in wall-clock time.
+
+Every job runs in its own container of the workload image
+(``python -m dlsched_workloads <workload> ...``). The backend
+
+- starts containers with the labels ``dlsched.managed=1``, ``dlsched.episode=<uuid>`` and
+  ``dlsched.job=<job id>``, and lists, updates or removes only containers that carry them;
+- sets limits with ``cpu_period``/``cpu_quota`` (docker-py's ``update`` has no ``nano_cpus``, and a
+  container created with ``nano_cpus`` refuses quota updates) and reports the limit it reads
+  back from the engine, not the one it asked for;
+- measures CPU time from the container's cgroup files when the engine runs on this host
+  (:mod:`dlsched.envs.docker.cgroup`) and from the engine's one-shot statistics otherwise;
+- reads progress from the JSON lines the workload prints
+  (:mod:`dlsched.envs.docker.container_output`);
+- reports a container that dies as a ``FAILED`` job, never as an exception;
+- removes its containers on :meth:`~DockerBackend.close`, on the next
+  :meth:`~DockerBackend.reset`, at interpreter exit and on SIGINT/SIGTERM. What a killed process
+  leaves behind, ``dlsched docker cleanup`` removes.
+
+Workers map to engines through ``scenario.workers[i].endpoint``: ``None`` is the engine
+docker-py finds from the environment (``DOCKER_HOST``, else the local socket); any other value is
+a URL docker-py takes (``unix://``, ``tcp://``, ``ssh://``), with TLS configured as docker-py
+reads it from ``DOCKER_TLS_VERIFY`` and ``DOCKER_CERT_PATH``. Workers that share an endpoint
+share that engine's CPU.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import math
+import os
+import posixpath
+import signal
+import threading
+import time
+import uuid
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any, ClassVar
+
+import docker
+import docker.errors
+import numpy as np
+
+from dlsched.envs.backend import Backend
+from dlsched.envs.decision import Placement
+from dlsched.envs.docker.cgroup import DEFAULT_CGROUP_ROOT, CpuUsageFile, find_cpu_usage_file
+from dlsched.envs.docker.container_output import ContainerOutput, Progress
+from dlsched.envs.docker.engine import connect, endpoint_url
+from dlsched.envs.errors import (
+    ActionError,
+    BackendError,
+    ImageMissingError,
+    ScenarioError,
+)
+from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
+from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
+from dlsched.envs.workloads.catalog import WORKLOADS
+from dlsched.envs.workloads.cpu_quota import THREADINGS
+
+_log = logging.getLogger(__name__)
+
+LABEL_MANAGED = "dlsched.managed"
+LABEL_EPISODE = "dlsched.episode"
+LABEL_JOB = "dlsched.job"
+LABEL_WORKER = "dlsched.worker"
+#: The label filter every query of the backend and of ``dlsched docker cleanup`` carries.
+MANAGED_FILTER = f"{LABEL_MANAGED}=1"
+
+#: Linux refuses CFS quotas below one millisecond per period.
+MIN_CPU_QUOTA_US = 1000
+#: Where a training container saves its state when stopped; a migration carries it over.
+CHECKPOINT_PATH = "/tmp/dlsched-checkpoint.pt"
+DEFAULT_CPU_PERIOD_US = 100_000
+
+#: Engine states in which a container's process still exists.
+_LIVE_STATES = frozenset({"created", "running", "paused", "restarting"})
+
+
+def managed_containers(
+    client: docker.DockerClient, episode: str | None = None
+) -> list[dict[str, Any]]:
+    """Summaries (as the engine lists them) of the containers dlsched manages.
+
+    Args:
+        client: the engine.
+        episode: only those of this episode; ``None`` for every episode.
+    """
+    labels = [MANAGED_FILTER]
+    if episode is not None:
+        labels.append(f"{LABEL_EPISODE}={episode}")
+    summaries: list[dict[str, Any]] = client.api.containers(all=True, filters={"label": labels})
+    return summaries
+
+
+def remove_managed_containers(
+    client: docker.DockerClient, episode: str | None = None
+) -> list[dict[str, Any]]:
+    """Force-remove dlsched's containers (of one episode, or all); the summaries of those removed.
+
+    Each container is listed with the ``dlsched.managed=1`` filter and removed by id, so a
+    container without the label is never touched. One that disappears meanwhile is skipped.
+    """
+    summaries = managed_containers(client, episode)
+
+    def remove(summary: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            client.api.remove_container(summary["Id"], force=True)
+        except docker.errors.NotFound:
+            return None
+        except docker.errors.APIError as error:
+            # "removal already in progress": another cleanup got there first.
+            if error.status_code == 409:
+                return None
+            raise
+        return summary
+
+    if len(summaries) <= 1:
+        removed = [remove(summary) for summary in summaries]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(min(len(summaries), 8)) as pool:
+            removed = list(pool.map(remove, summaries))
+    return [summary for summary in removed if summary is not None]
+
+
+# ---------------------------------------------------------------------- interruption
+
+
+#: Cleanups of the episodes alive in this process, run on SIGINT/SIGTERM (and, through
+#: ``weakref.finalize``, at interpreter exit or when their backend is garbage-collected).
+_live_cleanups: set[weakref.finalize[Any, Any]] = set()
+_previous_handlers: dict[int, Any] = {}
+_INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_registry_lock = threading.Lock()
+
+
+def _remove_episode(episode: str, endpoints: tuple[str | None, ...]) -> None:
+    """Remove an episode's containers from every engine it used, with fresh clients.
+
+    Fresh clients, because this may run inside a signal handler while the backend's own client
+    is in the middle of a call.
+    """
+    for endpoint in endpoints:
+        try:
+            client = connect(endpoint, timeout_s=30.0)
+            removed = remove_managed_containers(client, episode)
+            client.close()
+        except Exception as error:
+            # At exit or in a signal handler nobody can act on an exception; say what is left.
+            _log.warning(
+                "could not remove the containers of episode %s at %s (%r); run "
+                "`dlsched docker cleanup`",
+                episode,
+                endpoint_url(endpoint),
+                error,
+            )
+            continue
+        if removed:
+            _log.info("removed %d containers of episode %s", len(removed), episode)
+
+
+def _on_interrupt(signum: int, frame: FrameType | None) -> None:
+    """Remove every live episode's containers, then do what the previous handler did."""
+    for cleanup in list(_live_cleanups):
+        cleanup()
+    _live_cleanups.clear()
+    previous = _previous_handlers.get(signum, signal.SIG_DFL)
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        # Die of the signal as the process would have without us.
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _track(cleanup: weakref.finalize[Any, Any]) -> None:
+    with _registry_lock:
+        _live_cleanups.add(cleanup)
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread; atexit still runs
+        for signum in _INTERRUPT_SIGNALS:
+            current = signal.getsignal(signum)
+            if current is not _on_interrupt:
+                _previous_handlers[signum] = current
+                signal.signal(signum, _on_interrupt)
+
+
+def _untrack(cleanup: weakref.finalize[Any, Any]) -> None:
+    with _registry_lock:
+        _live_cleanups.discard(cleanup)
+        if _live_cleanups or threading.current_thread() is not threading.main_thread():
+            return
+        for signum, previous in list(_previous_handlers.items()):
+            # Put back the handler we replaced, unless someone replaced ours since.
+            if signal.getsignal(signum) is _on_interrupt:
+                signal.signal(signum, previous)
+            del _previous_handlers[signum]
+
+
+# ---------------------------------------------------------------------- per-job records
+
+
+@dataclass
+class _Run:
+    """One container of a job (a migrated job has had several, one after another)."""
+
+    container_id: str
+    name: str
+    worker: int
+    started_s: float  # episode time at which it was started
+    output: ContainerOutput
+    cpu_file: CpuUsageFile | None  # None: measured through the engine's statistics
+    # CPU readings are timed by the clock of their source: episode seconds for cgroup files,
+    # the engine's Unix time for its statistics (a remote engine's clock may be off ours, but
+    # differences between its own timestamps are right).
+    window_start_at: float  # when the current usage window began (at start: the start)
+    window_start_cpu: float = 0.0
+    cpu_seconds: float = 0.0  # the last reading
+    cpu_usage: float = 0.0  # cores, over the last window that was long enough
+
+    def record(self, seconds: float, at: float, min_window_s: float) -> None:
+        """Take a reading of cumulative CPU-seconds at time ``at`` (the source's clock)."""
+        self.cpu_seconds = max(seconds, self.cpu_seconds)
+        span = at - self.window_start_at
+        if span >= min_window_s:
+            self.cpu_usage = (self.cpu_seconds - self.window_start_cpu) / span
+            self.window_start_at, self.window_start_cpu = at, self.cpu_seconds
+
+
+@dataclass
+class _Job:
+    """What the backend knows of one placed job."""
+
+    spec: JobSpec
+    worker: int
+    slot: int
+    limit: float  # as read back from the engine
+    quota_us: int  # the quota read back with it (-1: none), to skip updates that change nothing
+    runs: list[_Run] = field(default_factory=list)
+    state: JobState = JobState.RUNNING
+    completed_s: float | None = None
+
+    @property
+    def run(self) -> _Run:
+        return self.runs[-1]
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(run.cpu_seconds for run in self.runs)
+
+    @property
+    def cpu_usage(self) -> float:
+        return self.run.cpu_usage if self.state is JobState.RUNNING else 0.0
+
+
+@dataclass(frozen=True)
+class _Engine:
+    """One worker's engine: its client and what it reported at reset."""
+
+    endpoint: str | None
+    client: docker.DockerClient
+    cores: float
+
+
+# ---------------------------------------------------------------------- the backend
+
+
+class DockerBackend(Backend):
+    """Runs each job in a container on a Docker engine and measures it from outside.
+
+    Time is wall-clock time: :meth:`advance` sleeps until the asked time has passed since the
+    previous measurement (minus the time actuation took) and reports the time it measured at,
+    so ``time_s`` moves forward by about, never exactly, the asked seconds.
+
+    A worker's cores are those its engine reports (``NCPU``); a scenario that says otherwise
+    gets a warning, and limits stay fractions of the real cores (``cpu_quota = limit * cores *
+    cpu_period``, no quota at 1).
+
+    A migration stops the job's container and starts a new one on the destination worker that
+    resumes training at the last iteration the old one reported (``--start-iteration``), with
+    the model and optimizer state the old one saved when stopped (:data:`CHECKPOINT_PATH`,
+    copied from the stopped container into the new one, so it works across engines). A job
+    killed before it could save resumes its count from untrained weights, with a warning. The
+    time this takes is real time the step pays, and the scenario's ``migration_cost_s`` (a
+    replay setting) is not added to it. An inference job restarts on the destination with its
+    batch count carried over.
+
+    A training job runs ``iterations`` of its scenario, or its workload's default
+    (:data:`dlsched.envs.workloads.catalog.WORKLOADS`), passed explicitly so that telemetry knows
+    the total from the start. It is ``DONE`` when its container exits 0 after printing its done
+    event, and ``completed_s`` is that event's time (the workload's clock, bounded by what this
+    host observed); any other exit, a kill, or a container that disappeared is ``FAILED``.
+
+    CPU-seconds are read at each measurement. The engine drops a container's accounting when it
+    exits, so a finished job's ``cpu_seconds`` is its last reading before the exit.
+    """
+
+    name: ClassVar[str] = "docker"
+    deterministic: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        image: str | None = None,
+        cpu_period_us: int = DEFAULT_CPU_PERIOD_US,
+        use_cgroup_files: bool | None = None,
+        cgroup_root: Path = DEFAULT_CGROUP_ROOT,
+        network_mode: str = "none",
+        api_timeout_s: float = 60.0,
+        output_grace_s: float = 5.0,
+        stop_timeout_s: float = 10.0,
+        actuation_threads: int = 16,
+        min_usage_window_s: float = 1.0,
+        workload_threading: str = "tuned",
+    ) -> None:
+        """Configure the backend; nothing is contacted before :meth:`reset`.
+
+        Args:
+            image: the workload image; ``None`` is dlsched's own (``dlsched.envs.docker.image``).
+            cpu_period_us: the CFS period of every container, in microseconds.
+            use_cgroup_files: read CPU time from cgroup files (``True``: required, an error if a
+                container's files cannot be found), from the engine's statistics (``False``),
+                or from the files where found and the statistics elsewhere (``None``).
+            cgroup_root: where this host mounts the cgroup tree.
+            network_mode: the containers' network; the workloads need none.
+            api_timeout_s: timeout of each engine API call.
+            output_grace_s: how long to wait, once a container has exited, for the rest of its
+                output before deciding whether it finished or died.
+            stop_timeout_s: how long a migrating job's container may take to stop at the end
+                of its current unit of work before it is killed.
+            actuation_threads: engine calls made in parallel (limits, starts, statistics).
+            min_usage_window_s: shortest window a CPU usage is averaged over. CFS hands out a
+                quota per period, so a window of ``w`` seconds can see up to one period more
+                than the quota (10 % at 1 s); a measurement sooner than this after the previous
+                one (``advance(0)`` right after a placement) repeats the previous usage, and the
+                next one averages over the whole time since.
+            workload_threading: how the workloads size their thread pools: ``"tuned"``
+                (threads follow the quota and wait passively) or ``"stock"`` (torch's and
+                OpenMP's defaults, as unmodified framework jobs run); see
+                :mod:`dlsched.envs.workloads.cpu_quota`.
+        """
+        if not 1000 <= cpu_period_us <= 1_000_000:
+            raise BackendError(
+                f"cpu_period_us={cpu_period_us!r} is outside the kernel's range 1000..1000000 "
+                "microseconds; use the default 100000"
+            )
+        if actuation_threads < 1:
+            raise BackendError(f"actuation_threads={actuation_threads!r} must be at least 1")
+        if workload_threading not in THREADINGS:
+            raise BackendError(
+                f"workload_threading={workload_threading!r} is not one of {list(THREADINGS)}; "
+                'use "tuned" (the default) or "stock"'
+            )
+        self._image = image
+        self._cpu_period_us = int(cpu_period_us)
+        self._use_cgroup_files = use_cgroup_files
+        self._cgroup_root = Path(cgroup_root)
+        self._network_mode = network_mode
+        self._api_timeout_s = float(api_timeout_s)
+        self._output_grace_s = float(output_grace_s)
+        self._stop_timeout_s = float(stop_timeout_s)
+        self._min_usage_window_s = float(min_usage_window_s)
+        self._actuation_threads = actuation_threads
+        self._workload_threading = workload_threading
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._clients: dict[str | None, docker.DockerClient] = {}
+        self._engines: tuple[_Engine, ...] = ()
+        self._specs: dict[str, JobSpec] = {}
+        self._seeds: dict[str, int] = {}
+        self._jobs: dict[str, _Job] = {}
+        self._episode: str | None = None
+        self._cleanup: weakref.finalize[Any, Any] | None = None
+        self._clock_start = 0.0
+        self._epoch_start = 0.0
+        self._time_s = 0.0
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def episode(self) -> str | None:
+        """The id (``dlsched.episode`` label) of the current or, after close, the last episode."""
+        return self._episode
+
+    @property
+    def image(self) -> str:
+        """The workload image the containers run."""
+        if self._image is not None:
+            return self._image
+        from dlsched.envs.docker.image import IMAGE_TAG
+
+        return IMAGE_TAG
+
+    # ------------------------------------------------------------------ Backend API
+
+    def reset(
+        self, scenario: Scenario, jobs: Sequence[JobSpec], rng: np.random.Generator
+    ) -> Telemetry:
+        """Remove the previous episode's containers, check the engines and start the clock.
+
+        Raises:
+            ScenarioError: a job's workload has no program in the image (a replay-only
+                workload of a paper's profile set).
+            DockerUnavailableError: a worker's engine does not answer or refuses this user.
+            ImageMissingError: the workload image is not on a worker's engine.
+        """
+        self._end_episode()
+        unknown = sorted({job.workload for job in jobs} - set(WORKLOADS))
+        if unknown:
+            raise ScenarioError(
+                f"scenario {scenario.name!r} has workloads {unknown} that the Docker backend "
+                f"cannot run; the workload image has {sorted(WORKLOADS)}. Run it on the replay "
+                "backend, or use a scenario of those workloads (`dlsched scenarios` lists the "
+                "docker-* ones)"
+            )
+        engines = {endpoint: self._engine(endpoint) for endpoint in _endpoints(scenario)}
+        self._engines = tuple(engines[worker.endpoint] for worker in scenario.workers)
+        for index, (worker, engine) in enumerate(zip(scenario.workers, self._engines, strict=True)):
+            if not math.isclose(worker.cores, engine.cores):
+                warnings.warn(
+                    f"scenario {scenario.name!r} gives worker {index} {worker.cores:g} cores, but "
+                    f"its engine at {endpoint_url(engine.endpoint)} has {engine.cores:g}: "
+                    f"{worker.cores:g} != {engine.cores:g}; limits are fractions of the "
+                    "engine's cores. Set `cores` in the scenario to match.",
+                    stacklevel=2,
+                )
+        self._specs = {job.job_id: job for job in jobs}
+        self._seeds = {job.job_id: int(rng.integers(2**31 - 1)) for job in jobs}
+        self._jobs = {}
+        self._episode = uuid.uuid4().hex
+        self._cleanup = weakref.finalize(self, _remove_episode, self._episode, _endpoints(scenario))
+        _track(self._cleanup)
+        self._clock_start = time.monotonic()
+        self._epoch_start = time.time()
+        self._time_s = 0.0
+        return Telemetry(0.0, 0.0, self._worker_telemetry({}), ())
+
+    def apply(
+        self,
+        limits: Mapping[str, float],
+        placements: Sequence[Placement] = (),
+        migrations: Sequence[Placement] = (),
+    ) -> None:
+        """Start placed jobs, move migrating ones, then set limits, reading each back.
+
+        Engine calls run in parallel. A limit for a job that has finished or failed is ignored;
+        one for a job that was never placed is an error.
+
+        Raises:
+            ActionError: an unknown or already placed job, a bad worker, a bad limit.
+        """
+        self._require_episode()
+        for job_id, limit in limits.items():
+            if not (math.isfinite(limit) and limit >= 0):
+                raise ActionError(
+                    f"limit of job {job_id!r} is {limit!r}; expected a fraction of a worker in "
+                    "[0, 1] (above 1 means no cap)"
+                )
+        for placement in placements:
+            self._check_placement(placement, new=True)
+        for migration in migrations:
+            self._check_placement(migration, new=False)
+        placed_now = {placement.job_id for placement in placements}
+        for job_id in limits:
+            if job_id not in self._jobs and job_id not in placed_now:
+                raise ActionError(
+                    f"limit for job {job_id!r}, which is not placed; placed jobs: "
+                    f"{sorted(self._jobs)}"
+                )
+        self._map(
+            lambda placement: self._place(placement, limits.get(placement.job_id)), placements
+        )
+        self._map(self._migrate, migrations)
+        changes = [
+            (job_id, limit)
+            for job_id, limit in limits.items()
+            if job_id not in placed_now
+            and self._jobs[job_id].state is JobState.RUNNING
+            and self._quota_us(self._jobs[job_id].worker, limit) != self._jobs[job_id].quota_us
+        ]
+        self._map(lambda change: self._set_limit(*change), changes)
+
+    def advance(self, seconds: float) -> Telemetry:
+        """Sleep until ``seconds`` have passed since the previous measurement, then measure.
+
+        Raises:
+            ActionError: ``seconds`` is negative or not finite.
+        """
+        self._require_episode()
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ActionError(f"advance(seconds={seconds!r}); expected a finite number >= 0")
+        delay = self._time_s + seconds - self._now()
+        if delay > 0:
+            time.sleep(delay)
+        return self._measure()
+
+    def close(self) -> None:
+        """Remove this backend's containers and release its connections."""
+        self._end_episode()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        for client in self._clients.values():
+            client.close()
+        self._clients = {}
+
+    # ------------------------------------------------------------------ episode
+
+    def _engine(self, endpoint: str | None) -> _Engine:
+        client = self._clients.get(endpoint)
+        if client is None:
+            client = connect(endpoint, self._api_timeout_s)
+            self._clients[endpoint] = client
+        self._check_image(client, endpoint)
+        cores = float(client.info()["NCPU"])
+        return _Engine(endpoint, client, cores)
+
+    def _check_image(self, client: docker.DockerClient, endpoint: str | None) -> None:
+        if self._image is None:
+            from dlsched.envs.docker.image import IMAGE_TAG, build_hint, image_present
+
+            if not image_present(client):
+                raise ImageMissingError(
+                    f"the workload image {IMAGE_TAG!r} is not on the engine at "
+                    f"{endpoint_url(endpoint)}; build it with `{build_hint()}`"
+                )
+            return
+        try:
+            client.images.get(self._image)
+        except docker.errors.ImageNotFound:
+            raise ImageMissingError(
+                f"the image {self._image!r} is not on the engine at {endpoint_url(endpoint)}; "
+                "build or load it there (dlsched's own: `dlsched image build --offline`)"
+            ) from None
+
+    def _end_episode(self) -> None:
+        for job in self._jobs.values():
+            for run in job.runs:
+                run.output.close()
+        if self._cleanup is not None:
+            self._cleanup()  # a finalizer runs at most once, whoever calls it first
+            _untrack(self._cleanup)
+            self._cleanup = None
+        self._jobs = {}
+
+    def _require_episode(self) -> None:
+        if self._cleanup is None:
+            raise BackendError("the Docker backend has no episode; call reset() first")
+
+    def _now(self) -> float:
+        return time.monotonic() - self._clock_start
+
+    def _map(self, function: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """``function`` over ``items`` in the thread pool; the first error is raised."""
+        if len(items) <= 1:
+            return [function(item) for item in items]
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(
+                self._actuation_threads, thread_name_prefix="dlsched-docker"
+            )
+        return list(self._pool.map(function, items))
+
+    # ------------------------------------------------------------------ actuation
+
+    def _placed(self, job_id: str) -> _Job:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise ActionError(
+                f"job {job_id!r} is not placed; placed jobs: {sorted(self._jobs)}"
+            ) from None
+
+    def _check_placement(self, placement: Placement, new: bool) -> None:
+        what = "placement" if new else "migration"
+        if placement.job_id not in self._specs:
+            raise ActionError(
+                f"{what} of unknown job {placement.job_id!r}; jobs of this episode: "
+                f"{sorted(self._specs)}"
+            )
+        if not 0 <= placement.worker < len(self._engines):
+            raise ActionError(
+                f"{what} of {placement.job_id!r} to worker {placement.worker}; workers are "
+                f"0..{len(self._engines) - 1}"
+            )
+        if new and placement.job_id in self._jobs:
+            raise ActionError(f"job {placement.job_id!r} is already placed")
+        if not new:
+            self._placed(placement.job_id)
+
+    def _quota_us(self, worker: int, limit: float) -> int:
+        """The CFS quota of ``limit`` on ``worker``: -1 (none) at 1, else at least the minimum."""
+        if limit >= 1.0:
+            return -1
+        quota = round(limit * self._engines[worker].cores * self._cpu_period_us)
+        return max(quota, MIN_CPU_QUOTA_US)
+
+    def _in_force(self, worker: int, inspected: Mapping[str, Any]) -> tuple[float, int]:
+        """The limit (fraction of the worker) and quota (-1: none) an inspected container has."""
+        host_config = inspected["HostConfig"]
+        quota = int(host_config.get("CpuQuota") or 0)
+        period = int(host_config.get("CpuPeriod") or self._cpu_period_us)
+        if quota <= 0:
+            return 1.0, -1
+        return min(quota / (period * self._engines[worker].cores), 1.0), quota
+
+    def _command(self, job: JobSpec, start_iteration: int) -> list[str]:
+        command = ["python", "-m", "dlsched_workloads", job.workload]
+        iterations = _total_iterations(job)
+        if iterations is not None:
+            command += ["--iterations", str(iterations)]
+        if start_iteration:
+            command += ["--start-iteration", str(start_iteration)]
+        if job.kind is JobKind.TRAINING:
+            command += ["--checkpoint", CHECKPOINT_PATH]
+        if self._workload_threading != "tuned":
+            command += ["--threading", self._workload_threading]
+        return [*command, "--seed", str(self._seeds[job.job_id])]
+
+    def _start(
+        self,
+        spec: JobSpec,
+        worker: int,
+        limit: float,
+        start_iteration: int,
+        attempt: int,
+        checkpoint: bytes | None = None,
+    ) -> tuple[_Run, tuple[float, int]]:
+        """Start one container of ``spec``; the run and its limit and quota as read back.
+
+        ``checkpoint``, a tar archive of :data:`CHECKPOINT_PATH`, is put into the container
+        before it starts, so that the workload resumes from it.
+        """
+        assert self._episode is not None
+        client = self._engines[worker].client
+        name = f"dlsched-{self._episode[:8]}-{spec.job_id}" + (f"-m{attempt}" if attempt else "")
+        quota = self._quota_us(worker, limit)
+        host_config = client.api.create_host_config(
+            cpu_period=self._cpu_period_us,
+            cpu_quota=quota if quota > 0 else None,
+            network_mode=self._network_mode,
+        )
+        try:
+            created = client.api.create_container(
+                self.image,
+                command=self._command(spec, start_iteration),
+                name=name,
+                detach=True,
+                labels={
+                    LABEL_MANAGED: "1",
+                    LABEL_EPISODE: self._episode,
+                    LABEL_JOB: spec.job_id,
+                    LABEL_WORKER: str(worker),
+                },
+                host_config=host_config,
+            )
+            container_id: str = created["Id"]
+            if checkpoint is not None:
+                client.api.put_archive(container_id, posixpath.dirname(CHECKPOINT_PATH), checkpoint)
+            client.api.start(container_id)
+            started_s = self._now()
+            inspected = client.api.inspect_container(container_id)
+            stream = client.api.logs(
+                container_id, stdout=True, stderr=False, stream=True, follow=True
+            )
+        except docker.errors.APIError as error:
+            raise BackendError(
+                f"the engine at {endpoint_url(self._engines[worker].endpoint)} could not start "
+                f"job {spec.job_id!r} ({spec.workload}) in container {name}: {error}"
+            ) from error
+        output = ContainerOutput(stream, stream.close, name)
+        cpu_file = self._cpu_file(container_id, inspected)
+        run = _Run(
+            container_id=container_id,
+            name=name,
+            worker=worker,
+            started_s=started_s,
+            output=output,
+            cpu_file=cpu_file,
+            window_start_at=(
+                started_s if cpu_file is not None else _unix_time(inspected["State"]["StartedAt"])
+            ),
+        )
+        return run, self._in_force(worker, inspected)
+
+    def _cpu_file(self, container_id: str, inspected: Mapping[str, Any]) -> CpuUsageFile | None:
+        if self._use_cgroup_files is False:
+            return None
+        pid = int(inspected["State"].get("Pid") or 0)
+        found = find_cpu_usage_file(container_id, pid or None, self._cgroup_root)
+        if found is None and self._use_cgroup_files and inspected["State"]["Running"]:
+            raise BackendError(
+                f"no cgroup CPU accounting file of container {container_id[:12]} under "
+                f"{self._cgroup_root}; the engine does not run on this host or uses another "
+                "cgroup layout. Pass use_cgroup_files=None (or False) to read the engine's "
+                "statistics instead"
+            )
+        return found
+
+    def _place(self, placement: Placement, limit: float | None) -> None:
+        spec = self._specs[placement.job_id]
+        run, (read_back, quota) = self._start(
+            spec, placement.worker, 1.0 if limit is None else limit, 0, 0
+        )
+        job = _Job(
+            spec=spec,
+            worker=placement.worker,
+            slot=placement.slot,
+            limit=read_back,
+            quota_us=quota,
+            runs=[run],
+        )
+        self._jobs[spec.job_id] = job
+
+    def _migrate(self, placement: Placement) -> None:
+        job = self._jobs[placement.job_id]
+        if job.state is not JobState.RUNNING:
+            return  # it finished or died since the decision; nothing is left to move
+        old = job.run
+        client = self._engines[old.worker].client
+        self._read_cpu(old)
+        # SIGTERM: the workload stops at the end of its current unit, so the count it last
+        # reported is exactly the work done; SIGKILL after stop_timeout_s if it does not.
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            client.api.stop(old.container_id, timeout=math.ceil(self._stop_timeout_s))
+        old.output.wait_ended(self._output_grace_s)
+        progress = old.output.progress()
+        training = job.spec.kind is JobKind.TRAINING
+        resume = progress.iterations if training else progress.batches
+        checkpoint = self._checkpoint_of(job) if training else None
+        run, (job.limit, job.quota_us) = self._start(
+            job.spec, placement.worker, job.limit, resume, len(job.runs), checkpoint
+        )
+        job.runs.append(run)
+        job.worker = placement.worker
+        job.slot = placement.slot
+
+    def _checkpoint_of(self, job: _Job) -> bytes | None:
+        """The tar archive of the checkpoint the job's stopped container saved, if it saved one."""
+        run = job.run
+        try:
+            chunks, _ = self._engines[run.worker].client.api.get_archive(
+                run.container_id, CHECKPOINT_PATH
+            )
+            return b"".join(chunks)
+        except docker.errors.APIError as error:
+            _log.warning(
+                "job %s (container %s) left no checkpoint at %s (%s); it resumes at its "
+                "iteration count from untrained weights",
+                job.spec.job_id,
+                run.name,
+                CHECKPOINT_PATH,
+                error,
+            )
+            return None
+
+    def _set_limit(self, job_id: str, limit: float) -> None:
+        job = self._jobs[job_id]
+        client = self._engines[job.worker].client
+        quota = self._quota_us(job.worker, limit)
+        try:
+            client.api.update_container(
+                job.run.container_id, cpu_period=self._cpu_period_us, cpu_quota=quota
+            )
+            inspected = client.api.inspect_container(job.run.container_id)
+        except docker.errors.NotFound:
+            return  # it is gone: the next measurement reports it failed
+        except docker.errors.APIError as error:
+            if _exited(error):
+                return  # it ended meanwhile: the next measurement says how
+            raise BackendError(
+                f"the engine refused limit {limit!r} (cpu_quota={quota}, "
+                f"cpu_period={self._cpu_period_us}) for job {job_id!r}: {error}"
+            ) from error
+        job.limit, job.quota_us = self._in_force(job.worker, inspected)
+
+    # ------------------------------------------------------------------ measurement
+
+    def _stats_reading(self, run: _Run) -> tuple[float, float] | None:
+        """Cumulative CPU-seconds of a container and when the engine sampled them (Unix time).
+
+        The engine answers a one-shot request at its next sampling tick (up to a second
+        later), so the sample's own timestamp, not the time of the request, times it.
+        """
+        client = self._engines[run.worker].client
+        try:
+            stats = client.api.stats(run.container_id, stream=False, one_shot=True)
+        except docker.errors.NotFound:
+            return None
+        total = stats.get("cpu_stats", {}).get("cpu_usage", {}).get("total_usage")
+        if not total:
+            return None  # an exited container reports zeros; its last reading stands
+        return total / 1e9, _unix_time(stats["read"])
+
+    def _read_cpu(self, run: _Run) -> None:
+        if run.cpu_file is not None:
+            seconds = run.cpu_file.read_seconds()
+            if seconds is not None:
+                run.record(seconds, self._now(), self._min_usage_window_s)
+            return
+        reading = self._stats_reading(run)
+        if reading is not None:
+            run.record(*reading, self._min_usage_window_s)
+
+    def _engine_states(self) -> dict[str, str]:
+        """The state of every container of the episode, by id (one call per engine)."""
+        states: dict[str, str] = {}
+        for client in {id(engine.client): engine.client for engine in self._engines}.values():
+            for summary in managed_containers(client, self._episode):
+                states[summary["Id"]] = summary["State"]
+        return states
+
+    def _measure(self) -> Telemetry:
+        states = self._engine_states()
+        running = [job for job in self._jobs.values() if job.state is JobState.RUNNING]
+        live = [job.run for job in running if states.get(job.run.container_id) in _LIVE_STATES]
+        # Files first (microseconds each); the engine's statistics in parallel.
+        for run in live:
+            if run.cpu_file is not None:
+                self._read_cpu(run)
+        self._map(self._read_cpu, [run for run in live if run.cpu_file is None])
+        now = self._now()
+        for job in running:
+            if states.get(job.run.container_id) not in _LIVE_STATES:
+                self._finish(job, now)
+        jobs = []
+        for job in sorted(self._jobs.values(), key=lambda j: (j.spec.arrival_s, j.spec.job_id)):
+            jobs.append(self._job_telemetry(job, now))
+        interval = now - self._time_s
+        self._time_s = now
+        return Telemetry(
+            now, interval, self._worker_telemetry({j.job_id: j for j in jobs}), tuple(jobs)
+        )
+
+    def _finish(self, job: _Job, now: float) -> None:
+        """Decide how an exited (or vanished) container ended: DONE or FAILED."""
+        run = job.run
+        client = self._engines[run.worker].client
+        exit_code: int | None
+        try:
+            exit_code = int(client.api.inspect_container(run.container_id)["State"]["ExitCode"])
+        except docker.errors.NotFound:
+            exit_code = None
+        run.output.wait_ended(self._output_grace_s)
+        progress = run.output.progress()
+        finished = (
+            job.spec.kind is JobKind.TRAINING and exit_code == 0 and progress.done_at is not None
+        )
+        if finished:
+            assert progress.done_at is not None
+            job.state = JobState.DONE
+            # The workload's clock says when; bounded by what this host saw, in case the
+            # engine's host keeps another time.
+            job.completed_s = min(max(progress.done_at - self._epoch_start, run.started_s), now)
+            return
+        job.state = JobState.FAILED
+        _log.warning(
+            "job %s (%s, container %s) %s%s",
+            job.spec.job_id,
+            job.spec.workload,
+            run.name,
+            "vanished" if exit_code is None else f"exited with code {exit_code}",
+            self._last_errors(run),
+        )
+
+    def _last_errors(self, run: _Run) -> str:
+        with contextlib.suppress(docker.errors.DockerException):
+            tail = self._engines[run.worker].client.api.logs(
+                run.container_id, stdout=False, stderr=True, tail=5
+            )
+            text = tail.decode("utf-8", errors="replace").strip()
+            if text:
+                return f"; its last error output:\n{text}"
+        return ""
+
+    def _job_telemetry(self, job: _Job, now: float) -> JobTelemetry:
+        spec = job.spec
+        progress = [run.output.progress() for run in job.runs]
+        latest = _latest(progress)
+        return JobTelemetry(
+            job_id=spec.job_id,
+            workload=spec.workload,
+            kind=spec.kind,
+            state=job.state,
+            worker=job.worker,
+            slot=job.slot,
+            arrival_s=spec.arrival_s,
+            age_s=now - spec.arrival_s,
+            limit=job.limit,
+            cpu_usage=job.cpu_usage,
+            cpu_seconds=job.cpu_seconds,
+            target_s=spec.target_s,
+            tolerance=spec.tolerance,
+            batches=latest.batches,
+            latency_s=latest.latency_s,
+            iterations=latest.iterations,
+            total_iterations=_total_iterations(spec),
+            loss=latest.loss,
+            completed_s=job.completed_s,
+            loss_targets=spec.loss_targets,
+        )
+
+    def _worker_telemetry(self, jobs: Mapping[str, JobTelemetry]) -> tuple[WorkerTelemetry, ...]:
+        return tuple(
+            WorkerTelemetry(
+                index,
+                engine.cores,
+                sum(job.cpu_usage for job in jobs.values() if job.worker == index and job.active),
+            )
+            for index, engine in enumerate(self._engines)
+        )
+
+
+def _latest(progress: Iterable[Progress]) -> Progress:
+    """One progress from a job's runs: the newest measurement of each kind."""
+    merged = Progress()
+    for item in progress:
+        merged = dataclasses.replace(
+            merged,
+            iterations=max(merged.iterations, item.iterations),
+            batches=max(merged.batches, item.batches),
+            loss=item.loss if item.loss is not None else merged.loss,
+            latency_s=item.latency_s if item.latency_s is not None else merged.latency_s,
+            total_iterations=item.total_iterations or merged.total_iterations,
+        )
+    return merged
+
+
+def _unix_time(timestamp: str) -> float:
+    """Unix time of an engine timestamp (RFC 3339 with up to nanoseconds, ``Z``)."""
+    return datetime.fromisoformat(timestamp).timestamp()
+
+
+def _endpoints(scenario: Scenario) -> tuple[str | None, ...]:
+    """The distinct engine endpoints of a scenario's workers, in worker order."""
+    return tuple(dict.fromkeys(worker.endpoint for worker in scenario.workers))
+
+
+def _total_iterations(job: JobSpec) -> int | None:
+    """The iterations a training job runs: its own, or its workload's default."""
+    if job.kind is not JobKind.TRAINING:
+        return None
+    return job.iterations if job.iterations is not None else WORKLOADS[job.workload].iterations
+
+
+def _exited(error: docker.errors.APIError) -> bool:
+    """Whether the engine refused a call because the container is not running."""
+    return error.status_code == 409 or "is not running" in str(error)

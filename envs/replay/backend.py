@@ -1,0 +1,509 @@
+"""The replay backend: simulated time, with progress decided by recorded workload profiles.
+
+Each worker's cores are shared among its running jobs as CFS shares them under quotas
+(:func:`dlsched.envs.replay.sharing.water_fill`): a job gets at most its limit and its demand,
+and spare cores go max-min fairly to the others. A job's profile turns the cores it gets into units
+(batches or iterations) per second, and progress is integrated over time: a unit completes when
+its work has been delivered, whatever the limits did meanwhile. So the latency a service reports
+is that of its last completed batch and lags the limits, as a real one does (DESIGN.md, "Backends").
+
+The integration is exact. Between two events the CPU shares, and therefore every job's rate, are
+constant, so progress is linear in time and each unit's completion time is solved for, not
+stepped to. The events are the ones that change shares: ``apply`` (limits, placements,
+migrations), a job's start-up or migration pause ending, and a training job finishing its last
+iteration, whose time is known in advance because every iteration's work is drawn when the job
+is placed. So no sub-step length is needed (an interval's end is just one more breakpoint), a
+migrated job loses exactly the migration cost, and a job that finishes frees its cores at the
+instant it finishes. Each job draws its noise from its own stream, seeded from the episode's
+generator when it is placed, so results do not depend on how ``advance`` calls split time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from dlsched.envs.backend import Backend
+from dlsched.envs.decision import Placement
+from dlsched.envs.errors import ActionError, BackendError, ScenarioError, UnknownNameError
+from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set
+from dlsched.envs.replay.sharing import water_fill
+from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
+from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
+
+#: Work (in units) within which a unit counts as complete; absorbs the rounding of solved times.
+_WORK_EPS = 1e-9
+#: Inference units whose work is drawn at a time (their number is unbounded).
+_BATCH_DRAWS = 32
+
+
+# Where a job is in the replay model, finer than JobState; plain ints, as they index arrays.
+_UNPLACED = 0
+_STARTING = 1  # placed, its process starts; no demand until its resume time
+_RUNNING = 2
+_MIGRATING = 3  # paused until its resume time; keeps its progress
+_DONE = 4
+_PHASE_NAMES = ("unplaced", "starting", "running", "migrating", "done")
+#: The state seen from outside, by phase (a starting container is running).
+_STATE_OF_PHASE: dict[int, JobState] = {
+    _STARTING: JobState.RUNNING,
+    _RUNNING: JobState.RUNNING,
+    _MIGRATING: JobState.MIGRATING,
+    _DONE: JobState.DONE,
+}
+
+
+class ReplayBackend(Backend):
+    """Jobs progress in simulated time by their workload profiles.
+
+    Per job, the model follows the profile of its workload from the scenario's profile set
+    (:mod:`dlsched.envs.replay.profile`):
+
+    - A placed job first starts up for the profile's ``startup_s`` (no CPU demand), then runs
+      units back to back. A unit's work is the profile's average unit times a lognormal factor of
+      mean 1 and coefficient of variation ``noise_cv``, drawn from the job's own stream.
+    - The cores a running job gets come from water-filling its worker (limit times the worker's
+      cores, demand ``demand_cores``); its progress rate is the profile's throughput at them.
+    - Inference jobs run until the horizon; ``latency_s`` is the duration of the last completed
+      batch (``None`` before the first one). Training jobs report iterations done and the loss
+      curve at the last one, times that iteration's lognormal factor of mean 1 and coefficient of
+      variation ``loss_noise_cv`` (``None`` before the first iteration); after their last
+      iteration they are ``DONE`` with ``completed_s``, use no more CPU and leave their slot.
+    - A migration pauses the job for the scenario's ``migration_cost_s`` on its new worker; it
+      keeps its completed units and the part of its current unit already done.
+    - ``cpu_usage`` is the mean over the last ``advance`` call that let time pass;
+      ``cpu_seconds`` is cumulative.
+
+    The same generator state and the same calls give the same telemetry (``deterministic``).
+
+    Args:
+        loss_noise_cv: coefficient of variation of the loss a training job reports around its
+            profile's loss curve; 0 reports the curve itself. Mini-batch losses scatter around
+            the trend, and growth-efficiency schedulers (FlowCon) must cope with it.
+    """
+
+    name: ClassVar[str] = "replay"
+    deterministic: ClassVar[bool] = True
+
+    def __init__(self, loss_noise_cv: float = 0.01) -> None:
+        if not (math.isfinite(loss_noise_cv) and 0.0 <= loss_noise_cv < 1.0):
+            raise BackendError(
+                f"loss_noise_cv={loss_noise_cv!r} must be a coefficient of variation in [0, 1)"
+            )
+        self.loss_noise_cv = float(loss_noise_cv)
+        self._ready = False
+
+    # ------------------------------------------------------------------ Backend API
+
+    def reset(
+        self, scenario: Scenario, jobs: Sequence[JobSpec], rng: np.random.Generator
+    ) -> Telemetry:
+        """Start an empty episode at time 0 with the profiles of ``scenario.profile_set``.
+
+        Args:
+            scenario: the workers (cores), slots, migration cost and profile set.
+            jobs: the episode's jobs; none is placed until :meth:`apply` places it.
+            rng: the episode's generator; every job's noise stream is seeded from it.
+
+        Raises:
+            UnknownNameError: a job's workload is not in the profile set (or the set is unknown).
+            ScenarioError: a job's kind differs from its workload profile's, or job ids repeat.
+            ProfileError: a profile of the set is malformed.
+        """
+        profiles = load_profile_set(scenario.profile_set)
+        for job in jobs:
+            if job.workload not in profiles:
+                raise UnknownNameError(
+                    f"workload (job {job.job_id}, profile set {scenario.profile_set!r})",
+                    job.workload,
+                    profiles,
+                )
+            if profiles[job.workload].kind is not job.kind:
+                raise ScenarioError(
+                    f"job {job.job_id} is a {job.kind.value} job but workload {job.workload!r} "
+                    f"is a {profiles[job.workload].kind.value} profile in set "
+                    f"{scenario.profile_set!r}; use a {job.kind.value} workload"
+                )
+        ordered = sorted(jobs, key=lambda job: (job.arrival_s, job.job_id))
+        index = {job.job_id: i for i, job in enumerate(ordered)}
+        if len(index) != len(ordered):
+            raise ScenarioError(f"job ids must be unique; got {[job.job_id for job in ordered]}")
+        count = len(ordered)
+        self._jobs: tuple[JobSpec, ...] = tuple(ordered)
+        self._index = index
+        self._scenario = scenario
+        self._rng = rng
+        self._now = 0.0
+        self._cores = np.array([worker.cores for worker in scenario.workers], dtype=np.float64)
+        self._slots = scenario.slots_per_worker
+
+        names = sorted({job.workload for job in ordered})
+        self._profiles: list[WorkloadProfile] = [profiles[name] for name in names]
+        profile_of = np.array([names.index(job.workload) for job in ordered], dtype=np.int64)
+        self._members = [np.flatnonzero(profile_of == p) for p in range(len(names))]
+        self._curves = [
+            (np.array((0.0, *p.throughput.cores)), np.array((0.0, *p.throughput.units_per_s)))
+            for p in self._profiles
+        ]
+        self._profile_of = profile_of
+        self._demand = np.array([self._profiles[p].demand_cores for p in profile_of])
+        self._training = np.array([job.kind is JobKind.TRAINING for job in ordered], dtype=bool)
+        self._any_training = bool(self._training.any())
+        self._total = np.array(
+            [_total_iterations(job, profiles[job.workload]) for job in ordered], dtype=np.int64
+        )
+
+        self._phase = np.full(count, _UNPLACED, dtype=np.int8)
+        self._worker = np.full(count, -1, dtype=np.int64)
+        self._slot = np.full(count, -1, dtype=np.int64)
+        self._limit = np.ones(count)
+        self._resume_s = np.full(count, math.inf)  # end of a start-up or migration pause
+        self._next_resume = math.inf
+        self._unit_start = np.full(count, math.nan)
+        self._work = np.zeros(count)  # units of average work delivered since the first unit
+        self._job_rngs: dict[int, np.random.Generator] = {}
+        self._bounds: list[np.ndarray] = [np.empty(0) for _ in range(count)]  # cumulative work
+        self._losses: list[np.ndarray] = [np.empty(0) for _ in range(count)]  # per iteration
+        self._next_bound = np.full(count, math.inf)  # work at which the current unit completes
+        self._final_bound = np.full(count, math.inf)  # training: work of all iterations
+        self._units = np.zeros(count, dtype=np.int64)
+        self._latency = np.full(count, math.nan)
+        self._loss = np.full(count, math.nan)
+        self._completed = np.full(count, math.nan)
+        self._cpu_seconds = np.zeros(count)
+        self._usage = np.zeros(count)
+        self._share = np.zeros(count)
+        self._rate = np.zeros(count)
+        self._shares_stale = True
+        self._ready = True
+        return self._telemetry()
+
+    def apply(
+        self,
+        limits: Mapping[str, float],
+        placements: Sequence[Placement] = (),
+        migrations: Sequence[Placement] = (),
+    ) -> None:
+        """Place arriving jobs, move migrating ones, then set limits (all checked first).
+
+        Raises:
+            ActionError: an unknown job, a job placed twice, a migration of a job that is not
+                running, a worker or slot out of range or taken, or a limit outside ``(0, 1]``.
+        """
+        self._require_reset()
+        placed_now = self._check_moves(placements, migrations) if (placements or migrations) else ()
+        limit_indices, limit_values = self._checked_limits(limits, placed_now)
+        for placement in placements:
+            self._place(self._index[placement.job_id], placement)
+        for migration in migrations:
+            index = self._index[migration.job_id]
+            self._worker[index] = migration.worker
+            self._slot[index] = migration.slot
+            self._phase[index] = _MIGRATING
+            resume = self._now + self._scenario.migration_cost_s
+            if math.isnan(self._unit_start[index]):
+                # Still starting up: it resumes no earlier than its start-up would have ended.
+                resume = max(resume, float(self._resume_s[index]))
+            self._resume_s[index] = resume
+        self._limit[limit_indices] = limit_values
+        self._next_resume = float(self._resume_s.min(initial=math.inf))
+        self._shares_stale = True
+
+    def advance(self, seconds: float) -> Telemetry:
+        """Let ``seconds`` of simulated time pass and measure.
+
+        Raises:
+            ActionError: ``seconds`` is negative or not finite.
+        """
+        self._require_reset()
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ActionError(f"advance(seconds={seconds!r}); expected a finite number >= 0")
+        cpu_before = self._cpu_seconds.copy()
+        end = self._now + seconds
+        self._wake(self._now)
+        while self._now < end:
+            if self._shares_stale:
+                self._allocate()
+            until = self._next_event(end)
+            self._integrate(until)
+            self._now = until
+            self._wake(until)
+        self._now = end
+        if seconds > 0:
+            self._usage = (self._cpu_seconds - cpu_before) / seconds
+        return self._telemetry()
+
+    def close(self) -> None:
+        """Forget the episode; the replay backend holds no outside resources."""
+        self._ready = False
+
+    # ------------------------------------------------------------------ actuation
+
+    def _require_reset(self) -> None:
+        if not self._ready:
+            raise BackendError("the replay backend has no episode; call reset() first")
+
+    def _job_index(self, job_id: str, what: str) -> int:
+        if job_id not in self._index:
+            raise ActionError(
+                f"{what} unknown job {job_id!r}; jobs of this episode: {sorted(self._index)}"
+            )
+        return self._index[job_id]
+
+    def _check_moves(
+        self, placements: Sequence[Placement], migrations: Sequence[Placement]
+    ) -> set[str]:
+        """Check placements and migrations against the slots in use; the ids being placed."""
+        holding = np.flatnonzero((self._phase > _UNPLACED) & (self._phase < _DONE)).tolist()
+        occupied = {
+            (int(self._worker[i]), int(self._slot[i])): self._jobs[i].job_id for i in holding
+        }
+        placed_now: set[str] = set()
+        for placement in placements:
+            index = self._job_index(placement.job_id, "placement of")
+            if self._phase[index] != _UNPLACED or placement.job_id in placed_now:
+                raise ActionError(
+                    f"placement of job {placement.job_id!r}, which is already placed; a job is "
+                    "placed once, then moved by migrations"
+                )
+            self._check_slot(placement, occupied)
+            occupied[(placement.worker, placement.slot)] = placement.job_id
+            placed_now.add(placement.job_id)
+        for migration in migrations:
+            index = self._job_index(migration.job_id, "migration of")
+            if self._phase[index] not in (_STARTING, _RUNNING):
+                raise ActionError(
+                    f"migration of job {migration.job_id!r}, which is "
+                    f"{_PHASE_NAMES[self._phase[index]]}; only a running job moves"
+                )
+            del occupied[(int(self._worker[index]), int(self._slot[index]))]
+            self._check_slot(migration, occupied)
+            occupied[(migration.worker, migration.slot)] = migration.job_id
+        return placed_now
+
+    def _checked_limits(
+        self, limits: Mapping[str, float], placed_now: Collection[str]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Job indices and values of ``limits``, each checked (placed job, value in (0, 1])."""
+        indices = np.array(
+            [self._job_index(job_id, "limit of") for job_id in limits], dtype=np.int64
+        )
+        values = np.array(list(limits.values()), dtype=np.float64)
+        unplaced = self._phase[indices] == _UNPLACED
+        bad_value = ~((values > 0.0) & (values <= 1.0))  # NaN fails both comparisons
+        if unplaced.any() or bad_value.any():
+            for job_id, limit, not_placed, bad in zip(
+                limits, limits.values(), unplaced, bad_value, strict=True
+            ):
+                if not_placed and job_id not in placed_now:
+                    raise ActionError(f"limit of job {job_id!r}, which is not placed yet")
+                if bad:
+                    raise ActionError(
+                        f"limit of job {job_id!r} is {limit!r}; expected a fraction of the "
+                        "worker's cores in (0, 1] (1 = no cap)"
+                    )
+        return indices, values
+
+    def _check_slot(self, placement: Placement, occupied: Mapping[tuple[int, int], str]) -> None:
+        workers = len(self._cores)
+        if not (0 <= placement.worker < workers and 0 <= placement.slot < self._slots):
+            raise ActionError(
+                f"job {placement.job_id!r} to worker {placement.worker}, slot {placement.slot}; "
+                f"workers are 0..{workers - 1} and slots 0..{self._slots - 1}"
+            )
+        holder = occupied.get((placement.worker, placement.slot))
+        if holder is not None:
+            raise ActionError(
+                f"job {placement.job_id!r} to worker {placement.worker}, slot {placement.slot}, "
+                f"which job {holder!r} holds; choose a free slot"
+            )
+
+    def _place(self, index: int, placement: Placement) -> None:
+        profile = self._profiles[self._profile_of[index]]
+        self._phase[index] = _STARTING
+        self._worker[index] = placement.worker
+        self._slot[index] = placement.slot
+        self._resume_s[index] = self._now + profile.startup_s
+        # Each job draws from its own stream, so its noise does not depend on what other jobs
+        # do or on how advance() calls split time.
+        job_rng = np.random.default_rng(int(self._rng.integers(2**63)))
+        self._job_rngs[index] = job_rng
+        if self._training[index]:
+            total = int(self._total[index])
+            self._bounds[index] = np.cumsum(_lognormal(job_rng, profile.noise_cv, total))
+            self._final_bound[index] = self._bounds[index][-1]
+            curve = np.asarray(profile.loss_at(np.arange(1, total + 1, dtype=np.float64)))
+            self._losses[index] = curve * _lognormal(job_rng, self.loss_noise_cv, total)
+        else:
+            self._bounds[index] = np.cumsum(_lognormal(job_rng, profile.noise_cv, _BATCH_DRAWS))
+        self._next_bound[index] = self._bounds[index][0]
+
+    # ------------------------------------------------------------------ time
+
+    def _wake(self, now: float) -> None:
+        """Start the first unit of jobs whose start-up ended, resume migrated ones."""
+        if now < self._next_resume:
+            return
+        waking = np.flatnonzero(
+            ((self._phase == _STARTING) | (self._phase == _MIGRATING)) & (self._resume_s <= now)
+        )
+        if waking.size == 0:
+            return
+        first = waking[np.isnan(self._unit_start[waking])]
+        self._unit_start[first] = self._resume_s[first]
+        self._phase[waking] = _RUNNING
+        self._resume_s[waking] = math.inf
+        self._next_resume = float(self._resume_s.min(initial=math.inf))
+        self._shares_stale = True
+
+    def _allocate(self) -> None:
+        """CPU shares of running jobs by water-filling each worker, and their progress rates."""
+        running = self._phase == _RUNNING
+        self._share = np.zeros(len(self._jobs))
+        workers = (
+            range(len(self._cores)) if len(self._cores) < 3 else np.unique(self._worker[running])
+        )
+        for worker in workers:
+            members = np.flatnonzero(running & (self._worker == worker))
+            cores = self._cores[worker]
+            self._share[members] = water_fill(
+                cores, self._limit[members] * cores, self._demand[members]
+            )
+        for members, (cores_points, rate_points) in zip(self._members, self._curves, strict=True):
+            self._rate[members] = np.interp(self._share[members], cores_points, rate_points)
+        self._shares_stale = False
+
+    def _next_event(self, end: float) -> float:
+        """The earliest time before ``end`` at which the shares change."""
+        until = min(end, self._next_resume)
+        if not self._any_training:
+            return until
+        finishing = (self._phase == _RUNNING) & self._training & (self._rate > 0)
+        if finishing.any():
+            remaining = (self._final_bound[finishing] - self._work[finishing]).clip(min=0.0)
+            until = min(until, self._now + float((remaining / self._rate[finishing]).min()))
+        return until
+
+    def _integrate(self, until: float) -> None:
+        """Let the constant shares run from now to ``until``; complete the units that finish."""
+        span = until - self._now
+        work_before = self._work.copy()
+        self._cpu_seconds += self._share * span
+        self._work += self._rate * span
+        for index in np.flatnonzero(self._work >= self._next_bound - _WORK_EPS):
+            self._complete_units(int(index), float(work_before[index]), until)
+
+    def _complete_units(self, index: int, work_before: float, until: float) -> None:
+        """Record the units job ``index`` completed between now and ``until``."""
+        work = float(self._work[index])
+        if not self._training[index]:
+            noise_cv = self._profiles[self._profile_of[index]].noise_cv
+            while self._bounds[index][-1] <= work + _WORK_EPS:
+                extra = np.cumsum(_lognormal(self._job_rngs[index], noise_cv, _BATCH_DRAWS))
+                self._bounds[index] = np.concatenate(
+                    (self._bounds[index], self._bounds[index][-1] + extra)
+                )
+        bounds = self._bounds[index]
+        completed = int(np.searchsorted(bounds, work + _WORK_EPS, side="right"))
+        first_new = int(self._units[index])
+        self._units[index] = completed
+        if self._training[index]:
+            self._loss[index] = self._losses[index][completed - 1]
+            if completed >= len(bounds):
+                self._phase[index] = _DONE
+                self._completed[index] = until
+                self._next_bound[index] = math.inf
+                self._shares_stale = True
+                return
+        else:
+            # The last unit completed ends when the work reached its bound; it began where the
+            # unit before it ended, either earlier (stored) or within this span too.
+            last_two = bounds[max(completed - 2, 0) : completed]
+            reached = np.minimum(
+                until, self._now + np.maximum(last_two - work_before, 0.0) / self._rate[index]
+            )
+            end = float(reached[-1])
+            start = float(self._unit_start[index] if completed - 1 == first_new else reached[0])
+            self._latency[index] = end - start
+            self._unit_start[index] = end
+        self._next_bound[index] = bounds[completed]
+
+    # ------------------------------------------------------------------ measurement
+
+    def _telemetry(self) -> Telemetry:
+        placed = np.flatnonzero(self._phase != _UNPLACED)
+        workers = tuple(
+            WorkerTelemetry(
+                index=w,
+                cores=float(cores),
+                cpu_usage=float(self._usage[placed][self._worker[placed] == w].sum()),
+            )
+            for w, cores in enumerate(self._cores)
+        )
+        now = self._now
+        jobs = []
+        phase = self._phase.tolist()
+        worker = self._worker.tolist()
+        slot = self._slot.tolist()
+        limit = self._limit.tolist()
+        usage = self._usage.tolist()
+        cpu_seconds = self._cpu_seconds.tolist()
+        units = self._units.tolist()
+        latency = self._latency.tolist()
+        loss = self._loss.tolist()
+        completed = self._completed.tolist()
+        for i in placed.tolist():
+            spec = self._jobs[i]
+            training = spec.kind is JobKind.TRAINING
+            jobs.append(
+                JobTelemetry(
+                    job_id=spec.job_id,
+                    workload=spec.workload,
+                    kind=spec.kind,
+                    state=_STATE_OF_PHASE[phase[i]],
+                    worker=worker[i],
+                    slot=slot[i],
+                    arrival_s=spec.arrival_s,
+                    age_s=now - spec.arrival_s,
+                    limit=limit[i],
+                    cpu_usage=usage[i],
+                    cpu_seconds=cpu_seconds[i],
+                    target_s=spec.target_s,
+                    tolerance=spec.tolerance,
+                    batches=0 if training else units[i],
+                    latency_s=None if math.isnan(latency[i]) else latency[i],
+                    iterations=units[i] if training else 0,
+                    total_iterations=int(self._total[i]) if training else None,
+                    loss=None if math.isnan(loss[i]) else loss[i],
+                    completed_s=None if math.isnan(completed[i]) else completed[i],
+                    loss_targets=spec.loss_targets,
+                )
+            )
+        return Telemetry(
+            time_s=now, interval_s=self._scenario.interval_s, workers=workers, jobs=tuple(jobs)
+        )
+
+
+def _total_iterations(job: JobSpec, profile: WorkloadProfile) -> int:
+    """Iterations a training job runs (its own, else its workload's default); 0 for inference."""
+    if job.kind is not JobKind.TRAINING:
+        return 0
+    if job.iterations is not None:
+        return job.iterations
+    if profile.iterations is None:
+        raise ScenarioError(
+            f"job {job.job_id} sets no iterations and training workload {profile.workload!r} has "
+            "no default; set iterations in the scenario"
+        )
+    return profile.iterations
+
+
+def _lognormal(rng: np.random.Generator, cv: float, count: int) -> np.ndarray:
+    """``count`` lognormal factors of mean 1 and coefficient of variation ``cv``."""
+    if cv == 0.0:
+        return np.ones(count)
+    sigma = math.sqrt(math.log1p(cv * cv))
+    return np.exp(sigma * rng.standard_normal(count) - 0.5 * sigma * sigma)

@@ -1,0 +1,154 @@
+"""``dlsched bench tracking``: what tracking adds to an evaluation, as a ratio to none.
+
+The same evaluation (a paper scenario on the replay backend, the same policies and seeds) runs
+three times in one process: untracked; tracked with every artifact (local records, plots,
+MLflow runs, metrics and artifacts); and tracked without plots. The store is a fresh sqlite
+file in a temporary folder unless ``--tracking-uri`` names another, and it is created before
+the clock starts, since MLflow's one-off schema migration (about 2 s) is not a per-evaluation
+cost; its time is reported on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlflow import MlflowClient
+
+from dlsched.baselines import make
+from dlsched.envs.errors import DlschedError
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.runs.commands.evaluate import (
+    EvaluationRequest,
+    evaluate_tracked,
+    evaluate_untracked,
+)
+from dlsched.runs.tracking.store import TrackingTarget, connect
+
+DEFAULT_SCENARIO = "dqoes-resnet50-burst-target40"
+DEFAULT_POLICIES = ("default", "dqoes")
+
+
+@dataclass(frozen=True)
+class TrackingBenchResult:
+    """The figures of ``dlsched bench tracking`` (seconds unless a ratio).
+
+    Attributes:
+        scenario: the scenario evaluated.
+        policies: the policies evaluated.
+        episodes: episodes in each of the three runs.
+        tracking_uri: the store timed.
+        store_setup_s: connecting to (and, for a new sqlite file, creating) the store.
+        untracked_s: the evaluation alone.
+        tracked_s: the evaluation with everything tracked.
+        tracked_no_plots_s: the same without plots.
+        ratio: ``tracked_s / untracked_s``.
+        ratio_no_plots: ``tracked_no_plots_s / untracked_s``.
+        overhead_per_episode_s: ``(tracked_s - untracked_s) / episodes``.
+    """
+
+    scenario: str
+    policies: tuple[str, ...]
+    episodes: int
+    tracking_uri: str
+    store_setup_s: float
+    untracked_s: float
+    tracked_s: float
+    tracked_no_plots_s: float
+    ratio: float
+    ratio_no_plots: float
+    overhead_per_episode_s: float
+
+    def report(self) -> str:
+        return "\n".join(
+            [
+                f"{self.scenario} on replay, {', '.join(self.policies)}: {self.episodes} "
+                f"episodes per run; store {self.tracking_uri}",
+                f"  store setup (not counted)     {self.store_setup_s:8.2f} s",
+                f"  untracked                     {self.untracked_s:8.2f} s",
+                f"  tracked                       {self.tracked_s:8.2f} s   ratio "
+                f"{self.ratio:.2f} ({self.overhead_per_episode_s * 1000:.0f} ms per episode)",
+                f"  tracked, no plots             {self.tracked_no_plots_s:8.2f} s   ratio "
+                f"{self.ratio_no_plots:.2f}",
+            ]
+        )
+
+
+def bench_tracking(
+    scenario: str = DEFAULT_SCENARIO,
+    policies: Sequence[str] = DEFAULT_POLICIES,
+    episodes: int = 3,
+    tracking_uri: str | None = None,
+) -> TrackingBenchResult:
+    """Time an untracked, a tracked and a tracked-without-plots evaluation.
+
+    Args:
+        scenario: a scenario name or path.
+        policies: baseline names.
+        episodes: seeds (0 ... episodes-1) per policy.
+        tracking_uri: the store; ``None`` makes a new sqlite file in a temporary folder.
+    """
+
+    if episodes < 1 or not policies:
+        raise DlschedError(
+            f"episodes={episodes}, policies={list(policies)}; give at least one of each"
+        )
+
+    def request() -> EvaluationRequest:  # fresh policies each run, so no state carries over
+        return EvaluationRequest(
+            load_scenario(scenario),
+            tuple(make(name) for name in policies),
+            tuple(range(episodes)),
+            "replay",
+        )
+
+    def tracked(client: MlflowClient, target: TrackingTarget, out: Path, plots: bool) -> None:
+        outcome = evaluate_tracked(
+            request(), client, target, out, plots=plots, progress=False, warn=_to_stderr
+        )
+        if outcome.failure is not None:
+            raise outcome.failure
+
+    with tempfile.TemporaryDirectory(prefix="dlsched-bench-tracking-") as scratch:
+        folder = Path(scratch)
+        uri = tracking_uri or f"sqlite:///{folder / 'mlflow.db'}"
+        target = TrackingTarget(uri, "--tracking-uri")
+        start = time.perf_counter()
+        # MLflow fixes a sqlite store's artifact folder (./mlruns) when the client first opens
+        # it: open it from the scratch folder so the benchmark leaves nothing behind
+        with contextlib.chdir(folder):
+            client = connect(target)
+        store_setup_s = time.perf_counter() - start
+        evaluate_untracked(request(), progress=False)  # warm-up: imports, profile loading
+        untracked_s = _timed(lambda: evaluate_untracked(request(), progress=False))
+        tracked_s = _timed(lambda: tracked(client, target, folder / "runs", True))
+        tracked_no_plots_s = _timed(lambda: tracked(client, target, folder / "runs", False))
+    count = len(policies) * episodes
+    return TrackingBenchResult(
+        scenario=scenario,
+        policies=tuple(policies),
+        episodes=count,
+        tracking_uri=uri,
+        store_setup_s=store_setup_s,
+        untracked_s=untracked_s,
+        tracked_s=tracked_s,
+        tracked_no_plots_s=tracked_no_plots_s,
+        ratio=tracked_s / untracked_s,
+        ratio_no_plots=tracked_no_plots_s / untracked_s,
+        overhead_per_episode_s=(tracked_s - untracked_s) / count,
+    )
+
+
+def _timed(work: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr)

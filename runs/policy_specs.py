@@ -1,0 +1,127 @@
+"""One place that turns what a user types after ``--policy`` into a :class:`Policy`.
+
+It lives above :mod:`dlsched.baselines` and :mod:`dlsched.policies` because a spec may name
+either.
+
+- a baseline name (``default``, ``dqoes``, ...): :func:`dlsched.baselines.make`;
+- a trained model by path: the ``model.zip`` that ``dlsched train`` wrote, or its folder;
+- a trained model in MLflow: ``runs:/<run_id>/model`` (or a registered ``models:/<name>/<v>``),
+  downloaded from the tracking store and loaded the same way.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from dlsched.envs.errors import PolicyError
+from dlsched.policies.learned import MODEL_FILE, load_model
+from dlsched.policies.policy import ParamValue, Policy
+
+#: URI schemes that name MLflow artifacts.
+MLFLOW_SCHEMES: tuple[str, ...] = ("runs:/", "models:/")
+
+
+def is_model_spec(spec: str) -> bool:
+    """Whether ``spec`` names a trained model (an MLflow URI or a path) rather than a baseline."""
+    if spec.startswith(MLFLOW_SCHEMES):
+        return True
+    return spec.endswith(".zip") or "/" in spec or "\\" in spec or Path(spec).is_dir()
+
+
+def resolve_policy(
+    spec: str,
+    params: Mapping[str, ParamValue] | None = None,
+    tracking_uri: str | None = None,
+) -> Policy:
+    """Build the policy ``spec`` names.
+
+    Args:
+        spec: a baseline name, a model path (``.zip`` or its folder), or a ``runs:/`` or
+            ``models:/`` URI.
+        params: a baseline's parameters; a trained model takes none.
+        tracking_uri: the MLflow store of a ``runs:/`` URI; by default the one ``dlsched
+            evaluate`` uses (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``).
+
+    Raises:
+        UnknownNameError: an unknown baseline name.
+        PolicyError: a bad parameter, parameters for a trained model, or a model that cannot
+            be found or loaded.
+    """
+    if not is_model_spec(spec):
+        from dlsched.baselines import make
+
+        return make(spec, **dict(params or {}))
+    if params:
+        raise PolicyError(
+            f"policy {spec!r} is a trained model and takes no parameters, got "
+            f"{', '.join(sorted(params))}"
+        )
+    if spec.startswith(MLFLOW_SCHEMES):
+        return _load_from_mlflow(spec, tracking_uri)
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise PolicyError(
+            f"model {spec!r} does not exist; give the {MODEL_FILE} (or its folder) that "
+            "`dlsched train` wrote, a runs:/<run_id>/model URI, or a baseline name"
+        )
+    return load_model(path, source=spec)
+
+
+def _load_from_mlflow(uri: str, tracking_uri: str | None) -> Policy:
+    from mlflow.artifacts import download_artifacts
+    from mlflow.exceptions import MlflowException
+
+    if tracking_uri is None:
+        from dlsched.runs.tracking.store import resolve_tracking_uri
+
+        tracking_uri = resolve_tracking_uri(None).uri
+    # The model is read into memory, so its download can go once it is loaded.
+    with tempfile.TemporaryDirectory(prefix="dlsched-model-") as folder:
+        try:
+            local = download_artifacts(artifact_uri=uri, dst_path=folder, tracking_uri=tracking_uri)
+        except (MlflowException, OSError) as error:
+            raise PolicyError(
+                f"cannot fetch model {uri!r} from MLflow store {tracking_uri}: "
+                f"{str(error).strip().splitlines()[0] if str(error).strip() else error!r}; check "
+                "the run id (`mlflow ui` or `dlsched compare` list runs) and MLFLOW_TRACKING_URI "
+                "or --tracking-uri"
+            ) from error
+        return load_model(Path(local), source=uri)
+
+
+def build_policies(
+    specs: Sequence[str],
+    params: Mapping[str, Mapping[str, ParamValue]],
+    tracking_uri: str | None = None,
+) -> list[Policy]:
+    """Build each policy ``--policy`` names, with its ``--set`` parameters.
+
+    A spec is a baseline name or a trained model (a path or a ``runs:/`` URI), as
+    :func:`resolve_policy` reads it.
+
+    Args:
+        specs: what ``--policy`` lists.
+        params: parameters by spec.
+        tracking_uri: the MLflow store of ``runs:/`` models.
+
+    Raises:
+        PolicyError: no policy, one listed twice, or two that share a name (their runs and
+            folders are named after it).
+        UnknownNameError: a baseline name that is not registered.
+    """
+    if not specs:
+        raise PolicyError("--policy names no policy; e.g. --policy default,dqoes")
+    repeated = sorted({spec for spec in specs if specs.count(spec) > 1})
+    if repeated:
+        raise PolicyError(f"--policy lists {', '.join(repeated)} more than once; list each once")
+    policies = [resolve_policy(spec, params.get(spec), tracking_uri) for spec in specs]
+    names = [policy.name for policy in policies]
+    shared = sorted({name for name in names if names.count(name) > 1})
+    if shared:
+        raise PolicyError(
+            f"policies {', '.join(specs)} include several called {', '.join(shared)}; runs and "
+            "folders are named after the policy, so evaluate them separately"
+        )
+    return policies

@@ -1,0 +1,298 @@
+"""Comparison tables: scenario x policy, with means, confidence intervals, ratios, best marked.
+
+The same tables serve ``dlsched evaluate`` (one scenario, the episodes it just ran) and
+``dlsched compare`` (any episodes read back from MLflow), so both print the same numbers for the
+same episodes.
+
+Reading back, episodes are grouped by scenario (name and content hash, so an edited scenario is
+not mixed with its earlier version) and backend, then by policy and evaluation: a policy that
+was evaluated several times on a scenario gets one row per evaluation, labelled
+``<policy>@<evaluation time>``, so nothing is pooled or dropped silently. A row's ratios are to
+the ``default`` (and ``oracle``) of its own evaluation if there is one, else to the newest such
+row of the scenario.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlsched.envs.scenarios.model import JobKind
+from dlsched.runs.evaluation import (
+    DEFAULT_POLICY,
+    ORACLE_POLICY,
+    PRIMARY_METRIC,
+    MetricSpec,
+    MetricSummary,
+    PolicySummary,
+    metrics_for,
+    summarise_policy,
+    with_ratios,
+)
+from dlsched.runs.tracking.plots import ComparisonPanel
+from dlsched.runs.tracking.stored_runs import StoredEpisode
+
+FORMATS: tuple[str, ...] = ("table", "markdown", "json")
+
+
+@dataclass(frozen=True)
+class ScenarioComparison:
+    """The policies evaluated on one scenario and backend.
+
+    Attributes:
+        scenario: the scenario's name.
+        scenario_hash: its content hash.
+        kind: inference or training.
+        backend: the backend's name.
+        summaries: one per row, ratios filled in.
+        evaluations: the evaluation id of each row.
+    """
+
+    scenario: str
+    scenario_hash: str
+    kind: JobKind
+    backend: str
+    summaries: tuple[PolicySummary, ...]
+    evaluations: tuple[str, ...] = field(default=())
+
+    @property
+    def metrics(self) -> tuple[MetricSpec, ...]:
+        return metrics_for(self.kind)
+
+    def best(self, metric: str) -> set[int]:
+        """Indices of the rows with the best mean of ``metric``; ties share it, and when every
+        row ties none is best."""
+        spec = next(spec for spec in self.metrics if spec.name == metric)
+        means = {
+            index: mean
+            for index, summary in enumerate(self.summaries)
+            if (mean := summary.metric(metric).estimate.mean) is not None
+        }
+        top = (
+            max(means.values(), default=None)
+            if spec.higher_is_better
+            else min(means.values(), default=None)
+        )
+        best = {index for index, mean in means.items() if mean == top}
+        return best if len(best) < len(means) else set()  # nothing stands out when all tie
+
+
+def compare_stored(episodes: Sequence[StoredEpisode]) -> list[ScenarioComparison]:
+    """Group stored episodes into comparisons, ordered by scenario name and backend."""
+    groups: dict[tuple[str, str, str], list[StoredEpisode]] = {}
+    for episode in sorted(episodes, key=lambda e: (e.started_ms, e.run_id)):
+        groups.setdefault((episode.scenario, episode.scenario_hash, episode.backend), []).append(
+            episode
+        )
+    comparisons = []
+    for (scenario, scenario_hash, backend), members in sorted(groups.items()):
+        grouped: dict[tuple[str, str], list[StoredEpisode]] = {}
+        for episode in members:  # oldest first, so rows keep the order they ran in
+            key = (episode.evaluation_id, episode.score.policy.name)
+            grouped.setdefault(key, []).append(episode)
+        names = [name for _, name in grouped]
+        # the evaluations of one policy side by side, policies in the order they first ran
+        rows = dict(sorted(grouped.items(), key=lambda item: names.index(item[0][1])))
+        kind = members[0].kind
+        plain = []
+        for (evaluation, name), row in rows.items():
+            label = name if names.count(name) == 1 else f"{name}@{_evaluation_time(evaluation)}"
+            plain.append(summarise_policy(label, [e.score for e in row], kind))
+        evaluations = tuple(evaluation for evaluation, _ in rows)
+        summaries = tuple(
+            with_ratios(
+                summary,
+                _reference(DEFAULT_POLICY, evaluation, plain, evaluations),
+                _reference(ORACLE_POLICY, evaluation, plain, evaluations),
+            )
+            for summary, evaluation in zip(plain, evaluations, strict=True)
+        )
+        comparisons.append(
+            ScenarioComparison(scenario, scenario_hash, kind, backend, summaries, evaluations)
+        )
+    return comparisons
+
+
+def _reference(
+    name: str, evaluation: str, summaries: Sequence[PolicySummary], evaluations: Sequence[str]
+) -> PolicySummary | None:
+    candidates = [
+        (summary, other)
+        for summary, other in zip(summaries, evaluations, strict=True)
+        if summary.policy.name == name
+    ]
+    for summary, other in candidates:
+        if other == evaluation:
+            return summary
+    return candidates[-1][0] if candidates else None  # the newest evaluation's
+
+
+def _evaluation_time(evaluation_id: str) -> str:
+    """``<date>-<time>-<hex>`` of ``<scenario>-<date>-<time>-<hex>``."""
+    return "-".join(evaluation_id.rsplit("-", 3)[-3:])
+
+
+# ---------------------------------------------------------------------------------- rendering
+
+
+def _value(metric: MetricSummary) -> str:
+    estimate = metric.estimate
+    if estimate.mean is None:
+        return "undefined"
+    digits = metric.spec.decimals
+    half = estimate.half_width
+    text = f"{estimate.mean:.{digits}f} ± " + (f"{half:.{digits}f}" if half is not None else "n/a")
+    return text
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _rows(comparison: ScenarioComparison, best_mark: tuple[str, str]) -> list[list[str]]:
+    primary = PRIMARY_METRIC[comparison.kind]
+    best = {spec.name: comparison.best(spec.name) for spec in comparison.metrics}
+    episodes = max((len(summary.seeds) for summary in comparison.summaries), default=0)
+    rows = []
+    for index, summary in enumerate(comparison.summaries):
+        cells = [summary.label]
+        for spec in comparison.metrics:
+            metric = summary.metric(spec.name)
+            text = _value(metric)
+            if metric.estimate.mean is not None and metric.estimate.n < episodes:
+                text += f" [n={metric.estimate.n}]"
+            if index in best[spec.name]:
+                text = f"{best_mark[0]}{text}{best_mark[1]}"
+            cells.append(text)
+        cells.append(_ratio(summary.metric(primary).ratio_to_default))
+        cells.append(_ratio(summary.metric(primary).ratio_to_oracle))
+        rows.append(cells)
+    return rows
+
+
+def _header(comparison: ScenarioComparison) -> list[str]:
+    return ["policy", *(spec.label for spec in comparison.metrics), "x default", "x oracle"]
+
+
+def _title(comparison: ScenarioComparison) -> str:
+    seeds = sorted({seed for summary in comparison.summaries for seed in summary.seeds})
+    return (
+        f"{comparison.scenario} ({comparison.kind.value}, {comparison.backend} backend, "
+        f"scenario hash {comparison.scenario_hash}): seeds {_seed_list(seeds)}"
+    )
+
+
+def _seed_list(seeds: Sequence[int]) -> str:
+    if seeds and list(seeds) == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ",".join(map(str, seeds))
+
+
+def _footnote(comparisons: Sequence[ScenarioComparison]) -> str:
+    primaries = sorted({PRIMARY_METRIC[c.kind] for c in comparisons})
+    return (
+        "mean ± half-width of the 95% Student-t confidence interval across seeds (n/a: one seed, "
+        "the interval is undefined); [n=k]: only k episodes had a value; best marked with "
+        "*; x default / x oracle: ratio of the means of " + " / ".join(primaries) + " to those "
+        "policies' (- where not evaluated or zero)"
+    )
+
+
+def render_table(comparisons: Sequence[ScenarioComparison]) -> str:
+    """Aligned plain-text tables, one per scenario."""
+    blocks = []
+    for comparison in comparisons:
+        rows = [_header(comparison), *_rows(comparison, ("*", ""))]
+        widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]))]
+        lines = [_title(comparison)]
+        for row in rows:
+            lines.append(
+                "  ".join(
+                    cell.ljust(width) if col == 0 else cell.rjust(width)
+                    for col, (cell, width) in enumerate(zip(row, widths, strict=True))
+                ).rstrip()
+            )
+        blocks.append("\n".join(lines))
+    footnote = textwrap.fill(_footnote(comparisons), width=100)
+    return "\n\n".join(blocks) + ("\n\n" + footnote if comparisons else "")
+
+
+def render_markdown(comparisons: Sequence[ScenarioComparison]) -> str:
+    """GitHub-flavoured Markdown tables, one per scenario; the best in bold."""
+    blocks = []
+    for comparison in comparisons:
+        header = _header(comparison)
+        lines = [
+            f"### {_title(comparison)}",
+            "",
+            _markdown_row(header),
+            "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
+        ]
+        lines += [_markdown_row(row) for row in _rows(comparison, ("**", "**"))]
+        blocks.append("\n".join(lines))
+    footnote = _footnote(comparisons).replace("marked with *", "in bold")
+    return "\n\n".join(blocks) + ("\n\n" + footnote if comparisons else "")
+
+
+def _markdown_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+
+def comparison_data(comparisons: Sequence[ScenarioComparison]) -> list[dict[str, Any]]:
+    """The comparisons as JSON-ready data (every metric, its interval, ratios and best flag)."""
+    data = []
+    for comparison in comparisons:
+        best = {spec.name: comparison.best(spec.name) for spec in comparison.metrics}
+        policies = []
+        for index, summary in enumerate(comparison.summaries):
+            entry: dict[str, Any] = {
+                "label": summary.label,
+                "policy": summary.policy.name,
+                "params": dict(summary.policy.params),
+                "seeds": list(summary.seeds),
+                "metrics": {
+                    metric.spec.name: {
+                        "mean": metric.estimate.mean,
+                        "ci95_low": metric.estimate.ci_low,
+                        "ci95_high": metric.estimate.ci_high,
+                        "n": metric.estimate.n,
+                        "ratio_to_default": metric.ratio_to_default,
+                        "ratio_to_oracle": metric.ratio_to_oracle,
+                        "best": index in best[metric.spec.name],
+                    }
+                    for metric in summary.metrics
+                },
+            }
+            if comparison.evaluations:
+                entry["evaluation"] = comparison.evaluations[index]
+            policies.append(entry)
+        data.append(
+            {
+                "scenario": comparison.scenario,
+                "scenario_hash": comparison.scenario_hash,
+                "kind": comparison.kind.value,
+                "backend": comparison.backend,
+                "primary_metric": PRIMARY_METRIC[comparison.kind],
+                "policies": policies,
+            }
+        )
+    return data
+
+
+def comparison_panels(comparisons: Sequence[ScenarioComparison]) -> list[ComparisonPanel]:
+    """The plot panels of the comparisons: each scenario's primary metric."""
+    panels = []
+    for comparison in comparisons:
+        primary = PRIMARY_METRIC[comparison.kind]
+        best = comparison.best(primary)
+        panels.append(
+            ComparisonPanel(
+                title=f"{comparison.scenario} ({comparison.backend})",
+                metric=primary,
+                summaries=comparison.summaries,
+                best=min(best) if best else None,
+            )
+        )
+    return panels

@@ -1,0 +1,134 @@
+"""Episodes read back from the store, for ``compare`` and anything else that reads results."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from mlflow import MlflowClient
+from mlflow.entities import Experiment, Run, ViewType
+
+from dlsched.envs.errors import TrackingError
+from dlsched.envs.scenarios.model import JobKind
+from dlsched.runs.evaluation import (
+    EpisodeMetrics,
+    EpisodeScore,
+    PolicyIdentity,
+    backend_label,
+)
+from dlsched.runs.tracking.tracker import (
+    BACKEND_PARAM_PREFIX,
+    EPISODE_METRIC_PREFIX,
+    TAG_KIND,
+    TAG_POLICY_PARAMS,
+)
+
+
+@dataclass(frozen=True)
+class StoredEpisode:
+    """An episode read back from the store.
+
+    Attributes:
+        run_id: its MLflow run.
+        evaluation_id: the evaluation it belongs to.
+        started_ms: when its run started (milliseconds since the epoch).
+        experiment: the experiment's name.
+        scenario: the scenario's name.
+        scenario_hash: the scenario's content hash.
+        kind: the scenario's kind.
+        backend: the backend's name.
+        score: policy, seed and metrics.
+    """
+
+    run_id: str
+    evaluation_id: str
+    started_ms: int
+    experiment: str
+    scenario: str
+    scenario_hash: str
+    kind: JobKind
+    backend: str
+    score: EpisodeScore
+
+
+def load_episodes(
+    client: MlflowClient, experiment: str | None = None, scenario: str | None = None
+) -> list[StoredEpisode]:
+    """Every finished episode run dlsched logged, optionally of one experiment or scenario.
+
+    Raises:
+        TrackingError: if ``experiment`` does not exist.
+    """
+    experiments = {str(e.experiment_id): e.name for e in _all_experiments(client)}
+    if experiment is not None:
+        ids = [eid for eid, name in experiments.items() if name == experiment]
+        if not ids:
+            raise TrackingError(
+                f"no experiment {experiment!r} in {client.tracking_uri}; experiments there: "
+                f"{sorted(experiments.values())}"
+            )
+    else:
+        ids = list(experiments)
+    if not ids:
+        return []
+    filters = [f"tags.`{TAG_KIND}` = 'episode'", "attributes.status = 'FINISHED'"]
+    episodes = []
+    token: str | None = None
+    while True:
+        page = client.search_runs(
+            ids, " and ".join(filters), ViewType.ACTIVE_ONLY, max_results=1000, page_token=token
+        )
+        episodes += [
+            _stored(run, experiments[run.info.experiment_id])
+            for run in page
+            if scenario is None or run.data.params.get("scenario") == scenario
+        ]
+        token = page.token
+        if not token:
+            return episodes
+
+
+def _all_experiments(client: MlflowClient) -> list[Experiment]:
+    found: list[Experiment] = []
+    token: str | None = None
+    while True:
+        page = client.search_experiments(max_results=1000, page_token=token)
+        found += list(page)
+        token = page.token
+        if not token:
+            return found
+
+
+def _stored(run: Run, experiment: str) -> StoredEpisode:
+    params = run.data.params
+    metrics = run.data.metrics
+    policy_params = json.loads(run.data.tags.get(TAG_POLICY_PARAMS, "{}"))
+    known = {field.name for field in dataclasses.fields(EpisodeMetrics)}
+    values = {
+        name: metrics[EPISODE_METRIC_PREFIX + name]
+        for name in known
+        if EPISODE_METRIC_PREFIX + name in metrics
+    }
+    return StoredEpisode(
+        run_id=run.info.run_id,
+        evaluation_id=params["evaluation"],
+        started_ms=int(run.info.start_time),
+        experiment=experiment,
+        scenario=params["scenario"],
+        scenario_hash=params["scenario.hash"],
+        kind=JobKind(params["scenario.kind"]),
+        backend=backend_label(
+            params["backend"],
+            {
+                key.removeprefix(BACKEND_PARAM_PREFIX): value
+                for key, value in params.items()
+                if key.startswith(BACKEND_PARAM_PREFIX)
+            },
+        ),
+        score=EpisodeScore(
+            PolicyIdentity(params["policy"], tuple(sorted(policy_params.items()))),
+            int(params["seed"]),
+            EpisodeMetrics(**values),
+        ),
+    )

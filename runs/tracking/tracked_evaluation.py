@@ -1,0 +1,194 @@
+"""Evaluations as a user runs them: policies x seeds on a scenario, tracked in MLflow or not.
+
+:func:`evaluate_tracked` writes every episode to its local folder as soon as it ends, then logs
+it to MLflow (:class:`~dlsched.runs.tracking.tracker.EvaluationTracker`); if the store fails
+mid-way, the evaluation goes on untracked and says where the local records are.
+:func:`evaluate_untracked` records nothing. Both return the summary table of
+:mod:`dlsched.runs.tracking.compare`. ``dlsched evaluate`` is their command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlflow import MlflowClient
+
+from dlsched.envs.errors import TrackingError
+from dlsched.envs.scenarios.model import Scenario
+from dlsched.policies.policy import Policy
+from dlsched.runs.evaluation import (
+    EpisodeResult,
+    PolicyIdentity,
+    backend_label,
+    evaluate,
+    summarise,
+)
+from dlsched.runs.tracking.compare import ScenarioComparison, comparison_data, render_table
+from dlsched.runs.tracking.store import TrackingTarget
+from dlsched.runs.tracking.tracker import EvaluationTracker, new_evaluation_id
+from dlsched.runs.tracking.trajectory import EvaluationFolder
+
+
+@dataclass(frozen=True)
+class EvaluationRequest:
+    """What to evaluate, as the command line gives it.
+
+    Attributes:
+        scenario: the scenario.
+        policies: the built policies, in the order given.
+        seeds: the seeds of every policy's episodes.
+        backend: the backend's name.
+        backend_options: keyword arguments of the backend's constructor.
+    """
+
+    scenario: Scenario
+    policies: tuple[Policy, ...]
+    seeds: tuple[int, ...]
+    backend: str
+    backend_options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EvaluationLocation:
+    """Where a tracked evaluation's records are.
+
+    Attributes:
+        id: the evaluation id (the parent run's name and the local folder's).
+        tracking_uri: the MLflow store.
+        experiment: the experiment's name.
+        experiment_id: its id.
+        parent_run_id: the evaluation's run.
+        episode_runs: each episode's run id, by ``<policy>-seed<seed>``.
+        local_folder: the local records.
+    """
+
+    id: str
+    tracking_uri: str
+    experiment: str
+    experiment_id: str | None
+    parent_run_id: str | None
+    episode_runs: dict[str, str]
+    local_folder: str
+
+
+@dataclass(frozen=True)
+class TrackedEvaluation:
+    """The outcome of :func:`evaluate_tracked`.
+
+    Attributes:
+        comparison: the summary table.
+        location: where the records are.
+        failure: the store's failure after the evaluation started, if it failed.
+    """
+
+    comparison: ScenarioComparison
+    location: EvaluationLocation
+    failure: TrackingError | None
+
+
+def evaluate_untracked(request: EvaluationRequest, progress: bool = True) -> ScenarioComparison:
+    """Run the evaluation and summarise it, recording nothing."""
+    results = evaluate(
+        request.scenario,
+        request.policies,
+        request.seeds,
+        request.backend,
+        progress=progress,
+        backend_options=request.backend_options,
+    )
+    return comparison_of(request, results, None)
+
+
+def evaluate_tracked(
+    request: EvaluationRequest,
+    client: MlflowClient,
+    target: TrackingTarget,
+    out: Path,
+    experiment: str | None = None,
+    plots: bool = True,
+    progress: bool = True,
+    warn: Callable[[str], None] = print,
+) -> TrackedEvaluation:
+    """Run the evaluation, recording every episode locally under ``out`` and in MLflow.
+
+    Args:
+        request: what to evaluate.
+        client: a client from :func:`~dlsched.runs.tracking.store.connect` (the store was checked).
+        target: where it tracks.
+        out: parent folder of the local records.
+        experiment: the MLflow experiment (default: the scenario's name).
+        plots: draw and log the episode plots.
+        progress: show a progress bar.
+        warn: where warnings go.
+    """
+    evaluation_id = new_evaluation_id(request.scenario)
+    folder = EvaluationFolder.of(out, evaluation_id)
+    tracker = EvaluationTracker(
+        client,
+        target,
+        request.scenario,
+        folder,
+        evaluation_id,
+        request.backend,
+        [PolicyIdentity.of(policy) for policy in request.policies],
+        request.seeds,
+        experiment=experiment,
+        warn=warn,
+        plots=plots,
+        backend_options=request.backend_options,
+    )
+    with tracker:
+        results = evaluate(
+            request.scenario,
+            request.policies,
+            request.seeds,
+            request.backend,
+            on_episode=tracker.record_episode,
+            progress=progress,
+            backend_options=request.backend_options,
+        )
+        comparison = comparison_of(request, results, evaluation_id)
+        location = EvaluationLocation(
+            id=evaluation_id,
+            tracking_uri=target.uri,
+            experiment=tracker.experiment_name,
+            experiment_id=tracker.experiment_id,
+            parent_run_id=tracker.parent_run_id,
+            episode_runs=dict(tracker.episode_run_ids),
+            local_folder=str(folder.path.resolve()),
+        )
+        summary_json = folder.path / "summary.json"
+        summary_json.write_text(json.dumps(summary_data(comparison, location), indent=2))
+        summary_txt = folder.path / "summary.txt"
+        summary_txt.write_text(render_table([comparison]) + "\n")
+        tracker.finish(comparison.summaries, [summary_json, summary_txt])
+    return TrackedEvaluation(comparison, location, tracker.failure)
+
+
+def comparison_of(
+    request: EvaluationRequest, results: Sequence[EpisodeResult], evaluation_id: str | None
+) -> ScenarioComparison:
+    """The summary table of an evaluation's episodes."""
+    summaries = summarise([result.score for result in results], request.scenario.kind)
+    return ScenarioComparison(
+        scenario=request.scenario.name,
+        scenario_hash=request.scenario.content_hash(),
+        kind=request.scenario.kind,
+        backend=backend_label(request.backend, request.backend_options),
+        summaries=summaries,
+        evaluations=(evaluation_id,) * len(summaries) if evaluation_id else (),
+    )
+
+
+def summary_data(
+    comparison: ScenarioComparison, location: EvaluationLocation | None
+) -> dict[str, object]:
+    """The summary of an evaluation as JSON data (what ``--json`` prints and summary.json holds)."""
+    return {
+        "scenarios": comparison_data([comparison]),
+        "evaluation": dataclasses.asdict(location) if location is not None else None,
+    }

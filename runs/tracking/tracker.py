@@ -1,0 +1,387 @@
+"""The MLflow runs of an evaluation: a parent run per evaluation, a child run per episode.
+
+Layout in the store (DESIGN.md, "Runs and tracking"):
+
+- one **experiment per scenario**, named after it (``--experiment`` names another);
+- one **parent run per evaluation**, named by its evaluation id (scenario, UTC time, random
+  suffix), so no evaluation ever reuses or overwrites another's run;
+- one **child run per episode** (tag ``mlflow.parentRunId``), named ``<policy>-seed<seed>``, with
+  params (policy and every parameter, scenario name, content hash and kind, backend, seed,
+  dlsched version, git commit when the code runs from a checkout), per-step metrics (step =
+  environment step), per-episode metrics ``episode/<metric>``, and artifacts (the trajectory
+  table, the scenario file, the episode record and plots) logged from the local episode folder
+  of :mod:`dlsched.runs.tracking.trajectory`, which is written first.
+
+Metrics and params go through :meth:`MlflowClient.log_batch` within MLflow's limits (1000
+metrics, 100 params or tags, 1000 entities a call); one call per point costs about 5 ms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import secrets
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import TextIO, TypeVar
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
+
+from dlsched.envs.errors import TrackingError
+from dlsched.envs.scenarios.file_format import dump_scenario
+from dlsched.envs.scenarios.model import JobKind, Scenario
+from dlsched.runs.evaluation import (
+    DEFAULT_POLICY,
+    EpisodeMetrics,
+    EpisodeResult,
+    PolicyIdentity,
+    PolicySummary,
+    StepRecord,
+)
+from dlsched.runs.tracking.plots import plot_episode
+from dlsched.runs.tracking.provenance import dlsched_version, source_commit
+from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, first_line
+from dlsched.runs.tracking.trajectory import EvaluationFolder, episode_name
+
+#: MLflow's batch limits (mlflow.utils.validation).
+MAX_METRICS_PER_CALL = 1000
+MAX_PARAMS_PER_CALL = 100
+
+TAG_KIND = "dlsched.kind"  # "evaluation" on parent runs, "episode" on child runs
+TAG_EVALUATION = "dlsched.evaluation"
+TAG_POLICY_PARAMS = "dlsched.policy_params"  # the parameters as typed JSON
+EPISODE_METRIC_PREFIX = "episode/"
+BACKEND_PARAM_PREFIX = "backend."  # one param per backend option: backend.workload_threading
+
+
+def new_evaluation_id(scenario: Scenario) -> str:
+    """A unique evaluation id: ``<scenario>-<UTC date-time>-<random hex>``."""
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{scenario.name}-{stamp}-{secrets.token_hex(3)}"
+
+
+# ---------------------------------------------------------------------------------- writing
+
+
+def backend_params(options: Mapping[str, str]) -> dict[str, str]:
+    """The params of a backend's options: ``backend.<option>``, read back by :func:`_stored`."""
+    return {BACKEND_PARAM_PREFIX + key: str(value) for key, value in options.items()}
+
+
+def episode_params(
+    result: EpisodeResult, evaluation_id: str, version: str, commit: str | None
+) -> dict[str, str]:
+    """The params of an episode's run."""
+    params = {
+        "policy": result.policy.name,
+        **{f"policy.{key}": str(value) for key, value in result.policy.params},
+        "scenario": result.scenario.name,
+        "scenario.hash": result.scenario.content_hash(),
+        "scenario.kind": result.scenario.kind.value,
+        "backend": result.backend,
+        **backend_params(result.backend_options),
+        "seed": str(result.seed),
+        "evaluation": evaluation_id,
+        "dlsched.version": version,
+    }
+    if commit is not None:
+        params["git.commit"] = commit
+    return params
+
+
+def step_metrics(kind: JobKind, step: StepRecord) -> dict[str, float]:
+    """The per-step metrics of one step, by MLflow metric name."""
+    values: dict[str, float] = {
+        "time_s": step.time_s,
+        "active_jobs": float(step.active_jobs),
+        "total_limit": step.total_limit,
+    }
+    if step.reward is not None:
+        values["reward"] = step.reward
+    if kind is JobKind.INFERENCE:
+        values.update(
+            satisfied=float(step.satisfied),
+            G=float(step.g),
+            B=float(step.b),
+            Q_G=step.q_g,
+            Q_B=step.q_b,
+        )
+        if step.satisfied_fraction is not None:
+            values["satisfied_fraction"] = step.satisfied_fraction
+    else:
+        values["finished_jobs"] = float(step.finished_jobs)
+    return values
+
+
+def episode_metrics_by_name(metrics: EpisodeMetrics) -> dict[str, float]:
+    """The per-episode metrics that have a value, by MLflow metric name."""
+    return {EPISODE_METRIC_PREFIX + name: value for name, value in metrics.defined().items()}
+
+
+_T = TypeVar("_T")
+
+
+def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def log_in_batches(
+    client: MlflowClient,
+    run_id: str,
+    metrics: Sequence[Metric] = (),
+    params: Mapping[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> None:
+    """Log metrics, params and tags with as few ``log_batch`` calls as MLflow's limits allow."""
+    param_list = [Param(key, value) for key, value in (params or {}).items()]
+    tag_list = [RunTag(key, value) for key, value in (tags or {}).items()]
+    for params_chunk in _chunks(param_list, MAX_PARAMS_PER_CALL):
+        client.log_batch(run_id, params=params_chunk, synchronous=True)
+    for tags_chunk in _chunks(tag_list, MAX_PARAMS_PER_CALL):
+        client.log_batch(run_id, tags=tags_chunk, synchronous=True)
+    for metrics_chunk in _chunks(metrics, MAX_METRICS_PER_CALL):
+        client.log_batch(run_id, metrics=metrics_chunk, synchronous=True)
+
+
+class EvaluationTracker:
+    """Records one evaluation: each episode to its local folder first, then to MLflow.
+
+    Use it as a context manager around the episodes: entering creates the local folder, the
+    experiment and the parent run, so a refusing store is reported before any episode runs (and
+    the empty folder is removed); leaving on an exception marks the parent run failed.
+
+    If the store fails after that, the evaluation goes on without it: :attr:`failure` holds the
+    error, ``warn`` has said where the local records are, and every later episode is still
+    written to the local folder.
+
+    Args:
+        client: a client from :func:`connect`.
+        target: where it tracks.
+        scenario: the scenario evaluated.
+        folder: the evaluation's local folder.
+        evaluation_id: the evaluation's unique id (the parent run's name).
+        backend: the backend's name.
+        policies: the policies evaluated.
+        seeds: the seeds of every policy's episodes.
+        experiment: the experiment's name; the scenario's name by default.
+        warn: where warnings go (stderr in the CLI).
+        plots: draw the episode plots (they cost more than the rest of the tracking).
+        backend_options: the keyword arguments the backend is built with.
+    """
+
+    def __init__(
+        self,
+        client: MlflowClient,
+        target: TrackingTarget,
+        scenario: Scenario,
+        folder: EvaluationFolder,
+        evaluation_id: str,
+        backend: str,
+        policies: Sequence[PolicyIdentity],
+        seeds: Sequence[int],
+        experiment: str | None = None,
+        warn: Callable[[str], None] = print,
+        plots: bool = True,
+        backend_options: Mapping[str, str] | None = None,
+    ) -> None:
+        self.client = client
+        self.target = target
+        self.scenario = scenario
+        self.folder = folder
+        self.evaluation_id = evaluation_id
+        self.backend = backend
+        self.backend_options = dict(backend_options or {})
+        self.policies = tuple(policies)
+        self.seeds = tuple(seeds)
+        self.experiment_name = experiment or scenario.name
+        self.warn = warn
+        self.plots = plots
+        self.version = dlsched_version()
+        self.commit = source_commit()
+        self.scenario_yaml = dump_scenario(scenario)
+        self.scenario_file: Path | None = None
+        self.experiment_id: str | None = None
+        self.parent_run_id: str | None = None
+        self.episode_run_ids: dict[str, str] = {}
+        self.failure: TrackingError | None = None
+        self._defaults: dict[int, EpisodeResult] = {}
+
+    # -------------------------------------------------------------- life cycle
+
+    def __enter__(self) -> EvaluationTracker:
+        self.folder.create()
+        try:
+            self._start_runs()
+        except BaseException:
+            shutil.rmtree(self.folder.path, ignore_errors=True)  # nothing ran: leave nothing
+            raise
+        self.scenario_file = self.folder.write_scenario(self.scenario_yaml)
+        return self
+
+    def _start_runs(self) -> None:
+        try:
+            self.experiment_id = self._experiment()
+            tags = {TAG_KIND: "evaluation", TAG_EVALUATION: self.evaluation_id}
+            if self.commit is not None:
+                tags[MLFLOW_GIT_COMMIT] = self.commit
+            run = self.client.create_run(self.experiment_id, run_name=self.evaluation_id, tags=tags)
+            self.parent_run_id = run.info.run_id
+            log_in_batches(self.client, self.parent_run_id, params=self._evaluation_params())
+        except STORE_ERRORS as error:
+            raise TrackingError(
+                f"MLflow tracking store {self.target.uri} refused to start the evaluation: "
+                f"{first_line(error)}. {self.target.fix_hint()}"
+            ) from error
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if kind is None or self.failure is not None or self.parent_run_id is None:
+            return
+        status = "KILLED" if issubclass(kind, KeyboardInterrupt) else "FAILED"
+        with contextlib.suppress(*STORE_ERRORS):  # the original exception is what matters
+            _set_terminated(self.client, self.parent_run_id, status, sys.stderr)
+
+    def _experiment(self) -> str:
+        name = self.experiment_name
+        existing = self.client.get_experiment_by_name(name)
+        if existing is None:
+            try:
+                return self.client.create_experiment(name, tags={"dlsched.scenario": name})
+            except MlflowException:
+                existing = self.client.get_experiment_by_name(name)  # created concurrently
+                if existing is None:
+                    raise
+        if existing.lifecycle_stage == "deleted":
+            raise TrackingError(
+                f"MLflow experiment {name!r} (id {existing.experiment_id}) in {self.target.uri} "
+                f"is deleted; restore it (mlflow experiments restore --experiment-id "
+                f"{existing.experiment_id}) or pass --experiment with another name"
+            )
+        return str(existing.experiment_id)
+
+    def _evaluation_params(self) -> dict[str, str]:
+        params = {
+            "scenario": self.scenario.name,
+            "scenario.hash": self.scenario.content_hash(),
+            "scenario.kind": self.scenario.kind.value,
+            "backend": self.backend,
+            **backend_params(self.backend_options),
+            "policies": ",".join(policy.name for policy in self.policies),
+            "episodes": str(len(self.seeds)),
+            "seeds": ",".join(str(seed) for seed in self.seeds),
+            "dlsched.version": self.version,
+            "local_folder": str(self.folder.path.resolve()),
+        }
+        for policy in self.policies:
+            params.update({f"{policy.name}.{k}": str(v) for k, v in policy.params})
+        if self.commit is not None:
+            params["git.commit"] = self.commit
+        return params
+
+    # -------------------------------------------------------------- episodes
+
+    def record_episode(self, result: EpisodeResult) -> None:
+        """Write the episode to its local folder, then log it as a child run."""
+        episode_dir = self.folder.write_episode(result, self.scenario_yaml)
+        if self.plots:
+            if result.policy.name == DEFAULT_POLICY:
+                self._defaults[result.seed] = result
+                reference = None
+            else:
+                reference = self._defaults.get(result.seed)
+            plot_episode(result, reference, episode_dir)
+        if self.failure is not None:
+            return
+        try:
+            self._log_episode(result, episode_dir)
+        except STORE_ERRORS as error:
+            self.failure = TrackingError(
+                f"tracking to {self.target.uri} failed while logging episode "
+                f"{episode_name(result.policy, result.seed)}: {first_line(error)}. Every "
+                f"finished episode is on disk in {self.folder.path.resolve()} (trajectory.csv, "
+                "episode.json, scenario.yaml and plots per episode); the evaluation goes on "
+                "without tracking"
+            )
+            self.warn(f"warning: {self.failure}")
+
+    def _log_episode(self, result: EpisodeResult, episode_dir: Path) -> None:
+        assert self.experiment_id is not None and self.parent_run_id is not None
+        tags = {
+            MLFLOW_PARENT_RUN_ID: self.parent_run_id,
+            TAG_KIND: "episode",
+            TAG_EVALUATION: self.evaluation_id,
+            TAG_POLICY_PARAMS: json.dumps(dict(result.policy.params)),
+        }
+        if self.commit is not None:
+            tags[MLFLOW_GIT_COMMIT] = self.commit
+        name = episode_name(result.policy, result.seed)
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        run_id = run.info.run_id
+        self.episode_run_ids[name] = run_id
+        now_ms = int(time.time() * 1000)
+        metrics = [
+            Metric(key, value, now_ms, step.step)
+            for step in result.steps
+            for key, value in step_metrics(result.scenario.kind, step).items()
+        ]
+        metrics += [
+            Metric(key, value, now_ms, 0)
+            for key, value in episode_metrics_by_name(result.metrics).items()
+        ]
+        params = episode_params(result, self.evaluation_id, self.version, self.commit)
+        log_in_batches(self.client, run_id, metrics, params)
+        self.client.log_artifacts(run_id, str(episode_dir))
+        _set_terminated(self.client, run_id, "FINISHED", io.StringIO())
+
+    def finish(self, summaries: Sequence[PolicySummary], files: Sequence[Path]) -> None:
+        """Log the summary on the parent run, with ``files`` as artifacts, and close it."""
+        if self.failure is not None or self.parent_run_id is None or self.scenario_file is None:
+            return  # the store failed, or the evaluation never started
+        now_ms = int(time.time() * 1000)
+        metrics = []
+        for summary in summaries:
+            for metric in summary.metrics:
+                values = {
+                    "mean": metric.estimate.mean,
+                    "ci_low": metric.estimate.ci_low,
+                    "ci_high": metric.estimate.ci_high,
+                }
+                for suffix, value in values.items():
+                    if value is not None:
+                        key = f"summary/{summary.label}/{metric.spec.name}/{suffix}"
+                        metrics.append(Metric(key, value, now_ms, 0))
+        try:
+            log_in_batches(self.client, self.parent_run_id, metrics)
+            for path in (*files, self.scenario_file):
+                self.client.log_artifact(self.parent_run_id, str(path))
+            _set_terminated(self.client, self.parent_run_id, "FINISHED", sys.stderr)
+        except STORE_ERRORS as error:
+            self.failure = TrackingError(
+                f"tracking to {self.target.uri} failed while logging the evaluation summary: "
+                f"{first_line(error)}. Every episode is on disk in "
+                f"{self.folder.path.resolve()}"
+            )
+            self.warn(f"warning: {self.failure}")
+
+
+def _set_terminated(client: MlflowClient, run_id: str, status: str, links: TextIO) -> None:
+    """End a run; MLflow's "View run" links for HTTP stores go to ``links``, not stdout.
+
+    MLflow writes them to stdout, where they would break ``--json`` output.
+    """
+    with contextlib.redirect_stdout(links):
+        client.set_terminated(run_id, status)

@@ -1,0 +1,154 @@
+"""The local record of an evaluation: one folder per episode, written before anything is tracked.
+
+Layout (``root`` is ``./dlsched-runs`` unless ``--out`` says otherwise)::
+
+    <root>/<evaluation id>/
+        scenario.yaml                  the scenario as it ran
+        summary.json, summary.txt      written when the evaluation ends
+        <policy>-seed<seed>/
+            trajectory.csv             every step, every container (TRAJECTORY_COLUMNS)
+            episode.json               identity, metrics, job outcomes, per-step aggregates
+            *.png                      the episode's plots (dlsched.runs.tracking.plots)
+
+The folder of an evaluation is created once and never reused, so a second evaluation cannot
+overwrite a first; a finished episode is on disk whatever happens to the tracking server later.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from dlsched.envs.errors import TrackingError
+from dlsched.runs.evaluation import EpisodeResult, PolicyIdentity, to_jsonable
+
+#: Default parent folder of local evaluation records, relative to the working directory.
+DEFAULT_OUT = Path("dlsched-runs")
+
+TRAJECTORY_FILE = "trajectory.csv"
+EPISODE_FILE = "episode.json"
+SCENARIO_FILE = "scenario.yaml"
+
+#: Columns of ``trajectory.csv``: the step, then one :class:`ContainerSample` field each.
+TRAJECTORY_COLUMNS: tuple[str, ...] = (
+    "step",
+    "time_s",
+    "job_id",
+    "workload",
+    "state",
+    "worker",
+    "limit",
+    "limit_cores",
+    "cpu_usage",
+    "latency_s",
+    "target_s",
+    "tolerance",
+    "qoe_class",
+    "loss",
+    "iterations",
+)
+
+
+def episode_name(policy: PolicyIdentity, seed: int) -> str:
+    """The folder and run name of one episode: ``<policy>-seed<seed>``."""
+    return f"{policy.name}-seed{seed}"
+
+
+@dataclass(frozen=True)
+class EvaluationFolder:
+    """The local folder of one evaluation.
+
+    Attributes:
+        path: ``<root>/<evaluation id>``.
+    """
+
+    path: Path
+
+    @classmethod
+    def of(cls, root: Path, evaluation_id: str) -> EvaluationFolder:
+        """The folder of evaluation ``evaluation_id`` under ``root`` (not created yet)."""
+        return cls(root / evaluation_id)
+
+    def create(self) -> None:
+        """Create the folder; it must not exist yet, so no evaluation overwrites another."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise TrackingError(
+                f"local evaluation folder {self.path} already exists; evaluation ids are unique, "
+                "so another process is writing the same id: rerun, or pass another --out"
+            ) from None
+        except OSError as error:
+            raise TrackingError(
+                f"cannot create the local evaluation folder {self.path}: {error}; pass a "
+                "writable folder with --out"
+            ) from None
+
+    def episode_dir(self, policy: PolicyIdentity, seed: int) -> Path:
+        return self.path / episode_name(policy, seed)
+
+    def write_scenario(self, scenario_yaml: str) -> Path:
+        path = self.path / SCENARIO_FILE
+        path.write_text(scenario_yaml)
+        return path
+
+    def write_episode(self, result: EpisodeResult, scenario_yaml: str) -> Path:
+        """Write an episode's trajectory, record and scenario (its YAML text); return its folder."""
+        folder = self.episode_dir(result.policy, result.seed)
+        folder.mkdir(exist_ok=False)
+        write_trajectory(result, folder / TRAJECTORY_FILE)
+        (folder / EPISODE_FILE).write_text(json.dumps(episode_record(result), indent=1))
+        (folder / SCENARIO_FILE).write_text(scenario_yaml)
+        return folder
+
+
+def write_trajectory(result: EpisodeResult, path: Path) -> None:
+    """Write the trajectory table: one row per step and container that had arrived."""
+    with path.open("w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(TRAJECTORY_COLUMNS)
+        for step in result.steps:
+            for sample in step.containers:
+                writer.writerow(
+                    [step.step, repr(step.time_s)]
+                    + [_cell(getattr(sample, column)) for column in TRAJECTORY_COLUMNS[2:]]
+                )
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)  # round-trips exactly
+    if isinstance(value, Enum):
+        return str(value.value)
+    return str(value)
+
+
+def episode_record(result: EpisodeResult) -> dict[str, object]:
+    """The JSON record of an episode: everything but the per-container rows."""
+    return {
+        "policy": {"name": result.policy.name, "params": dict(result.policy.params)},
+        "scenario": result.scenario.name,
+        "scenario_hash": result.scenario.content_hash(),
+        "backend": result.backend,
+        "backend_options": dict(result.backend_options),
+        "seed": result.seed,
+        "metrics": to_jsonable(result.metrics),
+        "jobs": [{**to_jsonable(job), "completion_s": job.completion_s} for job in result.jobs],
+        "steps": [
+            {
+                **{
+                    f.name: getattr(step, f.name)
+                    for f in dataclasses.fields(step)
+                    if f.name != "containers"
+                },
+                "satisfied_fraction": step.satisfied_fraction,
+            }
+            for step in result.steps
+        ],
+    }

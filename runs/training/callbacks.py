@@ -1,0 +1,214 @@
+"""Callbacks of a training run: progress bar, rollout QoE, validation with early stopping.
+
+Validation runs the agent exactly as ``dlsched evaluate`` runs any policy
+(:func:`dlsched.runs.evaluation.run_episode` with a :class:`~dlsched.policies.learned.LearnedPolicy`
+holding the current network and normalisation statistics) on held-out seeds, and logs the same
+metrics (``satisfied_fraction_mean``, ``mean_completion_s``, ...) under ``eval/<scenario>/``. The
+model that scores best is saved; training stops when ``patience`` validations in a row have not
+improved on it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import VecNormalize
+from tqdm import tqdm
+
+from dlsched.envs.scenarios.model import JobKind, Scenario
+from dlsched.policies.learned import LearnedPolicy, ModelCard, save_model
+from dlsched.runs.evaluation import EpisodeResult, metrics_for, run_episode, summarise
+
+
+class ProgressBar(BaseCallback):
+    """A tqdm bar of timesteps on stderr (SB3's own needs the ``rich`` package).
+
+    Args:
+        total: the timesteps of the run.
+        enabled: ``False`` shows nothing.
+    """
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        super().__init__()
+        self.total = total
+        self.enabled = enabled
+        self.bar: tqdm[None] | None = None
+
+    def _on_training_start(self) -> None:
+        self.bar = tqdm(
+            total=self.total,
+            unit="step",
+            desc="training",
+            file=sys.stderr,
+            disable=not self.enabled,
+            dynamic_ncols=True,
+        )
+
+    def _on_step(self) -> bool:
+        assert self.bar is not None
+        self.bar.update(self.training_env.num_envs)
+        return True
+
+    def note(self, text: str) -> None:
+        """Show ``text`` after the bar (the last validation score)."""
+        if self.bar is not None:
+            self.bar.set_postfix_str(text)
+
+    def _on_training_end(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class RolloutQoE(BaseCallback):
+    """Logs ``rollout/satisfied_fraction``: satisfied over active jobs, averaged over the steps
+    of each rollout (inference environments; ``info`` carries both counts)."""
+
+    def _on_step(self) -> bool:
+        for info in self.locals.get("infos", ()):
+            active = info.get("active")
+            if active:
+                self.logger.record_mean("rollout/satisfied_fraction", info["satisfied"] / active)
+        return True
+
+
+@dataclass(frozen=True)
+class ValidationRecord:
+    """One validation: when, on what, the score and the metrics.
+
+    Attributes:
+        timesteps: training timesteps done when it ran.
+        score: the selection score, higher is better (see :func:`validation_score`).
+        metrics: mean across seeds of every metric ``evaluate`` reports, by
+            ``<scenario>/<metric>``.
+        improved: whether it beat every earlier validation (its model was kept).
+    """
+
+    timesteps: int
+    score: float
+    metrics: dict[str, float]
+    improved: bool
+
+
+def validation_score(results: Sequence[EpisodeResult], kind: JobKind) -> float:
+    """The number a validation is ranked by; higher is better.
+
+    - inference: the mean over episodes of ``satisfied_fraction_mean``, ``evaluate``'s primary
+      metric;
+    - training: minus the mean completion time of every job that arrived, counting a job that
+      did not finish as completing at the episode's end (a censored time, so that an episode
+      with unfinished jobs still has a score, and a worse one the more it leaves unfinished).
+    """
+    if kind is JobKind.INFERENCE:
+        values = [
+            r.metrics.satisfied_fraction_mean
+            for r in results
+            if r.metrics.satisfied_fraction_mean is not None
+        ]
+        return statistics.fmean(values) if values else 0.0
+    completions = []
+    for result in results:
+        end_s = result.steps[-1].time_s
+        for job in result.jobs:
+            completion = job.completion_s
+            completions.append(end_s - job.arrival_s if completion is None else completion)
+    return -statistics.fmean(completions) if completions else -math.inf
+
+
+class Validation(BaseCallback):
+    """Evaluates the agent on held-out seeds every ``every`` timesteps; keeps the best model.
+
+    Args:
+        scenarios: the validation scenarios.
+        seeds: the held-out ``reset`` seeds (never used for training).
+        every: timesteps between two validations.
+        patience: validations in a row without improvement after which training stops
+            (0: never stop early).
+        card: the model card of the run's models.
+        normalizer: the training environments' normaliser, whose statistics the agent sees.
+        best_folder: where the best model is saved (see :func:`save_model`).
+        backend: the backend's registered name.
+        report: called with each record (the progress bar shows it).
+    """
+
+    def __init__(
+        self,
+        scenarios: Sequence[Scenario],
+        seeds: Sequence[int],
+        every: int,
+        patience: int,
+        card: ModelCard,
+        normalizer: VecNormalize,
+        best_folder: Path,
+        backend: str = "replay",
+        report: Callable[[ValidationRecord], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.scenarios = tuple(scenarios)
+        self.seeds = tuple(seeds)
+        self.every = every
+        self.patience = patience
+        self.card = card
+        self.normalizer = normalizer
+        self.best_folder = best_folder
+        self.backend = backend
+        self.report = report
+        self.records: list[ValidationRecord] = []
+        self.best_score = -math.inf
+        self.stopped_early = False
+        self._next = every
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps < self._next:
+            return True
+        self._next = self.num_timesteps + self.every
+        self.validate()
+        if self.patience and self._since_improvement() >= self.patience:
+            self.stopped_early = True
+            return False
+        return True
+
+    def validate(self) -> ValidationRecord:
+        """Run the validation episodes now, log and keep the model if it is the best."""
+        # Normalising reads the statistics, never updates them, so the live ones can be used.
+        policy = LearnedPolicy(self.model, self.card, self.normalizer, source="training")
+        kind = self.scenarios[0].kind
+        results: list[EpisodeResult] = []
+        metrics: dict[str, float] = {}
+        for scenario in self.scenarios:
+            episodes = [run_episode(scenario, policy, seed, self.backend) for seed in self.seeds]
+            results += episodes
+            (summary,) = summarise([episode.score for episode in episodes], kind)
+            for spec in metrics_for(kind):
+                mean = summary.metric(spec.name).estimate.mean
+                if mean is not None:
+                    metrics[f"{scenario.name}/{spec.name}"] = mean
+        score = validation_score(results, kind)
+        improved = score > self.best_score
+        if improved:
+            self.best_score = score
+            save_model(self.model, self.normalizer, self.card, self.best_folder)
+        record = ValidationRecord(self.num_timesteps, score, metrics, improved)
+        self.records.append(record)
+        for key, value in metrics.items():
+            self.logger.record(f"eval/{key}", value)
+        self.logger.record("eval/score", score)
+        self.logger.record("eval/best_score", self.best_score)
+        self.logger.record("time/total_timesteps", self.num_timesteps)
+        self.logger.dump(self.num_timesteps)
+        if self.report is not None:
+            self.report(record)
+        return record
+
+    def _since_improvement(self) -> int:
+        since = 0
+        for record in reversed(self.records):
+            if record.improved:
+                break
+            since += 1
+        return since

@@ -1,0 +1,557 @@
+"""The training harness: train an SB3 agent on scenarios, validate it, keep and track the model.
+
+One call of :func:`train` is one training run:
+
+1. the training scenarios (one or several, possibly distributions: see
+   :meth:`~dlsched.envs.scenarios.model.Scenario.realise`) and the validation scenarios are
+   loaded and checked to share a job kind and an observation layout;
+2. ``n_envs`` environments (:mod:`dlsched.runs.training.environments`) are vectorised and
+   normalised per feature, and the agent (:data:`~dlsched.policies.learned.ALGORITHMS`) is built
+   on them with the slot-shared network of :mod:`dlsched.policies.slot_network` (PPO, A2C) or
+   SB3's MLP;
+3. it learns, with a progress bar, the rollout QoE, and a validation on held-out seeds every
+   ``eval_every`` timesteps that keeps the best model and stops after ``patience``
+   validations without improvement (:mod:`dlsched.runs.training.callbacks`);
+4. everything is written to a local folder first (``<out>/<training id>/``), then, when tracked,
+   to one MLflow run: parameters, the SB3 log through the batched
+   :class:`~dlsched.runs.tracking.kvwriter.MlflowKVWriter`, and as artifacts the best model
+   (``model/``, what ``runs:/<run_id>/model`` names), the last one (``final-model/``), the exact
+   configuration (``training_config.json``), the scenarios as they ran and the validation
+   history.
+
+Seeds: the training environments are reset with seeds ``seed .. seed + n_envs - 1`` once and
+then draw every later episode from their own generators; validation uses seeds from
+:data:`VALIDATION_SEED_BASE` on, so that no validation episode is a training one. Evaluate a
+trained model with yet other seeds (``dlsched evaluate --seed 100``, say): validation chose the
+model, so its seeds are no longer held out for a final comparison.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import secrets
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
+from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
+from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
+
+from dlsched.envs.errors import PolicyError, TrackingError
+from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
+from dlsched.envs.scenarios.model import JobKind, Scenario
+from dlsched.policies.agent_actions import ActionMapping, ActionMode
+from dlsched.policies.learned import ModelCard, algorithm_class, save_model
+from dlsched.policies.normalization import slot_normalizer
+from dlsched.policies.slot_network import OwnSlotPolicy, SlotActorCriticPolicy
+from dlsched.runs.tracking.kvwriter import MlflowKVWriter
+from dlsched.runs.tracking.provenance import dlsched_version, source_commit
+from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget
+from dlsched.runs.tracking.tracker import TAG_KIND, log_in_batches
+from dlsched.runs.training.callbacks import ProgressBar, RolloutQoE, Validation, ValidationRecord
+from dlsched.runs.training.environments import (
+    VecEnvKind,
+    check_compatible,
+    default_reward,
+    layout_of,
+    make_vec_env,
+)
+
+#: First seed of the validation episodes; far from any seed a user trains with.
+VALIDATION_SEED_BASE = 1_000_000
+#: Networks an agent can have: ``slot`` shares weights across slots (PPO, A2C only).
+NETWORKS: tuple[str, ...] = ("auto", "slot", "mlp")
+#: Algorithms whose policy is SB3's ActorCriticPolicy, which the slot network extends.
+ON_POLICY: tuple[str, ...] = ("ppo", "a2c")
+
+HyperValue = float | int | str | bool
+
+BEST_MODEL_DIR = "model"
+FINAL_MODEL_DIR = "final-model"
+CONFIG_FILE = "training_config.json"
+VALIDATION_FILE = "validation.json"
+PROGRESS_FILE = "progress.csv"
+SCENARIO_DIR = "scenarios"
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Everything that defines a training run (logged as ``training_config.json``).
+
+    Attributes:
+        algo: the SB3 algorithm: ``ppo``, ``a2c``, ``sac`` or ``td3``.
+        scenarios: the training scenarios, by shipped name or YAML path; several are mixed,
+            one drawn per episode.
+        timesteps: environment steps to train for (PPO and A2C round up to whole rollouts).
+        n_envs: environments stepped side by side.
+        seed: seeds the agent's initialisation and the training environments' first resets.
+        eval_scenarios: validation scenarios (default: the training scenarios).
+        eval_episodes: validation episodes per scenario, on held-out seeds.
+        eval_every: timesteps between validations; 0 validates never.
+        patience: validations in a row without improvement that stop training; 0 never stops.
+        reward: the reward's name (``None``: the environment's default).
+        backend: the backend's registered name.
+        network: ``slot`` (shared across slots; PPO, A2C), ``mlp``, or ``auto`` (slot when
+            possible).
+        net_arch: hidden layer widths of the network.
+        actions: how the agent's actions become limits (see
+            :mod:`dlsched.policies.agent_actions`).
+        max_step: the largest factor one relative action changes a limit by.
+        frame_stack: consecutive observations the agent sees at once (1: the current one);
+            a batch latency stays the same until the next batch ends, and only a history
+            shows whether it is new and which limits it ran under.
+        slot_agents: make every slot an agent of one shared policy, rewarded for its own job
+            too (:mod:`dlsched.runs.training.slot_agents`); timesteps then count slot steps.
+        own_weight: with ``slot_agents``, the weight of an agent's own job in its reward.
+        hyperparams: keyword arguments of the SB3 algorithm (``learning_rate``, ``n_steps``, ...).
+        policy_kwargs: keyword arguments of its policy (``log_std_init``, ``ortho_init``, ...).
+        normalize_reward: scale rewards by the running deviation of returns while training.
+        vec_env: how environments are stepped (``auto``, ``dummy``, ``subproc``).
+        torch_threads: threads torch may use in this process.
+    """
+
+    algo: str
+    scenarios: tuple[str, ...]
+    timesteps: int
+    n_envs: int = 1
+    seed: int = 0
+    eval_scenarios: tuple[str, ...] = ()
+    eval_episodes: int = 5
+    eval_every: int = 10_000
+    patience: int = 5
+    reward: str | None = None
+    backend: str = "replay"
+    network: str = "auto"
+    net_arch: tuple[int, ...] = (64, 64)
+    actions: ActionMode = ActionMode.RELATIVE
+    max_step: float = 2.0
+    frame_stack: int = 1
+    slot_agents: bool = False
+    own_weight: float = 0.5
+    hyperparams: tuple[tuple[str, HyperValue], ...] = ()
+    policy_kwargs: tuple[tuple[str, HyperValue], ...] = ()
+    normalize_reward: bool = True
+    vec_env: VecEnvKind = VecEnvKind.AUTO
+    torch_threads: int = 1
+
+    @property
+    def training_seeds(self) -> tuple[int, ...]:
+        """The ``reset`` seeds of the training environments' first episodes."""
+        return tuple(range(self.seed, self.seed + self.n_envs))
+
+    @property
+    def validation_seeds(self) -> tuple[int, ...]:
+        """The held-out ``reset`` seeds of every validation."""
+        return tuple(range(VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + self.eval_episodes))
+
+    @property
+    def action_mapping(self) -> ActionMapping:
+        """The map from the agent's actions to limits."""
+        return ActionMapping(self.actions, self.max_step)
+
+    @property
+    def resolved_network(self) -> str:
+        """``slot`` or ``mlp``."""
+        if self.network == "auto":
+            return "slot" if self.algo in ON_POLICY else "mlp"
+        return self.network
+
+    def check(self) -> None:
+        """Refuse a configuration that cannot run, naming the value and the fix.
+
+        Raises:
+            PolicyError: a bad value.
+        """
+        algorithm_class(self.algo)
+        problems = []
+        if self.timesteps < 1:
+            problems.append(f"timesteps={self.timesteps} must be at least 1")
+        if self.n_envs < 1:
+            problems.append(f"n_envs={self.n_envs} must be at least 1")
+        if self.eval_every < 0:
+            problems.append(f"eval_every={self.eval_every} must be >= 0 (0: no validation)")
+        if self.eval_every and self.eval_episodes < 1:
+            problems.append(f"eval_episodes={self.eval_episodes} must be at least 1")
+        if self.patience < 0:
+            problems.append(f"patience={self.patience} must be >= 0 (0: never stop early)")
+        if self.network not in NETWORKS:
+            problems.append(f"network={self.network!r} must be one of {', '.join(NETWORKS)}")
+        elif self.resolved_network == "slot" and self.algo not in ON_POLICY:
+            problems.append(
+                f"network 'slot' extends the actor-critic policy of {', '.join(ON_POLICY)}, not "
+                f"{self.algo}; use network 'mlp' with {self.algo}"
+            )
+        if not self.net_arch or any(width < 1 for width in self.net_arch):
+            problems.append(f"net_arch={list(self.net_arch)} must be positive widths, e.g. 64,64")
+        if self.actions is ActionMode.RELATIVE and not self.max_step > 1:
+            problems.append(f"max_step={self.max_step} must be > 1")
+        if not 0.0 <= self.own_weight <= 1.0:
+            problems.append(f"own_weight={self.own_weight} must be in [0, 1]")
+        if self.frame_stack < 1:
+            problems.append(f"frame_stack={self.frame_stack} must be at least 1")
+        if self.torch_threads < 1:
+            problems.append(f"torch_threads={self.torch_threads} must be at least 1")
+        reserved = {"env", "policy", "seed", "device", "verbose", "policy_kwargs"}
+        for key, _ in self.hyperparams:
+            if key in reserved:
+                problems.append(
+                    f"hyperparameter {key!r} is set by dlsched; use the matching option instead"
+                )
+        overlap = set(self.training_seeds) & set(self.validation_seeds)
+        if self.eval_every and overlap:
+            problems.append(
+                f"training seeds {sorted(overlap)} are also validation seeds; train with "
+                f"--seed below {VALIDATION_SEED_BASE - self.n_envs + 1}"
+            )
+        if any(key == "net_arch" for key, _ in self.policy_kwargs):
+            problems.append("policy keyword 'net_arch' is set by dlsched; use --net-arch")
+        if problems:
+            raise PolicyError("invalid training configuration: " + "; ".join(problems))
+
+    def to_data(self) -> dict[str, Any]:
+        """The configuration as plain JSON data."""
+        data = asdict(self)
+        data["hyperparams"] = dict(self.hyperparams)
+        data["policy_kwargs"] = dict(self.policy_kwargs)
+        data["vec_env"] = self.vec_env.value
+        data["actions"] = self.actions.value
+        data["training_seeds"] = list(self.training_seeds)
+        data["validation_seeds"] = list(self.validation_seeds)
+        data["resolved_network"] = self.resolved_network
+        return data
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    """What a training run produced.
+
+    Attributes:
+        training_id: the run's id (its local folder's and MLflow run's name).
+        folder: the local folder.
+        model_folder: the model to use (the best validated one, else the last).
+        timesteps: timesteps trained.
+        stopped_early: whether validation stopped it before ``timesteps``.
+        validations: every validation, in order.
+        run_id: the MLflow run, when tracked.
+        experiment_id: its experiment.
+    """
+
+    training_id: str
+    folder: Path
+    model_folder: Path
+    timesteps: int
+    stopped_early: bool
+    validations: tuple[ValidationRecord, ...] = ()
+    run_id: str | None = None
+    experiment_id: str | None = None
+
+    @property
+    def model_uri(self) -> str:
+        """What ``dlsched evaluate --policy`` takes to load the model."""
+        return f"runs:/{self.run_id}/{BEST_MODEL_DIR}" if self.run_id else str(self.model_folder)
+
+    @property
+    def best(self) -> ValidationRecord | None:
+        improved = [record for record in self.validations if record.improved]
+        return improved[-1] if improved else None
+
+
+@dataclass
+class _Tracking:
+    """The MLflow side of one run."""
+
+    client: MlflowClient
+    target: TrackingTarget
+    run_id: str
+    experiment_id: str
+
+
+def new_training_id(config: TrainingConfig, scenario: Scenario) -> str:
+    """A unique training id: ``train-<algo>-<scenario>-<UTC date-time>-<random hex>``."""
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    return f"train-{config.algo}-{scenario.name}-{stamp}-{secrets.token_hex(3)}"
+
+
+def train(
+    config: TrainingConfig,
+    out: Path,
+    client: MlflowClient | None = None,
+    target: TrackingTarget | None = None,
+    experiment: str | None = None,
+    progress: bool = True,
+) -> TrainingResult:
+    """Run one training as ``config`` says; see the module docstring.
+
+    Args:
+        config: the run's configuration.
+        out: parent of the run's local folder.
+        client: an MLflow client whose store was checked (``connect``); ``None`` tracks nothing.
+        target: the store ``client`` writes to (for messages).
+        experiment: the MLflow experiment (default ``<first scenario>-training``).
+        progress: show a progress bar.
+
+    Raises:
+        PolicyError: an invalid configuration.
+        ScenarioError: scenarios that cannot share one model.
+        TrackingError: the store refused to start the run (nothing has been trained), or to
+            take its artifacts at the end (everything is in the local folder).
+    """
+    config.check()
+    scenarios = tuple(load_scenario(name) for name in config.scenarios)
+    eval_scenarios = (
+        tuple(load_scenario(name) for name in config.eval_scenarios)
+        if config.eval_scenarios
+        else scenarios
+    )
+    check_compatible(scenarios, "training")
+    check_compatible([scenarios[0], *eval_scenarios], "training and validation")
+    training_id = new_training_id(config, scenarios[0])
+    folder = out / training_id
+    folder.mkdir(parents=True, exist_ok=False)
+    _write_inputs(folder, config, scenarios, eval_scenarios)
+    tracking = (
+        _start_run(client, target, config, training_id, scenarios[0], experiment)
+        if client is not None and target is not None
+        else None
+    )
+    try:
+        result = _learn(config, scenarios, eval_scenarios, folder, training_id, tracking, progress)
+    except BaseException as error:
+        if tracking is not None:
+            status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
+            with contextlib.suppress(*STORE_ERRORS):
+                tracking.client.set_terminated(tracking.run_id, status)
+        raise
+    if tracking is not None:
+        try:
+            _finish_run(tracking, result)
+        except STORE_ERRORS as error:
+            raise TrackingError(
+                f"MLflow refused the artifacts of training run {tracking.run_id}: {error}; "
+                f"everything is on disk in {folder.resolve()}"
+            ) from error
+    return result
+
+
+def _write_inputs(
+    folder: Path,
+    config: TrainingConfig,
+    scenarios: Sequence[Scenario],
+    eval_scenarios: Sequence[Scenario],
+) -> None:
+    data = {
+        "config": config.to_data(),
+        "dlsched_version": dlsched_version(),
+        "git_commit": source_commit(),
+        "command": sys.argv,
+        "scenario_hashes": {
+            scenario.name: scenario.content_hash() for scenario in (*scenarios, *eval_scenarios)
+        },
+    }
+    (folder / CONFIG_FILE).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    scenario_dir = folder / SCENARIO_DIR
+    scenario_dir.mkdir()
+    for scenario in {s.name: s for s in (*scenarios, *eval_scenarios)}.values():
+        (scenario_dir / f"{scenario.name}.yaml").write_text(
+            dump_scenario(scenario), encoding="utf-8"
+        )
+
+
+def _start_run(
+    client: MlflowClient,
+    target: TrackingTarget,
+    config: TrainingConfig,
+    training_id: str,
+    scenario: Scenario,
+    experiment: str | None,
+) -> _Tracking:
+    name = experiment or f"{scenario.name}-training"
+    try:
+        experiment_id = _experiment_id(client, name)
+        tags = {TAG_KIND: "training"}
+        commit = source_commit()
+        if commit is not None:
+            tags[MLFLOW_GIT_COMMIT] = commit
+        run = client.create_run(experiment_id, run_name=training_id, tags=tags)
+        run_id = run.info.run_id
+        log_in_batches(client, run_id, params=_params(config))
+    except STORE_ERRORS as error:
+        raise TrackingError(
+            f"MLflow tracking store {target.uri} refused to start the training run: {error}; "
+            "check the store, or train without tracking (--no-tracking)"
+        ) from error
+    return _Tracking(client, target, run_id, experiment_id)
+
+
+def _experiment_id(client: MlflowClient, name: str) -> str:
+    existing = client.get_experiment_by_name(name)
+    if existing is None:
+        try:
+            return client.create_experiment(name)
+        except MlflowException:
+            existing = client.get_experiment_by_name(name)  # created concurrently
+            if existing is None:
+                raise
+    if existing.lifecycle_stage == "deleted":
+        raise TrackingError(
+            f"MLflow experiment {name!r} (id {existing.experiment_id}) is deleted; restore it "
+            f"(mlflow experiments restore --experiment-id {existing.experiment_id}) or pass "
+            "--experiment with another name"
+        )
+    return str(existing.experiment_id)
+
+
+def _params(config: TrainingConfig) -> dict[str, str]:
+    params = {
+        key: ",".join(map(str, value)) if isinstance(value, list) else str(value)
+        for key, value in config.to_data().items()
+        if key not in ("hyperparams", "policy_kwargs")
+    }
+    params.update({f"hp.{key}": str(value) for key, value in config.hyperparams})
+    params.update({f"policy.{key}": str(value) for key, value in config.policy_kwargs})
+    params["dlsched.version"] = dlsched_version()
+    return params
+
+
+def _learn(
+    config: TrainingConfig,
+    scenarios: Sequence[Scenario],
+    eval_scenarios: Sequence[Scenario],
+    folder: Path,
+    training_id: str,
+    tracking: _Tracking | None,
+    progress: bool,
+) -> TrainingResult:
+    torch.set_num_threads(config.torch_threads)
+    kind = scenarios[0].kind
+    card = ModelCard(
+        algo=config.algo,
+        kind=kind,
+        layout=layout_of(scenarios[0]),
+        actions=config.action_mapping,
+        frame_stack=config.frame_stack,
+        slot_agents=config.slot_agents,
+        reward=config.reward or default_reward(kind),
+        scenarios=tuple(scenario.name for scenario in scenarios),
+        run_id=tracking.run_id if tracking is not None else None,
+        dlsched_version=dlsched_version(),
+    )
+    venv = make_vec_env(
+        scenarios,
+        config.n_envs,
+        config.action_mapping,
+        config.vec_env,
+        config.backend,
+        config.reward,
+        config.slot_agents,
+        config.own_weight,
+    )
+    if config.frame_stack > 1:
+        venv = VecFrameStack(venv, config.frame_stack, channels_order="last")
+    try:
+        normalizer = slot_normalizer(venv, _gamma(config), config.normalize_reward)
+        model = _build_model(config, normalizer)
+        writers: list[KVWriter] = [CSVOutputFormat(str(folder / PROGRESS_FILE))]
+        if tracking is not None:
+            writers.append(MlflowKVWriter(tracking.client, tracking.run_id))
+        model.set_logger(Logger(str(folder), writers))
+        bar = ProgressBar(config.timesteps, enabled=progress)
+        callbacks: list[BaseCallback] = [bar]
+        if kind is JobKind.INFERENCE:
+            callbacks.append(RolloutQoE())
+        validation = None
+        if config.eval_every:
+            validation = Validation(
+                eval_scenarios,
+                config.validation_seeds,
+                config.eval_every,
+                config.patience,
+                card,
+                normalizer,
+                folder / BEST_MODEL_DIR,
+                config.backend,
+                report=lambda record: bar.note(
+                    f"validation {record.score:.3f}{' (best)' if record.improved else ''}"
+                ),
+            )
+            callbacks.append(validation)
+        model.learn(total_timesteps=config.timesteps, callback=CallbackList(callbacks))
+        if validation is not None and not validation.stopped_early:
+            last = validation.records[-1].timesteps if validation.records else -1
+            if last != model.num_timesteps:
+                validation.validate()  # the last model may be the best
+        save_model(model, normalizer, card, folder / FINAL_MODEL_DIR)
+        model.logger.close()
+    finally:
+        venv.close()
+    model_folder = folder / BEST_MODEL_DIR if validation is not None else folder / FINAL_MODEL_DIR
+    records = tuple(validation.records) if validation is not None else ()
+    (folder / VALIDATION_FILE).write_text(
+        json.dumps([asdict(record) for record in records], indent=2) + "\n", encoding="utf-8"
+    )
+    return TrainingResult(
+        training_id=training_id,
+        folder=folder,
+        model_folder=model_folder,
+        timesteps=model.num_timesteps,
+        stopped_early=validation.stopped_early if validation is not None else False,
+        validations=records,
+        run_id=tracking.run_id if tracking is not None else None,
+        experiment_id=tracking.experiment_id if tracking is not None else None,
+    )
+
+
+def _gamma(config: TrainingConfig) -> float:
+    """The discount the algorithm will use (its own default unless set)."""
+    given = dict(config.hyperparams).get("gamma")
+    if given is not None:
+        return float(given)
+    default = inspect.signature(algorithm_class(config.algo)).parameters["gamma"].default
+    return float(default)
+
+
+def _build_model(config: TrainingConfig, env: VecNormalize) -> BaseAlgorithm:
+    cls = algorithm_class(config.algo)
+    policy: Any = "MlpPolicy"
+    if config.resolved_network == "slot":
+        policy = OwnSlotPolicy if config.slot_agents else SlotActorCriticPolicy
+    policy_kwargs = {"net_arch": list(config.net_arch), **dict(config.policy_kwargs)}
+    try:
+        return cls(
+            policy,
+            env,
+            seed=config.seed,
+            device="cpu",
+            verbose=0,
+            policy_kwargs=policy_kwargs,
+            **dict(config.hyperparams),
+        )
+    except TypeError as error:
+        raise PolicyError(
+            f"{config.algo} refused the hyperparameters {dict(config.hyperparams)} or policy "
+            f"keywords {policy_kwargs}: {error}; see the {cls.__name__} arguments in the "
+            "Stable-Baselines3 documentation"
+        ) from error
+
+
+def _finish_run(tracking: _Tracking, result: TrainingResult) -> None:
+    client, run_id = tracking.client, tracking.run_id
+    folder = result.folder
+    client.log_artifacts(run_id, str(result.model_folder), BEST_MODEL_DIR)
+    client.log_artifacts(run_id, str(folder / FINAL_MODEL_DIR), FINAL_MODEL_DIR)
+    client.log_artifacts(run_id, str(folder / SCENARIO_DIR), SCENARIO_DIR)
+    for name in (CONFIG_FILE, VALIDATION_FILE, PROGRESS_FILE):
+        client.log_artifact(run_id, str(folder / name))
+    client.set_tag(run_id, "dlsched.stopped_early", str(result.stopped_early).lower())
+    client.set_terminated(run_id, "FINISHED")
