@@ -59,3 +59,7 @@ class PolicyError(DlschedError, ValueError):
 
 class TrackingError(DlschedError, RuntimeError):
     """The MLflow tracking store is unreachable or refuses a write."""
+
+
+class HostBusyError(BackendError):
+    """A measurement of the host (calibration) was refused because other work held its cores."""

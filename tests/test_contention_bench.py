@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dlsched.envs.errors import BackendError
-from dlsched.runs.bench.contention import ALLOCATIONS, allocation_limits, measure_contention
+from dlsched.runs.bench.contention import ALLOCATIONS, measure_contention
 from dlsched.runs.cli import main as cli_main
+from dlsched.runs.fidelity.contention import allocation_limits
 
 requires_docker = pytest.mark.docker
 
@@ -24,7 +25,7 @@ def test_allocations_give_each_job_its_limit(allocation, limits):
 
 
 def test_an_unknown_allocation_is_refused_with_the_known_ones():
-    with pytest.raises(BackendError, match=r"'fair'.*\['free', 'equal', 'favoured'\]"):
+    with pytest.raises(BackendError, match=r"'fair'.*\['free', 'equal', 'favoured', 'halves'\]"):
         allocation_limits("fair", 3)
 
 

@@ -242,7 +242,13 @@ def _drop(path: str) -> Mutation:
 @pytest.mark.parametrize(
     ("workload", "mutate", "expected"),
     [
-        ("resnet50", _set("format", 2), "format: got 2, expected 1"),
+        ("resnet50", _set("format", 3), "format: got 3, expected one of (1, 2)"),
+        (
+            "resnet50",
+            _set("format", 1),  # resnet50 is format 2 and names its threading
+            "threading: got 'tuned', expected no such field in format 1",
+        ),
+        ("resnet50", _set("threading", "eager"), "threading: got 'eager', expected one of"),
         ("resnet50", _set("colour", "red"), "colour: unknown field; known fields: batch_size"),
         ("resnet50", _drop("demand_cores"), "demand_cores: missing"),
         ("resnet50", _set("workload", "resnet"), "workload: 'resnet' and the file name 'resnet50'"),

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from dlsched.envs.replay.profile import load_profile
+from dlsched.envs.replay.profile import PROFILES_DIR, load_profile
 from dlsched.envs.workloads import cpu_quota
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import (
@@ -48,18 +48,15 @@ from dlsched.envs.workloads.stopping import StopRequest
 from dlsched.envs.workloads.training import MinibatchSampler, run_training
 from dlsched.runs import cli
 from dlsched.runs.fidelity.calibration import (
-    DEFAULT_OUTPUT_DIR as MEASURED_PROFILES,
-)
-from dlsched.runs.fidelity.calibration import (
     HostDescription,
     LimitRun,
     build_profile,
     demand_cores,
-    host_busy_seconds,
     loss_curve,
     monotone_rates,
     throughput_points,
 )
+from dlsched.runs.fidelity.quiet_host import host_busy_seconds
 
 TRAINING = sorted(name for name, spec in WORKLOADS.items() if spec.kind == "training")
 INFERENCE = sorted(name for name, spec in WORKLOADS.items() if spec.kind == "inference")
@@ -514,10 +511,18 @@ def test_a_built_profile_reads_back_through_the_profile_loader(tmp_path):
     assert "2 cores" in loaded.provenance.host and "dlsched calibrate" in loaded.provenance.method
 
 
+@pytest.mark.parametrize(
+    ("profile_set", "threading"), [("measured", "tuned"), ("measured-stock", "stock")]
+)
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
-def test_the_measured_profile_of_each_workload_is_shipped_and_valid(name):
-    profile = load_profile(MEASURED_PROFILES / f"{name}.json")
+def test_the_measured_profile_of_each_workload_is_shipped_and_valid(name, profile_set, threading):
+    profile = load_profile(PROFILES_DIR / profile_set / f"{name}.json")
     spec = WORKLOADS[name]
+    assert profile.threading == threading
+    assert profile.measured_on is not None and profile.measured_on.cores >= 1
+    # Five limits from 0.1 of the host to uncapped (points at the same cores are merged).
+    assert len(profile.throughput.cores) >= 4
+    assert profile.throughput.cores[0] <= 0.1 * profile.measured_on.cores * 1.05
     assert (profile.kind.value, profile.unit.value) == (spec.kind, spec.unit)
     assert profile.batch_size == spec.batch_size
     assert profile.throughput.cores[-1] == pytest.approx(profile.demand_cores)
@@ -562,4 +567,5 @@ def test_calibrate_refuses_bad_arguments_before_touching_the_engine(option, mess
 def test_calibrate_all_means_every_workload():
     args = cli.build_parser().parse_args(["calibrate", "--workload", "all"])
     assert args.workload == tuple(sorted(WORKLOADS))
-    assert args.limits == (0.25, 0.5, 1.0) and args.duration == 60
+    # Five limits from 0.1 of the host to uncapped; the duration's default depends on the mode.
+    assert args.limits == (0.1, 0.25, 0.5, 0.75, 1.0) and args.duration is None

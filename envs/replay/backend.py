@@ -3,9 +3,11 @@
 Each worker's cores are shared among its running jobs as CFS shares them under quotas
 (:func:`dlsched.envs.replay.sharing.water_fill`): a job gets at most its limit and its demand,
 and spare cores go max-min fairly to the others. A job's profile turns the cores it gets into units
-(batches or iterations) per second, and progress is integrated over time: a unit completes when
-its work has been delivered, whatever the limits did meanwhile. So the latency a service reports
-is that of its last completed batch and lags the limits, as a real one does (DESIGN.md, "Backends").
+(batches or iterations) per second, less what it loses to contention where the worker's runnable
+threads exceed its cores (:mod:`dlsched.envs.replay.contention`), and progress is integrated over
+time: a unit completes when its work has been delivered, whatever the limits did meanwhile. So the
+latency a service reports is that of its last completed batch and lags the limits, as a real one
+does (DESIGN.md, "Backends").
 
 The integration is exact. Between two events the CPU shares, and therefore every job's rate, are
 constant, so progress is linear in time and each unit's completion time is solved for, not
@@ -29,7 +31,8 @@ import numpy as np
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Placement
 from dlsched.envs.errors import ActionError, BackendError, ScenarioError, UnknownNameError
-from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set
+from dlsched.envs.replay.contention import oversubscription
+from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set, load_set_contention
 from dlsched.envs.replay.sharing import water_fill
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
@@ -66,7 +69,9 @@ class ReplayBackend(Backend):
       units back to back. A unit's work is the profile's average unit times a lognormal factor of
       mean 1 and coefficient of variation ``noise_cv``, drawn from the job's own stream.
     - The cores a running job gets come from water-filling its worker (limit times the worker's
-      cores, demand ``demand_cores``); its progress rate is the profile's throughput at them.
+      cores, demand ``demand_cores``); its progress rate is the profile's throughput at them,
+      times its efficiency under the profile set's contention model where the worker's runnable
+      threads exceed its cores (exactly 1 elsewhere).
     - Inference jobs run until the horizon; ``latency_s`` is the duration of the last completed
       batch (``None`` before the first one). Training jobs report iterations done and the loss
       curve at the last one, times that iteration's lognormal factor of mean 1 and coefficient of
@@ -114,6 +119,7 @@ class ReplayBackend(Backend):
             ProfileError: a profile of the set is malformed.
         """
         profiles = load_profile_set(scenario.profile_set)
+        self._contention = load_set_contention(scenario.profile_set)
         for job in jobs:
             if job.workload not in profiles:
                 raise UnknownNameError(
@@ -150,6 +156,9 @@ class ReplayBackend(Backend):
         ]
         self._profile_of = profile_of
         self._demand = np.array([self._profiles[p].demand_cores for p in profile_of])
+        self._stock = np.array(
+            [self._profiles[p].threading == "stock" for p in profile_of], dtype=bool
+        )
         self._training = np.array([job.kind is JobKind.TRAINING for job in ordered], dtype=bool)
         self._any_training = bool(self._training.any())
         self._total = np.array(
@@ -366,15 +375,29 @@ class ReplayBackend(Backend):
         workers = (
             range(len(self._cores)) if len(self._cores) < 3 else np.unique(self._worker[running])
         )
-        for worker in workers:
-            members = np.flatnonzero(running & (self._worker == worker))
+        on_worker = [(int(w), np.flatnonzero(running & (self._worker == w))) for w in workers]
+        for worker, members in on_worker:
             cores = self._cores[worker]
             self._share[members] = water_fill(
                 cores, self._limit[members] * cores, self._demand[members]
             )
         for members, (cores_points, rate_points) in zip(self._members, self._curves, strict=True):
             self._rate[members] = np.interp(self._share[members], cores_points, rate_points)
+        if self._contention.active:
+            for worker, members in on_worker:
+                self._contend(float(self._cores[worker]), members)
         self._shares_stale = False
+
+    def _contend(self, cores: float, members: np.ndarray) -> None:
+        """Slow the running jobs ``members`` of one worker by their contention efficiency."""
+        stock = self._stock[members]
+        ratio = oversubscription(self._limit[members], self._demand[members], stock, cores)
+        if ratio > 1.0:
+            self._rate[members] *= np.where(
+                stock,
+                self._contention.efficiency("stock", ratio),
+                self._contention.efficiency("tuned", ratio),
+            )
 
     def _next_event(self, end: float) -> float:
         """The earliest time before ``end`` at which the shares change."""

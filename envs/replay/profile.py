@@ -3,13 +3,15 @@
 A profile says how fast a workload progresses on the CPU it gets (units per second against cores,
 linear between the recorded points, 0 at 0 cores, flat above its demand), how much CPU it can use
 when nothing caps it, how much each unit's work varies from run to run, how long it takes to
-start, and, for training, its default length and its loss curve. Every profile carries its
-provenance: measured on which host, how and when, or derived from which paper figure.
+start, and, for training, its default length and its loss curve. It also says how the workload
+sizes its thread pool (``tuned`` or ``stock``, :mod:`dlsched.envs.workloads.cpu_quota`), which
+decides what it loses to contention (:mod:`.contention`). Every profile carries its provenance:
+measured on which host, how and when, or derived from which paper figure.
 
-Profile sets are folders of ``<workload>.json`` files. Shipped sets live in
-``dlsched/envs/profiles/<set>/`` and are named by the folder (``paper``); a path to any folder of
-profile files works too (a set calibrated on the user's own host). The file format is documented
-on :func:`load_profile`.
+Profile sets are folders of ``<workload>.json`` files, with the set's contention model in
+``contention.json`` beside them. Shipped sets live in ``dlsched/envs/replay/profiles/<set>/`` and
+are named by the folder (``paper``, ``measured``); a path to any folder of profile files works too
+(a set calibrated on the user's own host). The file format is documented on :func:`load_profile`.
 """
 
 from __future__ import annotations
@@ -27,10 +29,15 @@ from typing import Any, overload
 import numpy as np
 
 from dlsched.envs.errors import ProfileError, UnknownNameError
+from dlsched.envs.replay.contention import CONTENTION_FILE, ContentionModel, load_contention
 from dlsched.envs.scenarios.model import JobKind
+from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 
-#: Version of the profile file format this module reads.
-PROFILE_FORMAT = 1
+#: Version of the profile file format this module writes; it reads this one and every older one.
+PROFILE_FORMAT = 2
+#: The formats this module reads. Format 1 had no ``threading`` (its workloads were ``tuned``)
+#: and no ``measured_on``.
+READABLE_FORMATS = (1, 2)
 
 #: Where the shipped profile sets live.
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
@@ -127,6 +134,22 @@ class Provenance:
 
 
 @dataclass(frozen=True)
+class MeasuringHost:
+    """The machine a measured profile describes, as ``dlsched validate`` compares it.
+
+    Attributes:
+        cpu_model: the processor, as ``/proc/cpuinfo`` names it.
+        cores: the cores the engine reported.
+    """
+
+    cpu_model: str
+    cores: int
+
+    def describe(self) -> str:
+        return f"{self.cpu_model}, {self.cores} cores"
+
+
+@dataclass(frozen=True)
 class WorkloadProfile:
     """What the replay backend knows of one workload.
 
@@ -142,6 +165,10 @@ class WorkloadProfile:
         iterations: default iterations of a training job; ``None`` for inference.
         loss_curve: loss against iterations for training; ``None`` for inference.
         provenance: where the numbers come from.
+        threading: how the workload sized its thread pool when it was measured (or, for a
+            derived profile, how the paper's jobs ran): ``tuned`` or ``stock``.
+        measured_on: the machine it was measured on; ``None`` for a profile derived from a
+            paper.
     """
 
     workload: str
@@ -155,6 +182,8 @@ class WorkloadProfile:
     provenance: Provenance
     iterations: int | None = None
     loss_curve: LossCurve | None = None
+    threading: Threading = "tuned"
+    measured_on: MeasuringHost | None = None
 
     @overload
     def units_per_s(self, cores: float) -> float: ...
@@ -326,6 +355,8 @@ _TOP_FIELDS = {
     "iterations",
     "loss_curve",
     "provenance",
+    "threading",
+    "measured_on",
 }
 _PROVENANCE_FIELDS = ("source", "method", "host", "date", "derivation")
 
@@ -336,15 +367,17 @@ def load_profile(path: str | Path) -> WorkloadProfile:
     The file is a JSON object with the fields of :class:`WorkloadProfile` and ``format``
     (:data:`PROFILE_FORMAT`)::
 
-        {"format": 1, "workload": "resnet50", "kind": "inference", "unit": "batch",
-         "batch_size": 100, "demand_cores": 6.0,
+        {"format": 2, "workload": "resnet50", "kind": "inference", "unit": "batch",
+         "threading": "stock", "batch_size": 100, "demand_cores": 6.0,
          "throughput": {"cores": [1.0, 2.0], "units_per_s": [0.04, 0.07]},
          "noise_cv": 0.011, "startup_s": 5.0,
          "provenance": {"source": "...", "method": "...", "host": "...",
                         "date": "2025-01-31", "derivation": "..."}}
 
     Training profiles also need ``iterations`` and ``loss_curve``
-    (``{"iterations": [...], "loss": [...]}``); inference profiles must not have them.
+    (``{"iterations": [...], "loss": [...]}``); inference profiles must not have them. A measured
+    profile says where: ``"measured_on": {"cpu_model": "...", "cores": 2}``. Format 1 files (no
+    ``threading``, no ``measured_on``) are read as ``tuned``.
 
     Args:
         path: the ``<workload>.json`` file.
@@ -375,8 +408,24 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
     reader.unknown_fields(data, _TOP_FIELDS)
 
     version = reader.raw(data, "format")
-    if "format" in data and version != PROFILE_FORMAT:
-        reader.problem("format", version, f"{PROFILE_FORMAT} (the only version this dlsched reads)")
+    if "format" in data and version not in READABLE_FORMATS:
+        reader.problem(
+            "format", version, f"one of {READABLE_FORMATS} (the versions this dlsched reads)"
+        )
+
+    threading: Threading = "tuned"
+    if version == 1:
+        for field in ("threading", "measured_on"):
+            if field in data:
+                reader.problem(field, data[field], "no such field in format 1 (write format 2)")
+    elif version == PROFILE_FORMAT:
+        threading_value = reader.raw(data, "threading")
+        if "threading" in data:
+            if threading_value in THREADINGS:
+                threading = threading_value
+            else:
+                reader.problem("threading", threading_value, f"one of {list(THREADINGS)}")
+    measured_on = _measured_on(reader, data.get("measured_on"))
 
     workload = reader.text(data, "workload")
     if workload is not None and workload != path.stem:
@@ -479,7 +528,25 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
         provenance=provenance,
         iterations=iterations,
         loss_curve=loss_curve,
+        threading=threading,
+        measured_on=measured_on,
     )
+
+
+def _measured_on(reader: _FieldReader, value: Any) -> MeasuringHost | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        reader.problem("measured_on", value, 'an object {"cpu_model": ..., "cores": ...}')
+        return None
+    reader.unknown_fields(value, {"cpu_model", "cores"}, "measured_on.")
+    cpu_model = reader.text(value, "cpu_model", "measured_on.")
+    cores = reader.number(
+        value, "cores", lambda v: v >= 1 and v == int(v), "a whole number >= 1", "measured_on."
+    )
+    if cpu_model is None or cores is None:
+        return None
+    return MeasuringHost(cpu_model, int(cores))
 
 
 def _is_iso_date(text: str) -> bool:
@@ -492,7 +559,7 @@ def _is_iso_date(text: str) -> bool:
 
 def profile_set_names() -> list[str]:
     """The names of the shipped profile sets."""
-    return sorted(p.name for p in PROFILES_DIR.iterdir() if p.is_dir() and any(p.glob("*.json")))
+    return sorted(p.name for p in PROFILES_DIR.iterdir() if p.is_dir() and _profile_files(p))
 
 
 def _set_directory(name: str) -> Path:
@@ -535,14 +602,39 @@ def _load_shipped_set(name: str) -> Mapping[str, WorkloadProfile]:
     return _load_directory(PROFILES_DIR / name)
 
 
+def _profile_files(directory: Path) -> list[Path]:
+    return sorted(path for path in directory.glob("*.json") if path.name != CONTENTION_FILE)
+
+
 def _load_directory(directory: Path) -> dict[str, WorkloadProfile]:
-    files = sorted(directory.glob("*.json"))
+    files = _profile_files(directory)
     if not files:
         raise ProfileError(
             f"profile set folder {directory} holds no <workload>.json file; record or copy "
             "profiles into it"
         )
     return {path.stem: load_profile(path) for path in files}
+
+
+def load_set_contention(name: str) -> ContentionModel:
+    """The contention model of a profile set (:mod:`.contention`; none without its file).
+
+    Args:
+        name: a shipped set's name or a folder path, as for :func:`load_profile_set`.
+
+    Raises:
+        UnknownNameError: no shipped set has that name.
+        ProfileError: the set's ``contention.json`` is malformed.
+    """
+    directory = _set_directory(name)
+    if directory.parent == PROFILES_DIR:
+        return _load_shipped_contention(directory.name)
+    return load_contention(directory)
+
+
+@functools.cache
+def _load_shipped_contention(name: str) -> ContentionModel:
+    return load_contention(PROFILES_DIR / name)
 
 
 def profile_names(name: str) -> list[str]:

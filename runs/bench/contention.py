@@ -24,54 +24,25 @@ and uncapped, the unit in which a host without contention would give the same fi
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-from dlsched.envs.decision import Placement
-from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.engine import engine_cores
 from dlsched.envs.errors import BackendError
-from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
-from dlsched.envs.telemetry import JobState, Telemetry
-from dlsched.envs.workloads.catalog import WORKLOADS
-from dlsched.envs.workloads.cpu_quota import THREADINGS
+from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
+from dlsched.runs.fidelity.contention import (
+    ALLOCATION_HELP,
+    TRAINING_WORKLOADS,
+    check_grid_arguments,
+    measure_grid,
+)
 
 #: The allocations measured, in order, and what each is.
 ALLOCATIONS: Mapping[str, str] = {
-    "free": "no limits",
-    "equal": "every job at 1/JOBS",
-    "favoured": "job 1 uncapped, the others at 1/(2 JOBS)",
+    name: ALLOCATION_HELP[name] for name in ("free", "equal", "favoured")
 }
 
-#: The workloads a contention measurement can run: those that count iterations.
-TRAINING_WORKLOADS: tuple[str, ...] = tuple(
-    sorted(name for name, spec in WORKLOADS.items() if spec.kind == "training")
-)
-
-#: More iterations than any measurement runs, so that no job finishes during it.
-_ENDLESS_ITERATIONS = 10_000_000
-
-#: How long the jobs may take to report their first iteration (torch's import included).
-_START_TIMEOUT_S = 120.0
-
-
-def allocation_limits(allocation: str, jobs: int) -> tuple[float, ...]:
-    """The limit of each of ``jobs`` jobs under ``allocation`` (fractions of the worker).
-
-    Raises:
-        BackendError: ``allocation`` is not one of :data:`ALLOCATIONS`.
-    """
-    if allocation == "free":
-        return (1.0,) * jobs
-    if allocation == "equal":
-        return (1.0 / jobs,) * jobs
-    if allocation == "favoured":
-        return (1.0,) + (0.5 / jobs,) * (jobs - 1)
-    raise BackendError(f"allocation {allocation!r} is not one of {list(ALLOCATIONS)}")
+__all__ = ["ALLOCATIONS", "TRAINING_WORKLOADS", "ContentionResult", "measure_contention"]
 
 
 @dataclass(frozen=True)
@@ -172,6 +143,9 @@ def measure_contention(
 ) -> ContentionResult:
     """Measure the jobs' progress under each allocation, for each threading.
 
+    It is one cell of ``dlsched calibrate --contention``'s grid per allocation
+    (:func:`dlsched.runs.fidelity.contention.measure_grid`), reported in "alone jobs".
+
     Args:
         workload: a training workload of the image.
         jobs: how many copies run together (at least 2).
@@ -185,119 +159,46 @@ def measure_contention(
     Raises:
         BackendError: bad arguments, or a job that stopped running during the measurement.
     """
-    if workload not in TRAINING_WORKLOADS:
-        raise BackendError(
-            f"workload {workload!r} is not a training workload; use one of "
-            f"{list(TRAINING_WORKLOADS)}"
-        )
     if jobs < 2:
         raise BackendError(f"jobs={jobs}: contention needs at least 2 jobs on the host")
-    if not (window_s > 0 and settle_s >= 0):
-        raise BackendError(
-            f"window_s={window_s!r}, settle_s={settle_s!r}: the window must be positive and the "
-            "settling time at least 0"
-        )
+    if not settle_s >= 0:
+        raise BackendError(f"settle_s={settle_s!r}: the settling time must be at least 0")
     unknown = [threading for threading in threadings if threading not in THREADINGS]
     if unknown or not threadings:
         raise BackendError(f"threadings {list(threadings)}: expected some of {list(THREADINGS)}")
+    chosen: list[Threading] = ["stock" if name == "stock" else "tuned" for name in threadings]
+    for threading in chosen:
+        check_grid_arguments(workload, threading, (jobs,), tuple(ALLOCATIONS), (1.0,), window_s)
     cores = engine_cores(endpoint)
-    scenario = Scenario(
-        name="bench-contention",
-        kind=JobKind.TRAINING,
-        workers=(WorkerSpec(cores=cores, endpoint=endpoint),),
-        groups=(
-            JobGroup(
-                workloads=(workload,),
-                count=jobs,
-                arrival=ArrivalPattern(),
-                iterations=_ENDLESS_ITERATIONS,
-            ),
-        ),
-        slots_per_worker=jobs,
-        profile_set="measured",
-    )
-    measured = tuple(
-        _measure_threading(scenario, threading, window_s, settle_s, image, progress)
-        for threading in threadings
-    )
-    return ContentionResult(workload, jobs, cores, window_s, settle_s, measured)
-
-
-def _measure_threading(
-    scenario: Scenario,
-    threading: str,
-    window_s: float,
-    settle_s: float,
-    image: str | None,
-    progress: bool,
-) -> ThreadingContention:
-    def say(message: str) -> None:
-        if progress:
-            print(f"[contention, {threading}] {message}", file=sys.stderr, flush=True)
-
-    specs = scenario.realise(np.random.default_rng(0))
-    ids = [spec.job_id for spec in specs]
-    backend = DockerBackend(image=image, workload_threading=threading)
-    try:
-        backend.reset(scenario, specs, np.random.default_rng(0))
-        say(f"job 1 alone: starting, then {settle_s:g} s + {window_s:g} s")
-        backend.apply({}, [Placement(ids[0], 0, 0)])
-        _wait_for_first_iterations(backend, ids[:1])
-        alone = _rates(backend, ids[:1], settle_s, window_s)[0]
-        backend.apply({}, [Placement(job_id, 0, slot) for slot, job_id in enumerate(ids) if slot])
-        _wait_for_first_iterations(backend, ids)
-        measured = []
-        for allocation in ALLOCATIONS:
-            limits = allocation_limits(allocation, len(ids))
-            say(f"{allocation} ({ALLOCATIONS[allocation]}): {settle_s:g} s + {window_s:g} s")
-            backend.apply(dict(zip(ids, limits, strict=True)))
-            rates = _rates(backend, ids, settle_s, window_s)
-            measured.append(AllocationRates(allocation, limits, rates, sum(rates) / alone))
-    finally:
-        backend.close()
-    return ThreadingContention(threading, alone, tuple(measured))
-
-
-def _wait_for_first_iterations(backend: DockerBackend, job_ids: Sequence[str]) -> None:
-    """Advance until every job of ``job_ids`` has reported an iteration."""
-    started = time.monotonic()
-    while True:
-        telemetry = backend.advance(1.0)
-        _check_running(telemetry, job_ids)
-        if all(_iterations(telemetry, job_id) > 0 for job_id in job_ids):
-            return
-        if time.monotonic() - started > _START_TIMEOUT_S:
-            raise BackendError(
-                f"the benchmark's jobs {list(job_ids)} reported no iteration within "
-                f"{_START_TIMEOUT_S:g} s; is the host overloaded?"
-            )
-
-
-def _rates(
-    backend: DockerBackend, job_ids: Sequence[str], settle_s: float, window_s: float
-) -> tuple[float, ...]:
-    """Each job's iterations per second over ``window_s``, after ``settle_s``."""
-    before = backend.advance(settle_s)
-    after = backend.advance(window_s)
-    _check_running(after, job_ids)
-    elapsed = after.time_s - before.time_s
-    return tuple(
-        (_iterations(after, job_id) - _iterations(before, job_id)) / elapsed for job_id in job_ids
-    )
-
-
-def _iterations(telemetry: Telemetry, job_id: str) -> int:
-    job = telemetry.job(job_id)
-    return job.iterations or 0
-
-
-def _check_running(telemetry: Telemetry, job_ids: Sequence[str]) -> None:
-    stopped = [
-        (job_id, telemetry.job(job_id).state.value)
-        for job_id in job_ids
-        if telemetry.job(job_id).state is not JobState.RUNNING
-    ]
-    if stopped:
-        raise BackendError(
-            f"benchmark jobs stopped during the measurement: {stopped}; see the log above"
+    measured = []
+    for threading in chosen:
+        grid = measure_grid(
+            workload,
+            threading,
+            cores,
+            job_counts=(jobs,),
+            allocations=tuple(ALLOCATIONS),
+            solo_limits=(1.0,),
+            window_s=window_s,
+            settle_s=settle_s,
+            endpoint=endpoint,
+            image=image,
+            say=None if progress else (lambda _: None),
         )
+        alone = grid.solo[0].rate
+        measured.append(
+            ThreadingContention(
+                threading,
+                alone,
+                tuple(
+                    AllocationRates(
+                        cell.allocation,
+                        tuple(sample.limit for sample in cell.samples),
+                        tuple(sample.rate for sample in cell.samples),
+                        sum(sample.rate for sample in cell.samples) / alone,
+                    )
+                    for cell in grid.grid
+                ),
+            )
+        )
+    return ContentionResult(workload, jobs, cores, window_s, settle_s, tuple(measured))

@@ -1,7 +1,8 @@
-"""``dlsched calibrate``: measure the replay profiles of real workloads on the local engine.
+"""``dlsched calibrate``: measure the replay model's numbers on the local Docker engine.
 
-The measurement itself is :mod:`dlsched.runs.fidelity.calibration`; this module parses the
-command line.
+Without ``--contention`` it measures the profile of each workload named
+(:mod:`dlsched.runs.fidelity.calibration`); with it, the contention grid and the fitted
+contention term (:mod:`dlsched.runs.fidelity.contention`). This module parses and prints.
 """
 
 from __future__ import annotations
@@ -12,45 +13,98 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dlsched.envs.docker.engine import connect
 from dlsched.envs.errors import UnknownNameError
 from dlsched.envs.workloads.catalog import WORKLOADS
-from dlsched.runs.fidelity import calibration
+from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 from dlsched.runs.fidelity.calibration import (
     DEFAULT_LIMITS,
     DEFAULT_OUTPUT_DIR,
-    QUIET_CORES,
     CalibrationSettings,
+    HostDescription,
     calibrate,
 )
+from dlsched.runs.fidelity.contention import (
+    DEFAULT_JOB_COUNTS,
+    DEFAULT_WORKLOAD,
+    TRAINING_WORKLOADS,
+    ContentionSettings,
+    calibrate_contention,
+    write_contention,
+)
+from dlsched.runs.fidelity.quiet_host import QUIET_CORES
+
+_DESCRIPTION = """\
+Measure the replay model's numbers on the local Docker engine, on a quiet host.
+
+Profiles (the default): each workload runs alone in one container per CPU limit (by default
+0.1, 0.25, 0.5, 0.75 of the host and uncapped); its throughput against the cores it got, its
+uncapped demand, noise, start-up time and (training) loss curve become <output-dir>/<workload>.json.
+
+Contention (--contention): copies of one training workload run together, 2 to 4 of them, under
+free, equal, favoured and halved limits, with tuned and with stock threading; the exponent of
+the replay model's contention term is fitted per threading and written, with the measurements,
+to <output-dir>/contention.json.
+
+Every run waits for a quiet host (no other container, other processes using at most
+--quiet-cores) and records the load it saw; a calibration on a busy host is refused unless
+--force. Use the result with `profile_set: <output-dir>` in a scenario.
+"""
 
 
 def register(subparsers: Any) -> None:
     """Add ``calibrate`` to the ``dlsched`` parser."""
     parser = subparsers.add_parser(
         "calibrate",
-        help="measure replay profiles of the real workloads on the local Docker engine",
-        description=calibration.__doc__,
+        help="measure replay profiles (or the contention term) on the local Docker engine",
+        description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--workload",
-        required=True,
         type=_workload_list,
-        help=f"comma-separated workloads, or 'all' ({', '.join(sorted(WORKLOADS))})",
+        help=f"comma-separated workloads, or 'all' ({', '.join(sorted(WORKLOADS))}); with "
+        f"--contention one training workload (default: {DEFAULT_WORKLOAD})",
+    )
+    parser.add_argument(
+        "--contention",
+        action="store_true",
+        help="measure co-located jobs and fit the contention term instead of profiles",
+    )
+    parser.add_argument(
+        "--threading",
+        type=_threading_list,
+        default=None,
+        help="how the workloads size their thread pools: tuned (follow the quota) or stock "
+        "(one thread per core, as unmodified frameworks); profiles take one (default: tuned), "
+        "--contention a comma-separated list (default: tuned,stock)",
     )
     parser.add_argument(
         "--limits",
         type=_limit_list,
         default=DEFAULT_LIMITS,
-        help="comma-separated CPU limits, as fractions of the host's cores; 1 (uncapped) is "
-        "always measured (default: 0.25,0.5,1.0)",
+        help="comma-separated CPU limits of the profiles, as fractions of the host's cores; 1 "
+        "(uncapped) is always measured (default: 0.1,0.25,0.5,0.75,1)",
+    )
+    parser.add_argument(
+        "--job-counts",
+        type=_count_list,
+        default=DEFAULT_JOB_COUNTS,
+        help="with --contention: how many jobs run together (default: 2,3,4)",
     )
     parser.add_argument(
         "--duration",
         type=_positive_seconds,
-        default=60.0,
-        help="seconds each capped run measures after warm-up (default: 60); the uncapped run "
-        "of a training workload trains its whole default job",
+        default=None,
+        help="seconds each capped run measures after warm-up (default: 60; the uncapped run of "
+        "a training workload trains its whole default job); with --contention the window of "
+        "each cell (default: 15)",
+    )
+    parser.add_argument(
+        "--settle",
+        type=_positive_seconds,
+        default=5.0,
+        help="with --contention: seconds after each change of limits before measuring (default: 5)",
     )
     parser.add_argument(
         "--wait-quiet",
@@ -65,8 +119,8 @@ def register(subparsers: Any) -> None:
         type=float,
         default=QUIET_CORES,
         metavar="CORES",
-        help="cores other processes may use while the host counts as quiet "
-        f"(default: {QUIET_CORES:g})",
+        help=f"cores other processes may use while the host counts as quiet (default: "
+        f"{QUIET_CORES:g})",
     )
     parser.add_argument(
         "--retries",
@@ -76,10 +130,16 @@ def register(subparsers: Any) -> None:
         "(default: 1)",
     )
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="measure and write even when the host is busy (the load is recorded)",
+    )
+    parser.add_argument(
         "--output-dir",
         type=Path,
         default=DEFAULT_OUTPUT_DIR,
-        help=f"where <workload>.json is written (default: {DEFAULT_OUTPUT_DIR})",
+        help=f"the profile set's folder: <workload>.json or contention.json is written there "
+        f"(default: ./{DEFAULT_OUTPUT_DIR})",
     )
     parser.set_defaults(handler=run)
 
@@ -94,6 +154,18 @@ def _workload_list(text: str) -> tuple[str, ...]:
     if not names:
         raise argparse.ArgumentTypeError("no workload given; expected e.g. mlp-digits,vgg-svc")
     return names
+
+
+def _threading_list(text: str) -> tuple[Threading, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    chosen: list[Threading] = []
+    for name in names:
+        if name not in THREADINGS:
+            raise argparse.ArgumentTypeError(str(UnknownNameError("threading", name, THREADINGS)))
+        chosen.append("stock" if name == "stock" else "tuned")
+    if not chosen:
+        raise argparse.ArgumentTypeError("no threading given; expected tuned, stock or both")
+    return tuple(chosen)
 
 
 def _positive_seconds(text: str) -> float:
@@ -121,16 +193,82 @@ def _limit_list(text: str) -> tuple[float, ...]:
     return limits
 
 
+def _count_list(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(
+            f"job counts {text!r} are not comma-separated whole numbers; expected e.g. 2,3,4"
+        ) from error
+    if not counts or min(counts) < 2:
+        raise argparse.ArgumentTypeError(
+            f"job counts {text!r}: each must be at least 2 (contention needs company)"
+        )
+    return counts
+
+
 def run(args: argparse.Namespace) -> int:
-    """Calibrate every workload named on the command line; write one profile each."""
+    """Calibrate what the command line asks for and say where it was written."""
+    started = time.monotonic()
+    if args.contention:
+        return _run_contention(args, started)
+    if args.workload is None:
+        print(
+            "dlsched calibrate: error: --workload is required (or pass --contention); e.g. "
+            "--workload all",
+            file=sys.stderr,
+        )
+        return 2
+    threadings = args.threading or ("tuned",)
+    if len(threadings) != 1:
+        print(
+            f"dlsched calibrate: error: --threading {','.join(threadings)}: a profile set holds "
+            "one threading; calibrate each into its own --output-dir",
+            file=sys.stderr,
+        )
+        return 2
     settings = CalibrationSettings(
         limits=args.limits,
-        duration_s=args.duration,
+        duration_s=args.duration or 60.0,
         wait_quiet_s=args.wait_quiet,
         quiet_cores=args.quiet_cores,
         retries=args.retries,
+        threading=threadings[0],
+        force=args.force,
     )
-    started = time.monotonic()
-    calibrate(args.workload, settings, args.output_dir)
-    print(f"calibration took {time.monotonic() - started:.0f} s", file=sys.stderr)
+    written = calibrate(args.workload, settings, args.output_dir)
+    print(
+        f"wrote {len(written)} profile(s) to {args.output_dir} in "
+        f"{time.monotonic() - started:.0f} s; use them with `profile_set: {args.output_dir}`"
+    )
+    return 0
+
+
+def _run_contention(args: argparse.Namespace, started: float) -> int:
+    workloads = args.workload or (DEFAULT_WORKLOAD,)
+    if len(workloads) != 1 or workloads[0] not in TRAINING_WORKLOADS:
+        print(
+            f"dlsched calibrate: error: --contention measures one training workload; got "
+            f"{','.join(workloads)}, expected one of {', '.join(TRAINING_WORKLOADS)}",
+            file=sys.stderr,
+        )
+        return 2
+    settings = ContentionSettings(
+        workload=workloads[0],
+        threadings=args.threading or THREADINGS,
+        job_counts=args.job_counts,
+        window_s=args.duration or 15.0,
+        settle_s=args.settle,
+        wait_quiet_s=args.wait_quiet,
+        quiet_cores=args.quiet_cores,
+        force=args.force,
+    )
+    client = connect()
+    try:
+        host = HostDescription.of(client).describe()
+    finally:
+        client.close()
+    measurement = calibrate_contention(settings, host)
+    path = write_contention(args.output_dir, measurement)
+    print(f"wrote {path} in {time.monotonic() - started:.0f} s")
     return 0

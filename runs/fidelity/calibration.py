@@ -2,12 +2,16 @@
 
 ``dlsched calibrate`` is its command line.
 
-Each workload runs alone, in one container of the workload image per CPU limit, and its JSON
-lines and CPU time are recorded. From them come the fields of a profile
-(``envs/profiles/<set>/<workload>.json``, see :mod:`dlsched.envs.replay.profile`):
+Each workload runs alone, in one container of the workload image per CPU limit (by default five:
+0.1, 0.25, 0.5, 0.75 of the host and uncapped), with its thread pool sized as a real host sizes it
+(``tuned`` or ``stock`` threading, :mod:`dlsched.envs.workloads.cpu_quota`), and its JSON lines and
+CPU time are recorded. From them come the fields of a profile (``<set>/<workload>.json``, see
+:mod:`dlsched.envs.replay.profile`):
 
 - ``throughput``: units per second from the spacing of the unit completions after warm-up,
   against the cores the run got (its CPU-seconds over the same window: the quota, when alone).
+  The fit is the closest non-decreasing curve to the measured rates (least squares, pooling
+  adjacent violators); each run's residual against it is written in the provenance.
 - ``demand_cores``: the mean cores the uncapped run used over its measuring window (or a
   capped run's, if other processes held the uncapped one below it).
 - ``noise_cv``: the coefficient of variation of the uncapped run's unit durations (batch
@@ -18,10 +22,14 @@ lines and CPU time are recorded. From them come the fields of a profile
   losses are averaged over bins of iterations, finer at the start where the loss falls fast.
 
 CPU time comes from the container's cgroup file when the engine runs on this host and from the
-engine's one-shot statistics otherwise. A measurement needs the host to itself: each run waits
-for a quiet host (no other container, idle cores), the CPU other processes used during it is
-recorded (from ``/proc/stat``), and a run that had company is measured again. Containers carry
+engine's one-shot statistics otherwise. A measurement needs the host to itself
+(:mod:`.quiet_host`): each run waits for a quiet host (no other container, idle cores), the CPU
+other processes used during it is recorded (from ``/proc/stat``), a run that had company is
+measured again, and a calibration whose runs all had company is refused
+(:class:`~dlsched.envs.errors.HostBusyError`) unless forced. Containers carry
 ``dlsched.managed=1`` and are removed after their run, also on interruption.
+
+The contention term of the replay model is calibrated apart (:mod:`.contention`).
 """
 
 from __future__ import annotations
@@ -31,7 +39,6 @@ import importlib.metadata
 import itertools
 import json
 import math
-import os
 import platform
 import re
 import socket
@@ -59,9 +66,10 @@ from dlsched.envs.docker.image import (
     build_hint,
     image_present,
 )
-from dlsched.envs.errors import BackendError, ImageMissingError
-from dlsched.envs.replay.profile import PROFILE_FORMAT, PROFILES_DIR
+from dlsched.envs.errors import BackendError, HostBusyError, ImageMissingError
+from dlsched.envs.replay.profile import PROFILE_FORMAT
 from dlsched.envs.workloads.catalog import WORKLOADS, WorkloadSpec
+from dlsched.envs.workloads.cpu_quota import Threading
 from dlsched.envs.workloads.events import (
     BatchEvent,
     DoneEvent,
@@ -69,9 +77,17 @@ from dlsched.envs.workloads.events import (
     StartEvent,
     WorkloadEvent,
 )
+from dlsched.runs.fidelity.quiet_host import (
+    QUIET_CORES,
+    busy_message,
+    host_busy_seconds,
+    other_running_containers,
+    wait_until_quiet,
+)
 
-DEFAULT_OUTPUT_DIR = PROFILES_DIR / "measured"
-DEFAULT_LIMITS = (0.25, 0.5, 1.0)
+#: Where profiles are written unless told: the working directory, never the installed package.
+DEFAULT_OUTPUT_DIR = Path("dlsched-profiles")
+DEFAULT_LIMITS = (0.1, 0.25, 0.5, 0.75, 1.0)
 CPU_PERIOD_US = 100_000
 CALIBRATION_LABEL = "dlsched.calibration"
 #: Units skipped before measuring: the first ones pay for lazy initialisation and warm caches.
@@ -81,8 +97,6 @@ MIN_WINDOW_UNITS = 3
 LOSS_CURVE_POINTS = 40
 #: Seconds between CPU-time samples.
 SAMPLE_EVERY_S = 1.0
-#: Cores other processes may use while a run still counts as measured alone (default).
-QUIET_CORES = 0.15
 
 
 @dataclass(frozen=True)
@@ -98,6 +112,8 @@ class CalibrationSettings:
             other processes using at most ``quiet_cores``).
         quiet_cores: cores other processes may use while the host counts as quiet.
         retries: measure a run again (keeping the cleanest) when the host was not quiet.
+        threading: how the workloads size their thread pools (``tuned`` or ``stock``).
+        force: write profiles measured on a busy host (the load is in their provenance).
     """
 
     limits: tuple[float, ...] = DEFAULT_LIMITS
@@ -105,6 +121,8 @@ class CalibrationSettings:
     wait_quiet_s: float = 600.0
     quiet_cores: float = QUIET_CORES
     retries: int = 1
+    threading: Threading = "tuned"
+    force: bool = False
 
     @property
     def all_limits(self) -> tuple[float, ...]:
@@ -117,7 +135,8 @@ class CalibrationSettings:
             f"dlsched calibrate --workload {','.join(workloads)} "
             f"--limits {','.join(f'{limit:g}' for limit in self.all_limits)} "
             f"--duration {self.duration_s:g} --wait-quiet {self.wait_quiet_s:g} "
-            f"--quiet-cores {self.quiet_cores:g} --retries {self.retries}"
+            f"--quiet-cores {self.quiet_cores:g} --retries {self.retries} "
+            f"--threading {self.threading}"
         )
 
 
@@ -136,6 +155,8 @@ def calibrate(
 
     Raises:
         ImageMissingError: the workload image is not on the engine.
+        HostBusyError: other work held the host during a run, even after its retries, and
+            ``settings.force`` is off; nothing is written for that workload.
         BackendError: a run failed or made too little progress.
     """
     client = connect(timeout_s=600)
@@ -153,7 +174,7 @@ def calibrate(
             _measure_cleanly(client, spec, limit, host.cores, settings)
             for limit in settings.all_limits
         ]
-        profile = build_profile(spec, runs, host, command, settings.duration_s)
+        profile = build_profile(spec, runs, host, command, settings.duration_s, settings.threading)
         path = output_dir / f"{name}.json"
         path.write_text(json.dumps(profile, indent=2) + "\n")
         print(f"wrote {path}", file=sys.stderr)
@@ -171,12 +192,23 @@ def _measure_cleanly(
     """Measure ``spec`` at ``limit`` when the host is quiet, again if others interfered."""
     attempts: list[LimitRun] = []
     for _ in range(1 + max(0, settings.retries)):
-        _wait_until_quiet(client, settings.wait_quiet_s, settings.quiet_cores)
-        measured = measure_run(client, spec, limit, host_cores, settings.duration_s)
+        wait_until_quiet(client, settings.wait_quiet_s, settings.quiet_cores, settings.force)
+        measured = measure_run(
+            client, spec, limit, host_cores, settings.duration_s, settings.threading
+        )
         attempts.append(_report(measured, spec))
         if attempts[-1].interference <= settings.quiet_cores:
             break
-    return min(attempts, key=lambda attempt: attempt.interference)
+    cleanest = min(attempts, key=lambda attempt: attempt.interference)
+    if cleanest.interference > settings.quiet_cores and not settings.force:
+        raise HostBusyError(
+            busy_message(
+                f"during {spec.name} at limit {limit:g}, {_company(cleanest)} in the cleanest "
+                f"of {len(attempts)} attempts",
+                settings.quiet_cores,
+            )
+        )
+    return cleanest
 
 
 # --- measuring one run ---
@@ -236,15 +268,6 @@ class CpuSample:
     time: float
     cpu_seconds: float
     host_busy_seconds: float | None
-
-
-def host_busy_seconds(stat_file: Path = Path("/proc/stat")) -> float:
-    """CPU-seconds the host's cores have spent busy since boot (all but idle and iowait)."""
-    fields = stat_file.read_text().splitlines()[0].split()
-    ticks = [int(value) for value in fields[1:]]
-    # user nice system idle iowait irq softirq steal (guest time is already in user).
-    busy = sum(ticks[:8]) - ticks[3] - ticks[4]
-    return busy / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -335,8 +358,9 @@ def measure_run(
     limit: float,
     host_cores: int,
     duration_s: float,
+    threading: Threading = "tuned",
 ) -> LimitRun:
-    """Run ``spec`` alone at ``limit`` and measure it.
+    """Run ``spec`` alone at ``limit`` with ``threading`` and measure it.
 
     A capped run measures ``duration_s`` seconds after its warm-up units (longer if it has not
     completed :data:`MIN_WINDOW_UNITS` units by then); the uncapped run of a training workload
@@ -347,14 +371,14 @@ def measure_run(
     """
     quota_us = None if limit >= 1 else max(1000, round(limit * host_cores * CPU_PERIOD_US))
     to_completion = limit >= 1 and spec.kind == "training"
-    with _calibration_container(client, spec, quota_us) as container:
-        others_before = _other_running_containers(client, container.id)
+    with _calibration_container(client, spec, quota_us, threading) as container:
+        others_before = other_running_containers(client, own=1)
         log = _EventLog(container)
         try:
             samples = _follow_run(client, container, log, spec, duration_s, to_completion)
         finally:
             log.close()
-        others = max(others_before, _other_running_containers(client, container.id))
+        others = max(others_before, other_running_containers(client, own=1))
         container.reload()
         started_at = _parse_engine_time(container.attrs["State"]["StartedAt"])
         events = log.events()
@@ -363,11 +387,11 @@ def measure_run(
 
 @contextmanager
 def _calibration_container(
-    client: docker.DockerClient, spec: WorkloadSpec, quota_us: int | None
+    client: docker.DockerClient, spec: WorkloadSpec, quota_us: int | None, threading: Threading
 ) -> Iterator[Container]:
     """A running container of ``spec``, removed (killed if needed) when the block ends."""
     iterations = spec.iterations if spec.kind == "training" else None
-    command = ["python", "-m", "dlsched_workloads", spec.name]
+    command = ["python", "-m", "dlsched_workloads", spec.name, "--threading", threading]
     if iterations is not None:
         command += ["--iterations", str(iterations)]
     try:
@@ -387,13 +411,6 @@ def _calibration_container(
     finally:
         with suppress(docker.errors.NotFound):
             container.remove(force=True)
-
-
-def _other_running_containers(client: docker.DockerClient, own_id: str | None) -> int:
-    # The engine's running count, not a listing: dlsched never queries containers it did not
-    # start, even only to count them.
-    running = int(client.info().get("ContainersRunning", 0))
-    return max(running - (1 if own_id is not None else 0), 0)
 
 
 def _follow_run(
@@ -524,26 +541,6 @@ def _summarise(
     )
 
 
-def _wait_until_quiet(client: docker.DockerClient, patience_s: float, quiet_cores: float) -> None:
-    """Wait up to ``patience_s`` for no other container and at most ``quiet_cores`` busy."""
-    deadline = time.monotonic() + patience_s
-    announced = False
-    while True:
-        containers = _other_running_containers(client, None)
-        before, started = host_busy_seconds(), time.monotonic()
-        time.sleep(2.0)
-        busy = (host_busy_seconds() - before) / (time.monotonic() - started)
-        if (containers == 0 and busy <= quiet_cores) or time.monotonic() > deadline:
-            return
-        if not announced:
-            print(
-                f"waiting for a quiet host ({containers} container(s) running, "
-                f"{busy:.2f} cores busy) ...",
-                file=sys.stderr,
-            )
-            announced = True
-
-
 def _report(run: LimitRun, spec: WorkloadSpec) -> LimitRun:
     cores = "uncapped" if run.quota_cores is None else f"{run.quota_cores:.2f} cores"
     print(
@@ -645,6 +642,7 @@ def build_profile(
     host: HostDescription,
     command: str,
     duration_s: float,
+    threading: Threading = "tuned",
 ) -> dict[str, Any]:
     """The profile JSON object of ``spec`` from its runs (one of them uncapped)."""
     uncapped = next(run for run in runs if run.quota_cores is None)
@@ -657,6 +655,7 @@ def build_profile(
         "workload": spec.name,
         "kind": spec.kind,
         "unit": spec.unit,
+        "threading": threading,
         "batch_size": spec.batch_size,
         "demand_cores": _significant(demand),
         "throughput": {
@@ -673,10 +672,12 @@ def build_profile(
             "iterations": [iteration for iteration, _ in curve],
             "loss": [_significant(loss) for _, loss in curve],
         }
+    profile["measured_on"] = {"cpu_model": host.cpu_model, "cores": host.cores}
     profile["provenance"] = {
         "source": "measured with `dlsched calibrate` on a local Docker engine",
         "method": (
-            f"{spec.name} alone in one container of {IMAGE_TAG} per CPU limit "
+            f"{spec.name} ({threading} threading) alone in one container of {IMAGE_TAG} per "
+            "CPU limit "
             f"(cpu_period {CPU_PERIOD_US} us, quota = limit x {host.cores} cores, none at 1); "
             f"the first {WARMUP_UNITS[spec.kind]} {_plural(spec.unit)} skipped as warm-up, then "
             f"{duration_s:g} s measured per capped run"
@@ -686,7 +687,7 @@ def build_profile(
         ),
         "host": host.describe(),
         "date": dt.date.today().isoformat(),
-        "derivation": _derivation(spec, runs, demand),
+        "derivation": _derivation(spec, runs, demand, points),
     }
     return profile
 
@@ -698,12 +699,20 @@ def _torch_version() -> str:
         return "unknown"
 
 
-def _derivation(spec: WorkloadSpec, runs: Sequence[LimitRun], demand: float) -> str:
+def _derivation(
+    spec: WorkloadSpec,
+    runs: Sequence[LimitRun],
+    demand: float,
+    points: Sequence[tuple[float, float]],
+) -> str:
     unit = _plural(spec.unit)
+    cores_points = [0.0, *(cores for cores, _ in points)]
+    rate_points = [0.0, *(rate for _, rate in points)]
     lines = [
         f"units_per_s: ({unit} completed in the window - 1) / time between the first and "
         "the last completion; cores: the CPU the run got, CPU-seconds / wall seconds of its "
-        "window; rates pooled where they would fall as cores rise",
+        "window; fit: the closest non-decreasing rates in least squares (adjacent violators "
+        "pooled), residual = measured - fitted at the run's cores",
         f"demand_cores: the most cores a run used ({demand:.3f}), the uncapped run's unless "
         "other processes held it below a capped one; the workload runs one thread per usable "
         "core, so a host with more cores may see more",
@@ -718,9 +727,11 @@ def _derivation(spec: WorkloadSpec, runs: Sequence[LimitRun], demand: float) -> 
         )
     for run in runs:
         cores = "uncapped" if run.quota_cores is None else f"quota {run.quota_cores:g} cores"
+        fitted = float(np.interp(run.cpu_cores, cores_points, rate_points))
         lines.append(
             f"limit {run.limit:g} ({cores}, {run.threads} threads): "
             f"{len(run.completions)} {unit} in {run.window_s:.1f} s -> "
-            f"{run.units_per_s:.4g} {unit}/s, {run.cpu_cores:.3f} cores used; " + _company(run)
+            f"{run.units_per_s:.4g} {unit}/s (residual {run.units_per_s - fitted:+.3g}), "
+            f"{run.cpu_cores:.3f} cores used; " + _company(run)
         )
     return "; ".join(lines)

@@ -1,0 +1,278 @@
+"""Contention: the progress co-located jobs lose when their runnable threads exceed the cores.
+
+Water-filling (:mod:`.sharing`) decides how many cores each job gets; a job's profile turns those
+cores into progress as if it had them to itself. That is exact while the threads a worker's jobs
+keep runnable fit its cores (measured on a 2-core host: 0.98 of the profiles' progress with three
+single-threaded jobs at equal limits). Beyond that a job makes less progress per CPU-second it
+gets: its threads are descheduled while their partners wait at a barrier (spinning, for stock
+framework jobs), and caches are shared. ``dlsched calibrate --contention`` measures it
+(:mod:`dlsched.runs.fidelity.contention`): 3 stock jobs on 2 cores make 0.30 of the progress
+their CPU would give them alone, 0.70 when one of them is favoured by limits.
+
+The model has one number per threading, fitted from those measurements:
+
+- **Threads.** A job at limit ``l`` on a worker of ``C`` cores keeps ``T`` threads: one per core
+  (``T = C``) uncapped or with ``stock`` threading; ``ceil(l C)`` (at least 1) with ``tuned``
+  threading, which follows its quota (:mod:`dlsched.envs.workloads.cpu_quota`). While it runs
+  unthrottled it keeps ``u = min(T, demand_cores)`` of them busy.
+- **Runnable threads.** A job under a CFS quota of ``q = l C`` cores is throttled for part of
+  every period and has no runnable thread then. When ``N`` threads are runnable on the worker, a
+  running job gets about ``u C / N`` cores while it runs, so it uses up its quota in a fraction
+  ``min(1, q N / (C u))`` of the period: its duty cycle. ``N`` is therefore the largest fixed
+  point of ``N = sum_i min(u_i, q_i N / C)`` (an uncapped job counts ``u_i``), solved exactly
+  over the segments of that piecewise-linear, concave function by :func:`runnable_threads`.
+- **Efficiency.** With oversubscription ``R = max(1, N / C)``, each job progresses at its
+  profile's throughput at the cores it gets times ``R ** -a``, where ``a`` is the exponent of its
+  threading (:class:`ContentionModel`). The CPU it uses does not change: spinning threads burn
+  the CPU they are given. Where ``N <= C`` the factor is exactly 1 and results are those of
+  water-filling alone, bit for bit.
+
+A profile set holds its model in ``contention.json`` beside the profiles (format on
+:func:`load_contention`); a set without one has no contention term.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlsched.envs.errors import ProfileError
+from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
+
+#: Version of the contention file format this module reads.
+CONTENTION_FORMAT = 1
+#: The file name of a profile set's contention model.
+CONTENTION_FILE = "contention.json"
+
+
+def thread_counts(limits: np.ndarray, cores: float, stock: np.ndarray) -> np.ndarray:
+    """Threads each job keeps at its limit on a worker of ``cores`` cores.
+
+    Args:
+        limits: limits as fractions of the worker, in ``(0, 1]`` (1: no quota).
+        cores: the worker's cores.
+        stock: per job, whether it runs ``stock`` threading (else ``tuned``).
+    """
+    whole = max(1.0, math.floor(cores))
+    # ceil of the quota in cores, as the workloads compute it from the cgroup's integers; the
+    # small slack keeps 0.5 x 2 cores at one thread despite rounding.
+    following = np.clip(np.ceil(limits * cores - 1e-9), 1.0, whole)
+    return np.where(stock | (limits >= 1.0), whole, following)
+
+
+def runnable_threads(busy: np.ndarray, quotas: np.ndarray, cores: float) -> float:
+    """Mean runnable threads of a worker's running jobs (see the module docstring).
+
+    Args:
+        busy: per job, threads it keeps busy while it runs unthrottled (``u``).
+        quotas: per job, its quota in cores; ``inf`` for a job without quota.
+        cores: the worker's cores.
+
+    Returns:
+        ``sum(busy)`` when that fits the cores; otherwise the largest fixed point of
+        ``N = sum(min(busy, quotas * N / cores))``, at least ``cores``.
+    """
+    total = float(busy.sum())
+    if total <= cores:
+        return total
+    # A job saturates (counts all its busy threads) above its breakpoint cores * u / q and is
+    # quota-bound below it; an uncapped job always saturates.
+    breaks = np.where(np.isfinite(quotas), cores * busy / np.where(quotas > 0, quotas, 1.0), 0.0)
+    order = np.argsort(-breaks, kind="stable")
+    saturated = total
+    bound_quota = 0.0
+    upper = math.inf
+    for position in range(len(order) + 1):
+        # Below the last breakpoint every job is quota-bound: that segment reaches down to 0.
+        lower = float(breaks[order[position]]) if position < len(order) else -math.inf
+        if bound_quota >= cores:
+            # F(N) >= N all through this segment, so the fixed point is its upper end.
+            return max(upper, cores)
+        fixed = saturated / (1.0 - bound_quota / cores)
+        if fixed >= lower:
+            return max(min(fixed, upper), cores)
+        job = order[position]
+        saturated -= float(busy[job])
+        bound_quota += float(quotas[job])
+        upper = lower
+    raise AssertionError("unreachable: the last segment reaches down to 0 and holds a fixed point")
+
+
+@dataclass(frozen=True)
+class ContentionFit:
+    """How a contention model was fitted, for its provenance.
+
+    Attributes:
+        source: where the measurements come from (the command, or the paper's figure).
+        host: the machine measured (CPU model and cores).
+        date: when, ``YYYY-MM-DD``.
+        objective: what the fit minimised.
+        residuals: one line per measured cell: the measured and the modelled efficiency.
+    """
+
+    source: str
+    host: str
+    date: str
+    objective: str
+    residuals: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ContentionModel:
+    """Per threading, how fast progress per CPU-second falls with oversubscription.
+
+    Attributes:
+        exponents: ``a`` by threading: a job's efficiency is ``R ** -a`` at oversubscription
+            ``R >= 1``. 0 means no contention.
+        fit: how the exponents were obtained.
+    """
+
+    exponents: Mapping[Threading, float]
+    fit: ContentionFit | None = None
+
+    def efficiency(self, threading: Threading, oversubscription: float) -> float:
+        """Progress per CPU-second relative to running alone, at ``oversubscription``."""
+        if oversubscription <= 1.0:
+            return 1.0
+        return float(oversubscription ** -self.exponents.get(threading, 0.0))
+
+    @property
+    def active(self) -> bool:
+        """Whether any threading loses progress to contention."""
+        return any(exponent > 0 for exponent in self.exponents.values())
+
+
+#: The model of a profile set without ``contention.json``: water-filling alone.
+NO_CONTENTION = ContentionModel(exponents={threading: 0.0 for threading in THREADINGS})
+
+
+def oversubscription(
+    limits: np.ndarray,
+    demands: np.ndarray,
+    stock: np.ndarray,
+    cores: float,
+) -> float:
+    """``R = max(1, N / cores)`` of one worker's running jobs.
+
+    Args:
+        limits: per job, its limit as a fraction of the worker in ``(0, 1]``.
+        demands: per job, the cores it keeps busy uncapped (its profile's ``demand_cores``).
+        stock: per job, whether it runs ``stock`` threading.
+        cores: the worker's cores.
+    """
+    busy = np.minimum(thread_counts(limits, cores, stock), demands)
+    quotas = np.where(limits >= 1.0, math.inf, limits * cores)
+    return max(1.0, runnable_threads(busy, quotas, cores) / cores)
+
+
+def load_contention(directory: Path) -> ContentionModel:
+    """The contention model of the profile set in ``directory`` (none without the file).
+
+    The file is a JSON object::
+
+        {"format": 1,
+         "exponents": {"tuned": 0.13, "stock": 1.11},
+         "fit": {"source": "dlsched calibrate --contention ...", "host": "...",
+                 "date": "2026-11-25", "objective": "...", "residuals": ["...", ...]},
+         "measurements": {...}}
+
+    ``measurements`` holds what the exponents were fitted to, as ``dlsched calibrate
+    --contention`` recorded it (:mod:`dlsched.runs.fidelity.contention` reads it; the replay
+    model does not).
+
+    Raises:
+        ProfileError: the file is not valid JSON or a field is malformed; the message names the
+            file, the field, the value and what was expected.
+    """
+    path = directory / CONTENTION_FILE
+    if not path.is_file():
+        return NO_CONTENTION
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ProfileError(f"cannot read contention file {path}: {error}") from None
+    return parse_contention(data, str(path))
+
+
+def parse_contention(data: Any, where: str) -> ContentionModel:
+    """Check and read a contention object (the contents of ``contention.json``).
+
+    Args:
+        data: the decoded JSON.
+        where: names the source in messages.
+
+    Raises:
+        ProfileError: a field is missing or malformed.
+    """
+    problems: list[str] = []
+    if not isinstance(data, dict):
+        raise ProfileError(
+            f"contention file {where} holds {type(data).__name__}, expected an object"
+        )
+    known = {"format", "exponents", "fit", "measurements"}
+    listing = ", ".join(sorted(known))
+    for key in sorted(set(data) - known):
+        problems.append(f"{key}: unknown field; known fields: {listing}")
+    if data.get("format") != CONTENTION_FORMAT:
+        problems.append(f"format: got {data.get('format')!r}, expected {CONTENTION_FORMAT}")
+    exponents: dict[Threading, float] = {}
+    raw = data.get("exponents")
+    if not isinstance(raw, dict):
+        problems.append(f"exponents: got {raw!r}, expected an object of threading to exponent")
+    else:
+        for key, value in raw.items():
+            if key not in THREADINGS:
+                problems.append(f"exponents.{key}: unknown threading; expected one of {THREADINGS}")
+            elif (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (math.isfinite(value) and value >= 0)
+            ):
+                problems.append(f"exponents.{key}: got {value!r}, expected a number >= 0")
+            else:
+                exponents[key] = float(value)
+    fit = None
+    raw_fit = data.get("fit")
+    if raw_fit is not None:
+        fields = ("source", "host", "date", "objective")
+        if not isinstance(raw_fit, dict) or not all(
+            isinstance(raw_fit.get(name), str) for name in fields
+        ):
+            problems.append(f"fit: got {raw_fit!r}, expected an object with strings {fields}")
+        else:
+            residuals = raw_fit.get("residuals", [])
+            if not isinstance(residuals, list) or not all(isinstance(r, str) for r in residuals):
+                problems.append("fit.residuals: expected a list of strings")
+            else:
+                fit = ContentionFit(
+                    source=raw_fit["source"],
+                    host=raw_fit["host"],
+                    date=raw_fit["date"],
+                    objective=raw_fit["objective"],
+                    residuals=tuple(residuals),
+                )
+    if problems:
+        raise ProfileError(f"contention file {where} is malformed:\n  " + "\n  ".join(problems))
+    return ContentionModel(
+        exponents={threading: exponents.get(threading, 0.0) for threading in THREADINGS}, fit=fit
+    )
+
+
+def contention_data(model: ContentionModel) -> dict[str, Any]:
+    """The JSON object of ``model``, as :func:`load_contention` reads it."""
+    data: dict[str, Any] = {"format": CONTENTION_FORMAT, "exponents": dict(model.exponents)}
+    if model.fit is not None:
+        data["fit"] = {
+            "source": model.fit.source,
+            "host": model.fit.host,
+            "date": model.fit.date,
+            "objective": model.fit.objective,
+            "residuals": list(model.fit.residuals),
+        }
+    return data

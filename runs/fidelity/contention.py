@@ -1,0 +1,672 @@
+"""Contention measured on a real host, and the replay model's contention term fitted to it.
+
+The replay model shares a worker's cores max-min under the limits (water-filling), which is
+exact while the runnable threads of the worker's jobs fit its cores. Beyond that a job makes less
+progress per CPU-second it gets, and the replay model multiplies its progress by ``R ** -a``,
+``R`` the worker's oversubscription and ``a`` an exponent per threading
+(:mod:`dlsched.envs.replay.contention`). This module measures what ``a`` is fitted to, and fits
+it; ``dlsched calibrate --contention`` is its command line.
+
+For one training workload and one threading (``tuned`` or ``stock``, see
+:mod:`dlsched.envs.workloads.cpu_quota`) it runs, on one Docker engine:
+
+- the **solo curve**: one job alone at each of ``solo_limits``, its iterations per second
+  against the cores it used (its CPU-seconds over the window, from the cgroup);
+- the **grid**: ``n`` copies together for every ``n`` of ``job_counts`` under every allocation
+  of :data:`ALLOCATIONS`, each job's limit, cores used and iterations per second.
+
+A cell's **efficiency** is its jobs' summed rate over what the solo curve gives at the cores each
+used: 1 when co-location costs nothing beyond the CPU the others take, less under contention. It
+separates contention from the sharing of CPU, which water-filling already models.
+
+**The fit.** For each threading, ``a`` minimises the squared error of the log efficiencies,
+``sum over cells with R > 1 of (log e + a log R)^2`` (closed form); cells where the threads fit
+(``R = 1``) are modelled as 1 and reported among the residuals. ``R`` is computed from each
+cell's limits as the replay model does, with the solo job's uncapped usage as the demand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlsched.envs.decision import Placement
+from dlsched.envs.docker.backend import DockerBackend
+from dlsched.envs.docker.engine import connect
+from dlsched.envs.errors import BackendError, HostBusyError, ProfileError
+from dlsched.envs.replay.contention import (
+    CONTENTION_FILE,
+    ContentionFit,
+    ContentionModel,
+    contention_data,
+    oversubscription,
+)
+from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
+from dlsched.envs.telemetry import JobState, Telemetry
+from dlsched.envs.workloads.catalog import WORKLOADS
+from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
+from dlsched.runs.fidelity.quiet_host import (
+    QUIET_CORES,
+    busy_message,
+    host_busy_seconds,
+    other_running_containers,
+    wait_until_quiet,
+)
+
+#: The allocations of the grid: each job's limit (fraction of the worker) among ``n`` jobs.
+ALLOCATIONS: Mapping[str, Callable[[int], tuple[float, ...]]] = {
+    "free": lambda n: (1.0,) * n,
+    "equal": lambda n: (1.0 / n,) * n,
+    "favoured": lambda n: (1.0,) + (0.5 / n,) * (n - 1),
+    "halves": lambda n: (0.5,) + (0.5 / (n - 1),) * (n - 1),
+}
+#: What each allocation is, in words.
+ALLOCATION_HELP: Mapping[str, str] = {
+    "free": "no limits (free competition, what default does)",
+    "equal": "every job at 1/n of the worker",
+    "favoured": "job 1 uncapped, the others at 1/(2n) (FlowCon's shape for a new job)",
+    "halves": "job 1 at 1/2, the others sharing the other half",
+}
+DEFAULT_SOLO_LIMITS: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 1.0)
+DEFAULT_JOB_COUNTS: tuple[int, ...] = (2, 3, 4)
+DEFAULT_WORKLOAD = "mlp-digits"
+
+#: The workloads a contention measurement can run: those that count iterations.
+TRAINING_WORKLOADS: tuple[str, ...] = tuple(
+    sorted(name for name, spec in WORKLOADS.items() if spec.kind == "training")
+)
+#: More iterations than any measurement runs, so that no job finishes during it.
+_ENDLESS_ITERATIONS = 10_000_000
+#: How long jobs may take to report their first iteration (torch's import included).
+_START_TIMEOUT_S = 180.0
+_OBJECTIVE = (
+    "least squares of log efficiency against -a log R over the cells with R > 1 (closed form); "
+    "efficiency = the cell's summed iterations/s over the solo curve's at the cores each job "
+    "used; R from the cell's limits with the solo uncapped usage as demand"
+)
+
+
+def allocation_limits(allocation: str, jobs: int) -> tuple[float, ...]:
+    """The limit of each of ``jobs`` jobs under ``allocation`` (fractions of the worker).
+
+    Raises:
+        BackendError: ``allocation`` is not one of :data:`ALLOCATIONS`.
+    """
+    if allocation not in ALLOCATIONS:
+        raise BackendError(f"allocation {allocation!r} is not one of {list(ALLOCATIONS)}")
+    return ALLOCATIONS[allocation](jobs)
+
+
+@dataclass(frozen=True)
+class JobSample:
+    """One job over one measuring window.
+
+    Attributes:
+        limit: its limit, a fraction of the worker (1 = uncapped).
+        cores: the cores it used (CPU-seconds over the window's seconds).
+        rate: its iterations per second.
+    """
+
+    limit: float
+    cores: float
+    rate: float
+
+
+@dataclass(frozen=True)
+class GridCell:
+    """``len(samples)`` jobs together under one allocation.
+
+    Attributes:
+        allocation: a key of :data:`ALLOCATIONS`.
+        samples: one per job, job 1 first.
+        other_cores: cores the host's other processes used during the window (``None`` when
+            the engine runs on another machine).
+    """
+
+    allocation: str
+    samples: tuple[JobSample, ...]
+    other_cores: float | None = None
+
+
+@dataclass(frozen=True)
+class ThreadingMeasurement:
+    """What one threading of the workload measured.
+
+    Attributes:
+        threading: ``"tuned"`` or ``"stock"``.
+        solo: one job alone at each solo limit, in increasing order of limit.
+        grid: every job count under every allocation.
+    """
+
+    threading: Threading
+    solo: tuple[JobSample, ...]
+    grid: tuple[GridCell, ...]
+
+    @property
+    def demand(self) -> float:
+        """The most cores the job used alone (uncapped, on a quiet host)."""
+        return max(sample.cores for sample in self.solo)
+
+    def solo_rate(self, cores: float) -> float:
+        """The solo curve at ``cores``: linear between the measured points, from 0 at 0."""
+        points = sorted(self.solo, key=lambda sample: sample.cores)
+        xs = np.array([0.0, *(sample.cores for sample in points)])
+        ys = np.maximum.accumulate(np.array([0.0, *(sample.rate for sample in points)]))
+        return float(np.interp(cores, xs, ys))
+
+    def efficiency(self, cell: GridCell) -> float:
+        """The cell's summed rate over the solo curve's at the cores each job used."""
+        alone = sum(self.solo_rate(sample.cores) for sample in cell.samples)
+        return sum(sample.rate for sample in cell.samples) / alone if alone > 0 else math.nan
+
+    def oversubscription(self, cell: GridCell, cores: float) -> float:
+        """The replay model's ``R`` of the cell (:func:`dlsched.envs.replay.contention`)."""
+        count = len(cell.samples)
+        return oversubscription(
+            np.array([sample.limit for sample in cell.samples]),
+            np.full(count, self.demand),
+            np.full(count, self.threading == "stock"),
+            cores,
+        )
+
+
+@dataclass(frozen=True)
+class ContentionMeasurement:
+    """A contention grid measured on one host.
+
+    Attributes:
+        workload: the training workload every job ran.
+        cores: the host's cores.
+        host: the host, as calibration describes it (name, CPU model, cores, engine).
+        date: when, ``YYYY-MM-DD``.
+        window_s: seconds each rate is measured over.
+        settle_s: seconds waited after each change before measuring.
+        threadings: one measurement per threading.
+        command: the command line that measured it.
+    """
+
+    workload: str
+    cores: float
+    host: str
+    date: str
+    window_s: float
+    settle_s: float
+    threadings: tuple[ThreadingMeasurement, ...]
+    command: str = ""
+
+    def busiest_cell(self) -> float:
+        """The most cores other processes used during any window (0 if unknown)."""
+        return max(
+            (cell.other_cores or 0.0 for measured in self.threadings for cell in measured.grid),
+            default=0.0,
+        )
+
+
+# --------------------------------------------------------------------------------- measuring
+
+
+def measure_grid(
+    workload: str,
+    threading: Threading,
+    cores: float,
+    job_counts: Sequence[int] = DEFAULT_JOB_COUNTS,
+    allocations: Sequence[str] = tuple(ALLOCATIONS),
+    solo_limits: Sequence[float] = DEFAULT_SOLO_LIMITS,
+    window_s: float = 15.0,
+    settle_s: float = 5.0,
+    endpoint: str | None = None,
+    image: str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> ThreadingMeasurement:
+    """Measure the solo curve and the grid of one workload with one threading.
+
+    Args:
+        workload: a training workload of the image.
+        threading: ``"tuned"`` or ``"stock"``.
+        cores: the engine's cores (the worker of the measurement).
+        job_counts: how many jobs run together in the grid (each at least 2).
+        allocations: keys of :data:`ALLOCATIONS`.
+        solo_limits: limits of the solo curve, fractions of the worker in ``(0, 1]``.
+        window_s: seconds each rate is measured over.
+        settle_s: seconds waited after each change of limits before measuring.
+        endpoint: the engine (``None``: the environment's).
+        image: the workload image (``None``: dlsched's own).
+        say: where progress lines go (``None``: stderr).
+
+    Raises:
+        BackendError: bad arguments, or a job that stopped running during the measurement.
+    """
+    check_grid_arguments(workload, threading, job_counts, allocations, solo_limits, window_s)
+
+    def report(message: str) -> None:
+        (say or _to_stderr)(f"[contention, {workload}, {threading}] {message}")
+
+    most = max(job_counts)
+    scenario = Scenario(
+        name="calibrate-contention",
+        kind=JobKind.TRAINING,
+        workers=(WorkerSpec(cores=cores, endpoint=endpoint),),
+        groups=(
+            JobGroup(
+                workloads=(workload,),
+                count=most,
+                arrival=ArrivalPattern(),
+                iterations=_ENDLESS_ITERATIONS,
+            ),
+        ),
+        slots_per_worker=most,
+        profile_set="measured",
+    )
+    specs = scenario.realise(np.random.default_rng(0))
+    ids = [spec.job_id for spec in specs]
+    backend = DockerBackend(image=image, workload_threading=threading)
+    try:
+        backend.reset(scenario, specs, np.random.default_rng(0))
+        backend.apply({}, [Placement(ids[0], 0, 0)])
+        _wait_for_first_iterations(backend, ids[:1])
+        solo = []
+        for limit in sorted(solo_limits):
+            report(f"solo at limit {limit:g}")
+            solo.extend(_window(backend, {ids[0]: limit}, settle_s, window_s)[0])
+        grid = []
+        placed = 1
+        for count in sorted(job_counts):
+            members = ids[:count]
+            if count > placed:
+                backend.apply(
+                    {job_id: 1.0 for job_id in ids[:placed]},
+                    [
+                        Placement(job_id, 0, slot)
+                        for slot, job_id in enumerate(members)
+                        if slot >= placed
+                    ],
+                )
+                _wait_for_first_iterations(backend, members)
+                placed = count
+            for allocation in allocations:
+                limits = allocation_limits(allocation, count)
+                report(
+                    f"{count} jobs, {allocation}: limits {', '.join(f'{x:.3g}' for x in limits)}"
+                )
+                samples, other = _window(
+                    backend, dict(zip(members, limits, strict=True)), settle_s, window_s
+                )
+                grid.append(GridCell(allocation, tuple(samples), other))
+    finally:
+        backend.close()
+    return ThreadingMeasurement(threading, tuple(solo), tuple(grid))
+
+
+def check_grid_arguments(
+    workload: str,
+    threading: str,
+    job_counts: Sequence[int],
+    allocations: Sequence[str],
+    solo_limits: Sequence[float],
+    window_s: float,
+) -> None:
+    """Refuse a grid that cannot be measured, before any container starts.
+
+    Raises:
+        BackendError: the first bad argument, its value and what was expected.
+    """
+    if workload not in TRAINING_WORKLOADS:
+        raise BackendError(
+            f"workload {workload!r} is not a training workload; use one of "
+            f"{list(TRAINING_WORKLOADS)}"
+        )
+    if threading not in THREADINGS:
+        raise BackendError(f"threading {threading!r}: expected one of {list(THREADINGS)}")
+    if not job_counts or min(job_counts) < 2:
+        raise BackendError(f"job counts {list(job_counts)}: each must be at least 2")
+    unknown = [name for name in allocations if name not in ALLOCATIONS]
+    if unknown or not allocations:
+        raise BackendError(f"allocations {list(allocations)}: expected some of {list(ALLOCATIONS)}")
+    if not solo_limits or not all(0 < limit <= 1 for limit in solo_limits):
+        raise BackendError(f"solo limits {list(solo_limits)}: each must be in (0, 1]")
+    if not window_s > 0:
+        raise BackendError(f"window_s={window_s!r}: the window must be positive")
+
+
+def _window(
+    backend: DockerBackend, limits: Mapping[str, float], settle_s: float, window_s: float
+) -> tuple[list[JobSample], float]:
+    """Set ``limits``, wait ``settle_s``, then measure those jobs over ``window_s``.
+
+    Returns:
+        One sample per job, and the cores the host's other processes used meanwhile.
+    """
+    backend.apply(dict(limits))
+    before = backend.advance(settle_s)
+    host_before = host_busy_seconds()
+    after = backend.advance(window_s)
+    host_after = host_busy_seconds()
+    _check_running(after, list(limits))
+    elapsed = after.time_s - before.time_s
+    samples = []
+    used = 0.0
+    for job_id, limit in limits.items():
+        job_before, job_after = before.job(job_id), after.job(job_id)
+        seconds = job_after.cpu_seconds - job_before.cpu_seconds
+        used += seconds
+        samples.append(
+            JobSample(
+                limit=limit,
+                cores=seconds / elapsed,
+                rate=(job_after.iterations - job_before.iterations) / elapsed,
+            )
+        )
+    return samples, max(0.0, (host_after - host_before - used) / elapsed)
+
+
+def _wait_for_first_iterations(backend: DockerBackend, job_ids: Sequence[str]) -> None:
+    """Advance until every job of ``job_ids`` has reported an iteration."""
+    started = time.monotonic()
+    while True:
+        telemetry = backend.advance(1.0)
+        _check_running(telemetry, job_ids)
+        if all(telemetry.job(job_id).iterations > 0 for job_id in job_ids):
+            return
+        if time.monotonic() - started > _START_TIMEOUT_S:
+            raise BackendError(
+                f"the measurement's jobs {list(job_ids)} reported no iteration within "
+                f"{_START_TIMEOUT_S:g} s; is the host overloaded?"
+            )
+
+
+def _check_running(telemetry: Telemetry, job_ids: Sequence[str]) -> None:
+    stopped = [
+        (job_id, telemetry.job(job_id).state.value)
+        for job_id in job_ids
+        if telemetry.job(job_id).state is not JobState.RUNNING
+    ]
+    if stopped:
+        raise BackendError(f"jobs stopped during the measurement: {stopped}; see the log above")
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------- the fit
+
+
+@dataclass(frozen=True)
+class CellResidual:
+    """One measured cell against the fitted model.
+
+    Attributes:
+        threading: the cell's threading.
+        jobs: jobs in the cell.
+        allocation: its allocation.
+        oversubscription: the model's ``R``.
+        measured: the measured efficiency.
+        modelled: ``R ** -a``.
+    """
+
+    threading: str
+    jobs: int
+    allocation: str
+    oversubscription: float
+    measured: float
+    modelled: float
+
+    def describe(self) -> str:
+        return (
+            f"{self.threading} {self.jobs} jobs {self.allocation}: R {self.oversubscription:.2f}, "
+            f"efficiency measured {self.measured:.3f}, modelled {self.modelled:.3f}"
+        )
+
+
+def fit_exponent(measured: ThreadingMeasurement, cores: float) -> tuple[float, list[CellResidual]]:
+    """The exponent of one threading, and every cell's residual (see the module docstring)."""
+    points = [
+        (cell, measured.oversubscription(cell, cores), measured.efficiency(cell))
+        for cell in measured.grid
+    ]
+    usable = [
+        (math.log(ratio), math.log(efficiency))
+        for _, ratio, efficiency in points
+        if ratio > 1.0 and efficiency > 0
+    ]
+    denominator = sum(log_ratio * log_ratio for log_ratio, _ in usable)
+    exponent = (
+        max(0.0, -sum(lr * le for lr, le in usable) / denominator) if denominator > 0 else 0.0
+    )
+    residuals = [
+        CellResidual(
+            measured.threading,
+            len(cell.samples),
+            cell.allocation,
+            ratio,
+            efficiency,
+            ratio**-exponent,
+        )
+        for cell, ratio, efficiency in points
+    ]
+    return exponent, residuals
+
+
+def fit_contention(measurement: ContentionMeasurement) -> ContentionModel:
+    """The contention model fitted to ``measurement`` (threadings it did not measure: 0)."""
+    exponents: dict[Threading, float] = {}
+    residual_lines = []
+    for measured in measurement.threadings:
+        exponent, residuals = fit_exponent(measured, measurement.cores)
+        exponents[measured.threading] = round(exponent, 4)
+        logs = [math.log(r.measured / r.modelled) for r in residuals if r.measured > 0]
+        rms = math.sqrt(sum(x * x for x in logs) / len(logs)) if logs else 0.0
+        residual_lines.append(
+            f"{measured.threading}: a = {exponent:.4f}, rms log residual {rms:.3f} over "
+            f"{len(logs)} cells (demand {measured.demand:.3f} cores)"
+        )
+        residual_lines.extend(residual.describe() for residual in residuals)
+    return ContentionModel(
+        exponents={threading: exponents.get(threading, 0.0) for threading in THREADINGS},
+        fit=ContentionFit(
+            source=(
+                f"{measurement.workload} jobs measured with `{measurement.command}`"
+                if measurement.command
+                else f"{measurement.workload} jobs measured with dlsched calibrate --contention"
+            ),
+            host=measurement.host,
+            date=measurement.date,
+            objective=_OBJECTIVE,
+            residuals=tuple(residual_lines),
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------- records
+
+
+def measurement_data(measurement: ContentionMeasurement) -> dict[str, Any]:
+    """``measurement`` as JSON data (what ``contention.json`` keeps under ``measurements``)."""
+    return dataclasses.asdict(measurement)
+
+
+def measurement_from_data(data: Any, where: str) -> ContentionMeasurement:
+    """Read back :func:`measurement_data`.
+
+    Raises:
+        ProfileError: the data is not a recorded measurement; the message names ``where``.
+    """
+    try:
+        threadings = tuple(
+            ThreadingMeasurement(
+                threading=item["threading"],
+                solo=tuple(JobSample(**sample) for sample in item["solo"]),
+                grid=tuple(
+                    GridCell(
+                        allocation=cell["allocation"],
+                        samples=tuple(JobSample(**sample) for sample in cell["samples"]),
+                        other_cores=cell.get("other_cores"),
+                    )
+                    for cell in item["grid"]
+                ),
+            )
+            for item in data["threadings"]
+        )
+        return ContentionMeasurement(
+            workload=data["workload"],
+            cores=float(data["cores"]),
+            host=data["host"],
+            date=data["date"],
+            window_s=float(data["window_s"]),
+            settle_s=float(data["settle_s"]),
+            threadings=threadings,
+            command=data.get("command", ""),
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise ProfileError(
+            f"{where}: the recorded contention measurement is malformed ({error!r}); record it "
+            "again with dlsched calibrate --contention"
+        ) from None
+
+
+# --------------------------------------------------------------------------------- calibrating
+
+
+@dataclass(frozen=True)
+class ContentionSettings:
+    """How ``dlsched calibrate --contention`` measures.
+
+    Attributes:
+        workload: the training workload every job runs.
+        threadings: the threadings measured.
+        job_counts: jobs together in the grid.
+        window_s: seconds each rate is measured over.
+        settle_s: seconds after each change before measuring.
+        wait_quiet_s: how long to wait for a quiet host first.
+        quiet_cores: cores other processes may use while the host counts as quiet.
+        force: measure and write on a busy host (the load is recorded).
+    """
+
+    workload: str = DEFAULT_WORKLOAD
+    threadings: tuple[Threading, ...] = THREADINGS
+    job_counts: tuple[int, ...] = DEFAULT_JOB_COUNTS
+    window_s: float = 15.0
+    settle_s: float = 5.0
+    wait_quiet_s: float = 600.0
+    quiet_cores: float = QUIET_CORES
+    force: bool = False
+
+    def command(self) -> str:
+        return (
+            f"dlsched calibrate --contention --workload {self.workload} "
+            f"--threading {','.join(self.threadings)} "
+            f"--job-counts {','.join(str(n) for n in self.job_counts)} "
+            f"--duration {self.window_s:g} --settle {self.settle_s:g}"
+        )
+
+
+def calibrate_contention(
+    settings: ContentionSettings,
+    host: str,
+    endpoint: str | None = None,
+) -> ContentionMeasurement:
+    """Measure the grid of every threading of ``settings`` on the engine at ``endpoint``.
+
+    Args:
+        settings: what to measure and how.
+        host: the host's description, for the provenance.
+        endpoint: the engine (``None``: the environment's).
+
+    Raises:
+        HostBusyError: the host was busy before or during the measurement, and not ``force``.
+        BackendError: bad settings, or a job that failed.
+    """
+    for threading in settings.threadings:
+        check_grid_arguments(
+            settings.workload,
+            threading,
+            settings.job_counts,
+            tuple(ALLOCATIONS),
+            DEFAULT_SOLO_LIMITS,
+            settings.window_s,
+        )
+    client = connect(endpoint)
+    try:
+        cores = float(client.info()["NCPU"])
+        wait_until_quiet(client, settings.wait_quiet_s, settings.quiet_cores, settings.force)
+        if other_running_containers(client) and not settings.force:
+            raise HostBusyError(
+                busy_message("another container runs on the engine", settings.quiet_cores)
+            )
+    finally:
+        client.close()
+    measured = tuple(
+        measure_grid(
+            settings.workload,
+            threading,
+            cores,
+            job_counts=settings.job_counts,
+            window_s=settings.window_s,
+            settle_s=settings.settle_s,
+            endpoint=endpoint,
+        )
+        for threading in settings.threadings
+    )
+    measurement = ContentionMeasurement(
+        workload=settings.workload,
+        cores=cores,
+        host=host,
+        date=dt.date.today().isoformat(),
+        window_s=settings.window_s,
+        settle_s=settings.settle_s,
+        threadings=measured,
+        command=settings.command(),
+    )
+    busiest = measurement.busiest_cell()
+    if busiest > settings.quiet_cores and not settings.force:
+        raise HostBusyError(
+            busy_message(
+                f"other processes used up to {busiest:.2f} cores during the measurement",
+                settings.quiet_cores,
+            )
+        )
+    return measurement
+
+
+def write_contention(directory: Path, measurement: ContentionMeasurement) -> Path:
+    """Fit ``measurement`` and write the set's ``contention.json`` (with the measurements).
+
+    Args:
+        directory: the profile set's folder (created if missing).
+        measurement: what :func:`calibrate_contention` measured.
+
+    Returns:
+        The file written.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    data = contention_data(fit_contention(measurement))
+    data["measurements"] = measurement_data(measurement)
+    path = directory / CONTENTION_FILE
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def recorded_measurement(directory: Path) -> ContentionMeasurement:
+    """The measurement a profile set's ``contention.json`` was fitted to.
+
+    Raises:
+        ProfileError: the set has no contention file, or it records no measurement.
+    """
+    path = directory / CONTENTION_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ProfileError(f"cannot read contention file {path}: {error}") from None
+    if "measurements" not in data:
+        raise ProfileError(f"contention file {path} records no measurements to refit from")
+    return measurement_from_data(data["measurements"], str(path))

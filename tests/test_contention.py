@@ -1,0 +1,304 @@
+"""The replay model's contention term: where it is zero, how it grows, and its fit."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+import dlsched.envs  # noqa: F401  (registers the ids)
+from dlsched.envs.errors import ProfileError
+from dlsched.envs.replay.contention import (
+    NO_CONTENTION,
+    ContentionModel,
+    load_contention,
+    oversubscription,
+    runnable_threads,
+    thread_counts,
+)
+from dlsched.envs.replay.profile import PROFILES_DIR, load_profile_set, load_set_contention
+from dlsched.envs.scenarios.model import (
+    ArrivalPattern,
+    JobGroup,
+    JobKind,
+    Scenario,
+    WorkerSpec,
+)
+from dlsched.runs.fidelity.contention import (
+    ContentionMeasurement,
+    GridCell,
+    JobSample,
+    ThreadingMeasurement,
+    fit_contention,
+    fit_exponent,
+    recorded_measurement,
+)
+
+MEASURED_SETS = ("measured", "measured-stock")
+
+
+# --------------------------------------------------------------------------- runnable threads
+
+
+def _iterate(busy: np.ndarray, quotas: np.ndarray, cores: float) -> float:
+    """The largest fixed point by plain iteration from the top (slow, obviously right)."""
+    threads = float(busy.sum())
+    for _ in range(100_000):
+        following = float(np.minimum(busy, quotas * max(threads, cores) / cores).sum())
+        if abs(following - threads) < 1e-12:
+            break
+        threads = following
+    return threads
+
+
+def test_threads_that_fit_the_cores_are_counted_as_they_are():
+    assert runnable_threads(np.array([1.0, 0.5]), np.array([np.inf, 1.0]), 2.0) == 1.5
+
+
+def test_two_stock_jobs_at_equal_limits_keep_all_their_threads_runnable():
+    # Each burns its 1-core quota over the whole period when both run: no idle throttled time.
+    busy = np.array([1.94, 1.94])
+    assert runnable_threads(busy, np.array([1.0, 1.0]), 2.0) == pytest.approx(3.88)
+
+
+def test_throttled_jobs_count_only_their_duty_cycle():
+    # One uncapped job of 1.64 busy threads and two single-threaded jobs at a third of a core:
+    # N = 1.64 + 2 x (0.333 N / 2), so N = 1.64 / (1 - 1/3).
+    busy = np.array([1.64, 1.0, 1.0])
+    quotas = np.array([np.inf, 1 / 3, 1 / 3])
+    assert runnable_threads(busy, quotas, 2.0) == pytest.approx(1.64 / (1 - 1 / 3))
+
+
+@settings(max_examples=300, deadline=None)
+@example(jobs=[(2.0, 0.5)], cores=1.0)  # every job quota-bound: no fixed point above the cores
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.05, 4.0),
+            st.one_of(st.just(math.inf), st.floats(0.02, 4.0)),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.sampled_from([1.0, 2.0, 4.0, 8.0]),
+)
+def test_runnable_threads_is_the_largest_fixed_point(jobs, cores):
+    busy = np.array([b for b, _ in jobs])
+    quotas = np.array([q for _, q in jobs])
+    threads = runnable_threads(busy, quotas, cores)
+    if busy.sum() <= cores:
+        assert threads == pytest.approx(busy.sum())
+        return
+    assert cores - 1e-9 <= threads <= busy.sum() + 1e-9
+    # Below the cores nothing contends: every count there means R = 1.
+    expected = max(_iterate(busy, quotas, cores), cores)
+    assert threads == pytest.approx(expected, rel=1e-6, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("limits", "stock", "expected"),
+    [
+        ([1.0, 0.5, 0.25, 0.3], [False] * 4, [2, 1, 1, 1]),
+        ([0.6, 0.75], [False, False], [2, 2]),
+        ([0.1, 1.0], [True, True], [2, 2]),
+    ],
+)
+def test_thread_counts_follow_the_quota_only_when_tuned(limits, stock, expected):
+    counts = thread_counts(np.array(limits), 2.0, np.array(stock))
+    assert counts.tolist() == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0.02, 1.0), min_size=1, max_size=6),
+    st.floats(0.02, 1.0),
+    st.booleans(),
+    st.sampled_from([2.0, 4.0, 8.0]),
+)
+def test_oversubscription_grows_with_every_job_added(limits, extra, stock, cores):
+    demands = np.full(len(limits), 0.8 * cores)
+    before = oversubscription(np.array(limits), demands, np.full(len(limits), stock), cores)
+    after = oversubscription(
+        np.array([*limits, extra]),
+        np.append(demands, 0.8 * cores),
+        np.full(len(limits) + 1, stock),
+        cores,
+    )
+    assert after >= before - 1e-12
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.02, 1.0), min_size=2, max_size=6), st.sampled_from([2.0, 8.0]))
+def test_oversubscription_grows_as_a_limit_is_raised(limits, cores):
+    demands = np.full(len(limits), cores)
+    stock = np.ones(len(limits), dtype=bool)
+    base = oversubscription(np.array(limits), demands, stock, cores)
+    raised = np.array(limits)
+    raised[0] = min(1.0, raised[0] * 2)
+    assert oversubscription(raised, demands, stock, cores) >= base - 1e-12
+
+
+def test_efficiency_is_one_where_threads_fit_and_falls_with_oversubscription():
+    model = ContentionModel(exponents={"tuned": 0.13, "stock": 1.11})
+    assert model.efficiency("stock", 1.0) == 1.0
+    assert model.efficiency("stock", 0.5) == 1.0
+    ratios = [1.0, 1.2, 1.5, 2.0, 3.0, 6.0]
+    for threading in ("tuned", "stock"):
+        values = [model.efficiency(threading, ratio) for ratio in ratios]
+        assert values == sorted(values, reverse=True)
+        assert values[-1] < 1.0
+    assert model.efficiency("stock", 2.0) < model.efficiency("tuned", 2.0)
+    assert NO_CONTENTION.efficiency("stock", 5.0) == 1.0 and not NO_CONTENTION.active
+
+
+# --------------------------------------------------------------------------- contention files
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ({"format": 1, "exponents": {"stock": -1}}, r"exponents.stock: got -1, expected"),
+        ({"format": 1, "exponents": {"eager": 1}}, r"exponents.eager: unknown threading"),
+        ({"format": 2, "exponents": {}}, r"format: got 2, expected 1"),
+        ({"format": 1, "exponents": {}, "colour": 1}, r"colour: unknown field"),
+        ({"format": 1, "exponents": {}, "fit": {"source": 1}}, r"fit: got"),
+    ],
+)
+def test_a_malformed_contention_file_names_the_field(tmp_path, content, message):
+    (tmp_path / "contention.json").write_text(json.dumps(content))
+    with pytest.raises(ProfileError, match=message):
+        load_contention(tmp_path)
+
+
+def test_a_set_without_a_contention_file_has_none(tmp_path):
+    assert load_contention(tmp_path) is NO_CONTENTION
+
+
+@pytest.mark.parametrize("profile_set", MEASURED_SETS)
+def test_the_shipped_fit_is_reproduced_from_its_recorded_measurements(profile_set):
+    directory = PROFILES_DIR / profile_set
+    recorded = recorded_measurement(directory)
+    refitted = fit_contention(recorded)
+    shipped = load_set_contention(profile_set)
+    for threading, exponent in shipped.exponents.items():
+        assert refitted.exponents[threading] == pytest.approx(exponent, abs=1e-4)
+    assert shipped.fit is not None and shipped.fit.residuals == refitted.fit.residuals
+
+
+def test_the_measured_sets_share_one_contention_model():
+    files = [(PROFILES_DIR / name / "contention.json").read_text() for name in MEASURED_SETS]
+    assert files[0] == files[1]
+
+
+def test_stock_jobs_lose_more_to_contention_than_tuned_ones_on_the_measured_host():
+    exponents = load_set_contention("measured").exponents
+    assert 0 <= exponents["tuned"] < exponents["stock"]
+
+
+def _cell(allocation, limits, cores_used, rates):
+    return GridCell(
+        allocation,
+        tuple(JobSample(*sample) for sample in zip(limits, cores_used, rates, strict=True)),
+    )
+
+
+def test_the_fit_recovers_an_exponent_from_synthetic_measurements():
+    # Solo: 10 iterations/s per core up to 2 cores. Cells made with exponent 0.8 exactly.
+    solo = tuple(JobSample(limit, 2 * limit, 20 * limit) for limit in (0.25, 0.5, 1.0))
+    cells = []
+    for count in (2, 3, 4):
+        limits = (1.0,) * count
+        ratio = oversubscription(
+            np.array(limits), np.full(count, 2.0), np.ones(count, dtype=bool), 2.0
+        )
+        used = 2.0 / count
+        cells.append(_cell("free", limits, (used,) * count, (10 * used * ratio**-0.8,) * count))
+    measured = ThreadingMeasurement("stock", solo, tuple(cells))
+    exponent, residuals = fit_exponent(measured, 2.0)
+    assert exponent == pytest.approx(0.8, abs=1e-9)
+    assert all(r.measured == pytest.approx(r.modelled) for r in residuals)
+    model = fit_contention(
+        ContentionMeasurement("mlp-digits", 2.0, "test host", "2026-11-25", 15, 5, (measured,))
+    )
+    assert model.exponents == {"tuned": 0.0, "stock": 0.8}
+
+
+# --------------------------------------------------------------------------- in the replay model
+
+
+def _set_with(tmp_path: Path, source: str, contention: dict | None) -> str:
+    directory = tmp_path / f"{source}-{'with' if contention else 'without'}"
+    shutil.copytree(PROFILES_DIR / source, directory)
+    target = directory / "contention.json"
+    target.unlink(missing_ok=True)
+    if contention is not None:
+        target.write_text(json.dumps(contention))
+    return str(directory)
+
+
+def _training(profile_set: str, jobs: int = 3) -> Scenario:
+    return Scenario(
+        name="contention-probe",
+        kind=JobKind.TRAINING,
+        workers=(WorkerSpec(cores=2.0),),
+        groups=(
+            JobGroup(
+                workloads=("mlp-digits",),
+                count=jobs,
+                arrival=ArrivalPattern(),
+                iterations=600,
+            ),
+        ),
+        slots_per_worker=4,
+        interval_s=5.0,
+        horizon_s=400.0,
+        profile_set=profile_set,
+    )
+
+
+def _episode(scenario: Scenario, limit: float) -> list[tuple[float, tuple[int, ...]]]:
+    env = gym.make("dlsched/Training-v0", scenario=scenario)
+    env.reset(seed=3)
+    action = np.full(env.action_space.shape, limit, dtype=np.float32)
+    trace = []
+    done = False
+    while not done:
+        _, reward, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
+        telemetry = info["telemetry"]
+        trace.append((reward, tuple(job.iterations for job in telemetry.jobs)))
+    env.close()
+    return trace
+
+
+CONTENTION = {"format": 1, "exponents": {"tuned": 0.5, "stock": 1.5}}
+
+
+@pytest.mark.parametrize("source", MEASURED_SETS)
+def test_results_are_bit_identical_where_threads_fit(tmp_path, source):
+    # Two jobs at half of 2 cores each: one thread each when tuned, two threads on two cores.
+    # Stock jobs keep 2 threads each: four threads do not fit, and the results must differ.
+    with_term = _training(_set_with(tmp_path, source, CONTENTION), jobs=2)
+    without = _training(_set_with(tmp_path, source, None), jobs=2)
+    same = _episode(with_term, 0.5) == _episode(without, 0.5)
+    assert same is (load_profile_set(source)["mlp-digits"].threading == "tuned")
+
+
+def test_uncapped_jobs_that_oversubscribe_the_cores_progress_slower(tmp_path):
+    with_term = _episode(_training(_set_with(tmp_path, "measured", CONTENTION)), 1.0)
+    without = _episode(_training(_set_with(tmp_path, "measured", None)), 1.0)
+    assert len(with_term) > len(without)  # the episode lasts longer
+    assert sum(with_term[3][1]) < sum(without[3][1])
+
+
+def test_a_lone_job_never_contends(tmp_path):
+    with_term = _episode(_training(_set_with(tmp_path, "measured-stock", CONTENTION), 1), 1.0)
+    without = _episode(_training(_set_with(tmp_path, "measured-stock", None), 1), 1.0)
+    assert with_term == without
