@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "baselines",
     "image",
     "calibrate",
+    "validate",
     "train",
 )
 

@@ -569,3 +569,27 @@ def test_calibrate_all_means_every_workload():
     assert args.workload == tuple(sorted(WORKLOADS))
     # Five limits from 0.1 of the host to uncapped; the duration's default depends on the mode.
     assert args.limits == (0.1, 0.25, 0.5, 0.75, 1.0) and args.duration is None
+
+
+@pytest.fixture
+def busy_host():
+    """Two processes spinning on the CPU while the test runs (this host's other work)."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    yield
+    for spinner in spinners:
+        spinner.kill()
+        spinner.wait()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("mode", [["--workload", "mlp-digits"], ["--contention"]])
+def test_calibration_on_a_busy_host_is_refused_naming_the_load(
+    docker_engine, workload_image, busy_host, tmp_path, capsys, mode
+):
+    code = cli.main(
+        ["calibrate", *mode, "--wait-quiet", "3", "--output-dir", str(tmp_path / "set")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "the host is busy" in err and "cores busy" in err and "--force" in err
+    assert not (tmp_path / "set").exists() or not any((tmp_path / "set").iterdir())

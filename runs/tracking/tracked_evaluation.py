@@ -83,11 +83,13 @@ class TrackedEvaluation:
         comparison: the summary table.
         location: where the records are.
         failure: the store's failure after the evaluation started, if it failed.
+        results: every episode, in the order they ran.
     """
 
     comparison: ScenarioComparison
     location: EvaluationLocation
     failure: TrackingError | None
+    results: tuple[EpisodeResult, ...] = ()
 
 
 def evaluate_untracked(request: EvaluationRequest, progress: bool = True) -> ScenarioComparison:
@@ -166,7 +168,7 @@ def evaluate_tracked(
         summary_txt = folder.path / "summary.txt"
         summary_txt.write_text(render_table([comparison]) + "\n")
         tracker.finish(comparison.summaries, [summary_json, summary_txt])
-    return TrackedEvaluation(comparison, location, tracker.failure)
+    return TrackedEvaluation(comparison, location, tracker.failure, tuple(results))
 
 
 def comparison_of(

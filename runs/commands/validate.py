@@ -1,0 +1,203 @@
+"""``dlsched validate``: hold the replay model against the real host, job by job.
+
+The comparison is :mod:`dlsched.runs.fidelity.validation`, the tracked run
+:mod:`dlsched.runs.fidelity.validation_run`; this module parses and prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from dlsched.envs.errors import BackendError, PolicyError
+from dlsched.envs.replay.profile import profile_set_names
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.workloads.cpu_quota import THREADINGS
+from dlsched.runs.commands.arguments import positive_int
+from dlsched.runs.commands.evaluate import parse_settings
+from dlsched.runs.fidelity.validation import Side, render_report, report_data, run_validation
+from dlsched.runs.fidelity.validation_run import (
+    ValidationRequest,
+    host_warnings,
+    scenario_threading,
+    validate_tracked,
+)
+from dlsched.runs.policy_specs import build_policies
+from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+from dlsched.runs.tracking.trajectory import DEFAULT_OUT
+
+_DESCRIPTION = """\
+Run every policy on the same seeds on the replay backend and on the local Docker engine (the same
+seed draws the same jobs on both), and report how far replay is from the host: per job its
+completion time (training) or median batch latency (inference, with the Wasserstein-1 distance
+between the two latency samples), per policy its primary metric, the median and largest absolute
+relative error, the satisfied fraction (or jobs finished) over time, and whether the policies
+rank the same on both (Kendall's tau). Name the policies calibration did not see with
+--held-out: their jobs' errors are reported apart.
+
+Both sides are tracked as ordinary evaluations under one validation run in MLflow, with a plot
+per episode of every job on replay against the host. The host's episodes take wall-clock time:
+run it on a quiet host, one validation at a time.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``dlsched validate`` to the CLI."""
+    parser = subparsers.add_parser(
+        "validate",
+        help="hold the replay model against the real host on the same policies and seeds",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--scenario",
+        required=True,
+        help="a host-scale scenario's name (e.g. docker-training-4) or a scenario YAML path",
+    )
+    parser.add_argument(
+        "--policy",
+        required=True,
+        metavar="P[,P...]",
+        help="comma-separated policies: baseline names, model paths or runs:/ URIs",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="POLICY.PARAM=VALUE",
+        help="set a policy parameter (repeatable), e.g. --set flowcon.itval_s=10",
+    )
+    parser.add_argument(
+        "--held-out",
+        default="",
+        metavar="P[,P...]",
+        help="policies that calibration did not see; their jobs' errors are reported apart",
+    )
+    parser.add_argument(
+        "--episodes", type=positive_int, default=2, help="episodes (seeds) per policy (2)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (0)")
+    parser.add_argument(
+        "--workload-threading",
+        choices=THREADINGS,
+        help="how the host's workloads size their thread pools (default: as the scenario's "
+        "profiles were measured)",
+    )
+    parser.add_argument(
+        "--against",
+        default="docker",
+        metavar="docker|replay:SET",
+        help="the reference: the local engine (docker, the default) or replay on another "
+        "profile set (replay:DIR), e.g. to hold a recalibrated set against the shipped one",
+    )
+    parser.add_argument("--json", action="store_true", help="print only JSON on stdout")
+    parser.add_argument(
+        "--tracking-uri",
+        help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
+        "(default sqlite:///mlflow.db)",
+    )
+    parser.add_argument(
+        "--experiment", help="MLflow experiment name (default: the scenario's name)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help=f"folder of the local records ({DEFAULT_OUT}/<id>/...)",
+    )
+    parser.add_argument(
+        "--no-tracking", action="store_true", help="record nothing: only print the report"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="draw and log no plots")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.set_defaults(handler=run)
+
+
+def reference_side(against: str, workload_threading: str | None, default_threading: str) -> Side:
+    """The reference the command line names.
+
+    Raises:
+        BackendError: ``--against`` is neither ``docker`` nor ``replay:SET``, or
+            ``--workload-threading`` is given with a replay reference.
+    """
+    if against == "docker":
+        threading = workload_threading or default_threading
+        return Side("docker", {"workload_threading": threading} if threading != "tuned" else {})
+    backend, colon, profile_set = against.partition(":")
+    if backend == "replay" and colon and profile_set:
+        if workload_threading is not None:
+            raise BackendError(
+                f"--workload-threading {workload_threading} applies to a docker reference, not "
+                f"--against {against}: replay's threading is its profiles'"
+            )
+        return Side("replay", {}, profile_set)
+    raise BackendError(
+        f"--against {against!r}: expected docker, or replay:SET with SET a profile set "
+        f"({', '.join(profile_set_names())}) or a folder of profiles"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``dlsched validate`` as ``args`` say; the exit code."""
+    scenario = load_scenario(args.scenario)
+    specs = [spec.strip() for spec in args.policy.split(",") if spec.strip()]
+    held_out = tuple(name.strip() for name in args.held_out.split(",") if name.strip())
+    target = resolve_tracking_uri(args.tracking_uri)
+    policies = tuple(build_policies(specs, parse_settings(args.set, specs), target.uri))
+    names = [policy.name for policy in policies]
+    unknown = [name for name in held_out if name not in names]
+    if unknown:
+        raise PolicyError(
+            f"--held-out {','.join(unknown)} is not among the policies validated "
+            f"({', '.join(names)}); name policies of --policy"
+        )
+    reference = reference_side(args.against, args.workload_threading, scenario_threading(scenario))
+    warnings = host_warnings(scenario, reference)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    request = ValidationRequest(
+        scenario=scenario,
+        policies=policies,
+        seeds=tuple(range(args.seed, args.seed + args.episodes)),
+        reference=reference,
+        held_out=held_out,
+    )
+    progress = not args.no_progress
+    if args.no_tracking:
+        report, _, _ = run_validation(
+            request.scenario,
+            request.policies,
+            request.seeds,
+            reference=request.reference,
+            held_out=request.held_out,
+            progress=progress,
+            warnings=warnings,
+        )
+        _print(report_data(report) if args.json else render_report(report), args.json)
+        return 0
+    print(target.describe(), file=sys.stderr)
+    client = connect(target)
+    outcome = validate_tracked(
+        request,
+        client,
+        target,
+        args.out,
+        warnings=warnings,
+        experiment=args.experiment,
+        plots=not args.no_plots,
+        progress=progress,
+        warn=lambda message: print(message, file=sys.stderr),
+    )
+    _print(report_data(outcome.report) if args.json else render_report(outcome.report), args.json)
+    print(f"validation records: {outcome.folder.resolve()}", file=sys.stderr)
+    if outcome.failure is not None:
+        raise outcome.failure
+    print(f"MLflow: validation run {outcome.run_id} in {target.uri}", file=sys.stderr)
+    return 0
+
+
+def _print(content: object, as_json: bool) -> None:
+    print(json.dumps(content, indent=2) if as_json else content)

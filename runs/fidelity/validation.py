@@ -1,0 +1,602 @@
+"""``dlsched validate``: the replay model held against the real host, job by job.
+
+The same policies run the same seeds on both backends. A seed draws the same jobs on both (the
+environment draws them before the backend starts), so every job of a replay episode has a twin
+on the host, and the two can be compared one by one:
+
+- training: each job's completion time (arrival to finish);
+- inference: each job's batch latencies as the telemetry reported them, every step while it
+  ran: their medians, and the earth mover's (Wasserstein-1) distance between the two samples
+  (CausalSim's measure of how far a simulator's distribution is from the real one, Alomar et
+  al., NSDI 2023, Section 6);
+- both: the CPU each job used, and the episode's satisfied fraction over time.
+
+The **relative error** of a job is ``(replay - host) / host``. Per policy, the primary metric
+(mean satisfied fraction, or mean completion time) is compared the same way, and the policies
+are ranked by it on each backend; Kendall's tau between the two rankings says whether replay
+orders them as the host does (1: the same order). A policy named *held out* was not used in
+calibration (CausalSim's discipline: calibrate on some policies, validate on others), and the
+errors over its jobs are reported apart. Over time, each policy's satisfied fraction (inference)
+or jobs finished (training), averaged over the seeds step by step, is compared too.
+
+The reference need not be the host: any :class:`Side` (a backend, its options, and for replay
+another profile set) can stand on either side, so that a recalibrated set can be held against
+the shipped one, and so that replay against itself is a test of the comparison (zero error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from dlsched.envs.errors import BackendError
+from dlsched.envs.scenarios.model import JobKind, Scenario
+from dlsched.envs.telemetry import JobState
+from dlsched.policies.policy import Policy
+from dlsched.runs.evaluation import PRIMARY_METRIC, EpisodeResult, backend_label, metrics_for
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a validation: where its episodes run.
+
+    Attributes:
+        backend: the backend's registered name.
+        options: keyword arguments of its constructor (``workload_threading`` for Docker).
+        profile_set: replay only: the profile set to use instead of the scenario's.
+    """
+
+    backend: str
+    options: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    profile_set: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.profile_set is not None and self.backend != "replay":
+            raise BackendError(
+                f"profile set {self.profile_set!r} given for the {self.backend} backend; only "
+                "replay runs on profiles"
+            )
+
+    def label(self) -> str:
+        """How reports name the side: ``replay``, ``docker[workload_threading=stock]``, ..."""
+        base = backend_label(self.backend, self.options)
+        return base if self.profile_set is None else f"{base}[profile_set={self.profile_set}]"
+
+    def scenario_for(self, scenario: Scenario) -> Scenario:
+        """``scenario`` as this side runs it."""
+        if self.profile_set is None:
+            return scenario
+        return dataclasses.replace(scenario, profile_set=self.profile_set)
+
+
+#: The model: replay on the scenario's own profiles.
+REPLAY = Side("replay")
+#: What it models: the local Docker engine.
+HOST = Side("docker")
+
+
+@dataclass(frozen=True)
+class JobComparison:
+    """One job of one episode on both backends.
+
+    Attributes:
+        policy: the policy's name.
+        seed: the episode's seed.
+        job_id: the job's id (the same on both backends).
+        workload: what it runs.
+        measure: what ``replay`` and ``host`` are: ``completion_s`` (training) or
+            ``median_latency_s`` (inference).
+        replay: the measure on replay; ``None`` if the job never finished or measured.
+        host: the measure on the host; ``None`` likewise.
+        latency_distance_s: inference: the Wasserstein-1 distance between the job's latency
+            samples on the two backends, in seconds; ``None`` for training or without samples.
+        replay_cores: mean cores the job used on replay while it ran.
+        host_cores: the same on the host.
+        held_out: whether its policy was held out of calibration.
+    """
+
+    policy: str
+    seed: int
+    job_id: str
+    workload: str
+    measure: str
+    replay: float | None
+    host: float | None
+    latency_distance_s: float | None
+    replay_cores: float
+    host_cores: float
+    held_out: bool
+
+    @property
+    def relative_error(self) -> float | None:
+        """``(replay - host) / host``; ``None`` when either side has no value."""
+        if self.replay is None or self.host is None or self.host == 0:
+            return None
+        return (self.replay - self.host) / self.host
+
+
+@dataclass(frozen=True)
+class PolicyComparison:
+    """One policy's primary metric, averaged over the seeds, on both backends.
+
+    Attributes:
+        policy: the policy's name.
+        metric: the metric (:data:`~dlsched.runs.evaluation.PRIMARY_METRIC` of the kind).
+        replay: its mean on replay (``None`` if undefined in an episode).
+        host: its mean on the host.
+        held_out: whether the policy was held out of calibration.
+    """
+
+    policy: str
+    metric: str
+    replay: float | None
+    host: float | None
+    held_out: bool
+
+    @property
+    def relative_error(self) -> float | None:
+        if self.replay is None or self.host is None or self.host == 0:
+            return None
+        return (self.replay - self.host) / self.host
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """One policy's satisfied fraction or jobs finished over time, on both backends.
+
+    Attributes:
+        policy: the policy's name.
+        measure: ``satisfied_fraction`` (inference) or ``finished_jobs`` (training).
+        times_s: the step times (the interval's multiples).
+        replay: the measure at each step, averaged over the seeds (``nan`` where undefined).
+        host: the same on the host.
+    """
+
+    policy: str
+    measure: str
+    times_s: tuple[float, ...]
+    replay: tuple[float, ...]
+    host: tuple[float, ...]
+
+    @property
+    def mean_gap(self) -> float | None:
+        """Mean of ``|replay - host|`` over the steps where both are defined."""
+        gaps = [
+            abs(a - b)
+            for a, b in zip(self.replay, self.host, strict=True)
+            if math.isfinite(a) and math.isfinite(b)
+        ]
+        return statistics.fmean(gaps) if gaps else None
+
+
+def timelines(
+    replay: Sequence[EpisodeResult], host: Sequence[EpisodeResult]
+) -> tuple[Timeline, ...]:
+    """Per policy, its measure over time on both backends (mean over seeds, step by step).
+
+    A training episode that ends before the horizon keeps its last value for the steps after.
+    """
+    kind = replay[0].scenario.kind
+    measure = "satisfied_fraction" if kind is JobKind.INFERENCE else "finished_jobs"
+    names = list(dict.fromkeys(result.policy.name for result in replay))
+    steps = max(len(result.steps) for result in (*replay, *host))
+    interval = replay[0].scenario.interval_s
+    times = tuple(step * interval for step in range(steps))
+    lines = []
+    for name in names:
+        series = [
+            _mean_series([r for r in side if r.policy.name == name], measure, steps)
+            for side in (replay, host)
+        ]
+        lines.append(Timeline(name, measure, times, series[0], series[1]))
+    return tuple(lines)
+
+
+def _mean_series(results: Sequence[EpisodeResult], measure: str, steps: int) -> tuple[float, ...]:
+    columns = []
+    for result in results:
+        values = [
+            math.nan if (value := getattr(step, measure)) is None else float(value)
+            for step in result.steps
+        ]
+        values += [values[-1] if measure == "finished_jobs" else math.nan] * (steps - len(values))
+        columns.append(values)
+    table = np.array(columns, dtype=float)
+    with np.errstate(invalid="ignore"):
+        counts = np.isfinite(table).sum(axis=0)
+        sums = np.nansum(table, axis=0)
+    return tuple(float(s / c) if c else math.nan for s, c in zip(sums, counts, strict=True))
+
+
+@dataclass(frozen=True)
+class ErrorSummary:
+    """The absolute relative errors of a set of jobs.
+
+    Attributes:
+        jobs: jobs with a value on both backends.
+        missing: jobs with a value on one backend only (a job that finished on one).
+        median: median absolute relative error (``None`` without jobs).
+        max: largest absolute relative error.
+        median_ratio: median of ``replay / host``: the scale by which replay is off when its
+            errors share one sign (1.25: replay's measure is 25% larger).
+    """
+
+    jobs: int
+    missing: int
+    median: float | None
+    max: float | None
+    median_ratio: float | None = None
+
+    @classmethod
+    def of(cls, comparisons: Sequence[JobComparison]) -> ErrorSummary:
+        errors = [e for c in comparisons if (e := c.relative_error) is not None]
+        missing = sum(1 for c in comparisons if (c.replay is None) != (c.host is None))
+        return cls(
+            jobs=len(errors),
+            missing=missing,
+            median=statistics.median(abs(e) for e in errors) if errors else None,
+            max=max(abs(e) for e in errors) if errors else None,
+            median_ratio=statistics.median(1 + e for e in errors) if errors else None,
+        )
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """What ``dlsched validate`` found.
+
+    Attributes:
+        scenario: the scenario's name.
+        kind: its kind.
+        seeds: the seeds every policy ran on both backends.
+        jobs: every job of every episode, compared.
+        policies: every policy's primary metric on both backends.
+        all_jobs: the errors over every job.
+        held_out_jobs: the errors over the held-out policies' jobs (``None`` if none is).
+        kendall_tau: Kendall's tau between the policies' order on the two backends (``None``
+            with fewer than two policies or an undefined metric).
+        same_ranking: whether the two backends order the policies the same.
+        timelines: per policy, its satisfied fraction or jobs finished over time.
+        sides: the labels of the model's side and the reference's (``replay``, ``docker``).
+        warnings: what makes the comparison less trustworthy (another host than the
+            profiles', a busy host, ...).
+    """
+
+    scenario: str
+    kind: JobKind
+    seeds: tuple[int, ...]
+    jobs: tuple[JobComparison, ...]
+    policies: tuple[PolicyComparison, ...]
+    all_jobs: ErrorSummary
+    held_out_jobs: ErrorSummary | None
+    kendall_tau: float | None
+    same_ranking: bool | None
+    timelines: tuple[Timeline, ...] = ()
+    sides: tuple[str, str] = ("replay", "docker")
+    warnings: tuple[str, ...] = ()
+
+
+def compare_episode(
+    replay: EpisodeResult, host: EpisodeResult, held_out: bool = False
+) -> list[JobComparison]:
+    """Compare every job of one seed's episode on replay with its twin on the host.
+
+    Raises:
+        ValueError: the two episodes are not of the same policy, seed and jobs.
+    """
+    if (replay.policy.name, replay.seed) != (host.policy.name, host.seed):
+        raise ValueError(
+            f"episodes do not match: {replay.policy.name} seed {replay.seed} != "
+            f"{host.policy.name} seed {host.seed}"
+        )
+    replay_jobs = {job.job_id: job for job in replay.jobs}
+    host_jobs = {job.job_id: job for job in host.jobs}
+    if set(replay_jobs) != set(host_jobs):
+        raise ValueError(
+            f"the episodes' jobs differ: {sorted(replay_jobs)} != {sorted(host_jobs)}; the same "
+            "seed draws the same jobs, so the scenarios differ"
+        )
+    kind = replay.scenario.kind
+    comparisons = []
+    for job_id, outcome in replay_jobs.items():
+        replay_latencies = _latencies(replay, job_id)
+        host_latencies = _latencies(host, job_id)
+        if kind is JobKind.TRAINING:
+            measure = "completion_s"
+            replay_value = outcome.completion_s
+            host_value = host_jobs[job_id].completion_s
+            distance = None
+        else:
+            measure = "median_latency_s"
+            replay_value = statistics.median(replay_latencies) if replay_latencies else None
+            host_value = statistics.median(host_latencies) if host_latencies else None
+            distance = (
+                float(stats.wasserstein_distance(replay_latencies, host_latencies))
+                if replay_latencies and host_latencies
+                else None
+            )
+        comparisons.append(
+            JobComparison(
+                policy=replay.policy.name,
+                seed=replay.seed,
+                job_id=job_id,
+                workload=outcome.workload,
+                measure=measure,
+                replay=replay_value,
+                host=host_value,
+                latency_distance_s=distance,
+                replay_cores=_mean_cores(replay, job_id),
+                host_cores=_mean_cores(host, job_id),
+                held_out=held_out,
+            )
+        )
+    return comparisons
+
+
+def _latencies(result: EpisodeResult, job_id: str) -> list[float]:
+    """The batch latencies a job's telemetry reported, one per step while it ran."""
+    return [
+        sample.latency_s
+        for step in result.steps
+        for sample in step.containers
+        if sample.job_id == job_id
+        and sample.latency_s is not None
+        and sample.state is JobState.RUNNING
+    ]
+
+
+def _mean_cores(result: EpisodeResult, job_id: str) -> float:
+    """Mean cores a job used over the steps in which it ran (0 if it never ran)."""
+    used = [
+        sample.cpu_usage
+        for step in result.steps[1:]
+        for sample in step.containers
+        if sample.job_id == job_id and sample.state is JobState.RUNNING
+    ]
+    return statistics.fmean(used) if used else 0.0
+
+
+def compare_policies(
+    replay: Sequence[EpisodeResult], host: Sequence[EpisodeResult], held_out: Sequence[str] = ()
+) -> tuple[PolicyComparison, ...]:
+    """Each policy's primary metric, averaged over its seeds, on both backends."""
+    kind = replay[0].scenario.kind
+    metric = PRIMARY_METRIC[kind]
+    names = list(dict.fromkeys(result.policy.name for result in replay))
+    return tuple(
+        PolicyComparison(
+            policy=name,
+            metric=metric,
+            replay=_mean_metric(replay, name, metric),
+            host=_mean_metric(host, name, metric),
+            held_out=name in held_out,
+        )
+        for name in names
+    )
+
+
+def _mean_metric(results: Sequence[EpisodeResult], policy: str, metric: str) -> float | None:
+    values = [getattr(r.metrics, metric) for r in results if r.policy.name == policy]
+    if not values or any(value is None for value in values):
+        return None
+    return statistics.fmean(values)
+
+
+def ranking_agreement(
+    policies: Sequence[PolicyComparison], higher_is_better: bool
+) -> tuple[float | None, bool | None]:
+    """Kendall's tau between the policies' order on the two backends, and whether it is the same.
+
+    ``None`` for both with fewer than two policies, or if a policy's metric is undefined on a
+    backend (a training job that did not finish).
+    """
+    if len(policies) < 2 or any(p.replay is None or p.host is None for p in policies):
+        return None, None
+    replay = np.array([p.replay for p in policies], dtype=float)
+    host = np.array([p.host for p in policies], dtype=float)
+    tau = float(stats.kendalltau(replay, host).statistic)
+    order = -1 if higher_is_better else 1
+    same = list(np.argsort(order * replay, kind="stable")) == list(
+        np.argsort(order * host, kind="stable")
+    )
+    return (tau if math.isfinite(tau) else None), same
+
+
+def build_report(
+    scenario: Scenario,
+    replay: Sequence[EpisodeResult],
+    host: Sequence[EpisodeResult],
+    held_out: Sequence[str] = (),
+    warnings: Sequence[str] = (),
+    sides: tuple[str, str] = ("replay", "docker"),
+) -> ValidationReport:
+    """The report of a validation from its episodes on both backends (paired by policy and seed).
+
+    Raises:
+        ValueError: an episode on one backend has no twin on the other.
+    """
+    host_by_key = {(result.policy.name, result.seed): result for result in host}
+    if set(host_by_key) != {(result.policy.name, result.seed) for result in replay}:
+        raise ValueError("the replay and host episodes are not the same policies and seeds")
+    jobs = tuple(
+        comparison
+        for result in replay
+        for comparison in compare_episode(
+            result, host_by_key[(result.policy.name, result.seed)], result.policy.name in held_out
+        )
+    )
+    policies = compare_policies(replay, host, held_out)
+    spec = next(s for s in metrics_for(scenario.kind) if s.name == PRIMARY_METRIC[scenario.kind])
+    tau, same = ranking_agreement(policies, spec.higher_is_better)
+    held = [job for job in jobs if job.held_out]
+    return ValidationReport(
+        scenario=scenario.name,
+        kind=scenario.kind,
+        seeds=tuple(dict.fromkeys(result.seed for result in replay)),
+        jobs=jobs,
+        policies=policies,
+        all_jobs=ErrorSummary.of(jobs),
+        held_out_jobs=ErrorSummary.of(held) if held else None,
+        kendall_tau=tau,
+        same_ranking=same,
+        timelines=timelines(replay, host),
+        sides=sides,
+        warnings=tuple(warnings),
+    )
+
+
+def run_validation(
+    scenario: Scenario,
+    policies: Sequence[Policy],
+    seeds: Sequence[int],
+    reference: Side = HOST,
+    model: Side = REPLAY,
+    held_out: Sequence[str] = (),
+    progress: bool = True,
+    warnings: Sequence[str] = (),
+) -> tuple[ValidationReport, list[EpisodeResult], list[EpisodeResult]]:
+    """Run every policy on every seed on the model, then on the reference, and compare.
+
+    The model runs first: replay takes seconds, and a scenario that fails on replay fails before
+    any container starts. Nothing is recorded (see :mod:`.validation_run` for the tracked run).
+
+    Args:
+        scenario: a scenario both sides can run (the host-scale ones, for the host).
+        policies: the policies, built (:func:`dlsched.runs.policy_specs.build_policies`).
+        seeds: the seeds, the same on both sides.
+        reference: what the model is held against (the local engine by default).
+        model: the model (replay on the scenario's profiles by default).
+        held_out: names of the policies calibration did not see.
+        progress: show a progress bar.
+        warnings: warnings to carry into the report (a busy or different host).
+
+    Returns:
+        The report, and the model's and the reference's episodes.
+    """
+    from dlsched.runs.evaluation import evaluate
+
+    episodes = [
+        evaluate(
+            side.scenario_for(scenario),
+            policies,
+            seeds,
+            side.backend,
+            progress=progress,
+            backend_options=side.options,
+        )
+        for side in (model, reference)
+    ]
+    report = build_report(
+        scenario, episodes[0], episodes[1], held_out, warnings, (model.label(), reference.label())
+    )
+    return report, episodes[0], episodes[1]
+
+
+def render_report(report: ValidationReport) -> str:
+    """The report as a plain-text table: per policy, then the summary, then the warnings."""
+    model, reference = report.sides
+    seeds = ", ".join(str(seed) for seed in report.seeds)
+    measure = "completion time" if report.kind is JobKind.TRAINING else "median batch latency"
+    inference = report.kind is JobKind.INFERENCE
+    over_time = "satisfied" if inference else "finished"
+    over_time_measure = "satisfied fraction" if inference else "jobs finished"
+    gaps = {timeline.policy: timeline.mean_gap for timeline in report.timelines}
+    lines = [
+        f"{report.scenario}: {model} against {reference}, seeds {seeds}; per job, {measure}; "
+        f"error = ({model} - {reference}) / {reference}",
+        f"  {'policy':18} {'jobs':>4} {'median |err|':>12} {'max |err|':>10}  "
+        f"{'replay':>10} {'host':>10} {'err':>8}  {over_time + ' gap':>14}",
+    ]
+    for policy in report.policies:
+        jobs = [job for job in report.jobs if job.policy == policy.policy]
+        summary = ErrorSummary.of(jobs)
+        name = policy.policy + (" (held out)" if policy.held_out else "")
+        gap = gaps.get(policy.policy)
+        lines.append(
+            f"  {name:18} {summary.jobs:4d} {_percent(summary.median):>12} "
+            f"{_percent(summary.max):>10}  {_number(policy.replay):>10} {_number(policy.host):>10} "
+            f"{_percent(policy.relative_error, signed=True):>8}  {_number(gap):>14}"
+        )
+    metric = report.policies[0].metric if report.policies else ""
+    lines.append(
+        f"  (replay, host: each policy's {metric}, mean over the seeds; {over_time} gap: mean "
+        f"|replay - host| of the {over_time_measure} over the steps)"
+    )
+    lines.append(
+        f"all jobs: median |error| {_percent(report.all_jobs.median)}, max "
+        f"{_percent(report.all_jobs.max)} over {report.all_jobs.jobs} jobs; replay / host "
+        f"median {_number(report.all_jobs.median_ratio)}"
+        + (
+            f" ({report.all_jobs.missing} finished on one backend only)"
+            if report.all_jobs.missing
+            else ""
+        )
+    )
+    if report.held_out_jobs is not None:
+        lines.append(
+            f"held-out policies' jobs: median |error| {_percent(report.held_out_jobs.median)}, "
+            f"max {_percent(report.held_out_jobs.max)} over {report.held_out_jobs.jobs} jobs"
+        )
+    if report.kind is JobKind.INFERENCE:
+        distances = [
+            job.latency_distance_s for job in report.jobs if job.latency_distance_s is not None
+        ]
+        if distances:
+            lines.append(
+                f"latency distributions: median Wasserstein-1 distance "
+                f"{statistics.median(distances):.2f} s per job"
+            )
+    if report.kendall_tau is not None:
+        replay_order = _order(report, "replay")
+        host_order = _order(report, "host")
+        verdict = "the same order" if report.same_ranking else "DIFFERENT orders"
+        lines.append(
+            f"ranking: Kendall tau {report.kendall_tau:+.2f}, {verdict}: replay "
+            f"{' > '.join(replay_order)}; host {' > '.join(host_order)}"
+        )
+    lines.extend(f"warning: {warning}" for warning in report.warnings)
+    return "\n".join(lines)
+
+
+def _order(report: ValidationReport, side: str) -> list[str]:
+    spec = next(s for s in metrics_for(report.kind) if s.name == PRIMARY_METRIC[report.kind])
+    sign = -1.0 if spec.higher_is_better else 1.0
+    ranked = sorted(report.policies, key=lambda p: sign * float(getattr(p, side)))
+    return [p.policy for p in ranked]
+
+
+def _percent(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 100:+.1f}%" if signed else f"{value * 100:.1f}%"
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def report_data(report: ValidationReport) -> dict[str, object]:
+    """The report as JSON data (what ``--json`` prints and ``validation.json`` holds)."""
+    return {
+        "scenario": report.scenario,
+        "kind": report.kind.value,
+        "seeds": list(report.seeds),
+        "all_jobs": dataclasses.asdict(report.all_jobs),
+        "held_out_jobs": (
+            dataclasses.asdict(report.held_out_jobs) if report.held_out_jobs is not None else None
+        ),
+        "kendall_tau": report.kendall_tau,
+        "same_ranking": report.same_ranking,
+        "sides": list(report.sides),
+        "timelines": [dataclasses.asdict(t) | {"mean_gap": t.mean_gap} for t in report.timelines],
+        "policies": [
+            dataclasses.asdict(p) | {"relative_error": p.relative_error} for p in report.policies
+        ],
+        "jobs": [dataclasses.asdict(j) | {"relative_error": j.relative_error} for j in report.jobs],
+        "warnings": list(report.warnings),
+    }

@@ -1,0 +1,316 @@
+"""A validation as ``dlsched validate`` runs it: both sides tracked, the report logged.
+
+Each side is an ordinary tracked evaluation (:func:`~dlsched.runs.tracking.tracked_evaluation.
+evaluate_tracked`): its episodes are on disk and in MLflow exactly as ``dlsched evaluate`` would
+leave them, so ``dlsched compare`` shows them too. A validation run in the same experiment is
+the parent of both evaluation runs (``mlflow.parentRunId``), and holds the report: its figures
+as metrics, ``validation.json`` and ``validation.txt``, a plot per episode of every job on both
+sides, and the satisfied fraction (or jobs finished) of every policy over time. The validation's
+own files are written to ``<out>/<validation id>/`` before they are logged.
+
+Before anything runs, :func:`host_warnings` compares the engine with the machine the scenario's
+profiles were measured on, and the host's load with a quiet host's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+from dlsched.envs.docker.engine import connect as connect_engine
+from dlsched.envs.errors import BackendError, TrackingError
+from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set
+from dlsched.envs.scenarios.model import Scenario
+from dlsched.envs.workloads.cpu_quota import Threading
+from dlsched.policies.policy import Policy
+from dlsched.runs.evaluation import EpisodeResult
+from dlsched.runs.fidelity.calibration import HostDescription
+from dlsched.runs.fidelity.quiet_host import QUIET_CORES, sample_load
+from dlsched.runs.fidelity.validation import (
+    REPLAY,
+    Side,
+    ValidationReport,
+    build_report,
+    render_report,
+    report_data,
+)
+from dlsched.runs.fidelity.validation_plots import plot_timelines, plot_twins
+from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, first_line
+from dlsched.runs.tracking.tracked_evaluation import EvaluationRequest, evaluate_tracked
+from dlsched.runs.tracking.tracker import TAG_KIND, log_in_batches
+
+
+@dataclass(frozen=True)
+class ValidationRequest:
+    """What to validate.
+
+    Attributes:
+        scenario: the scenario (its workloads must run on both sides).
+        policies: the built policies.
+        seeds: the seeds, the same on both sides.
+        reference: what the model is held against.
+        model: the model.
+        held_out: names of the policies calibration did not see.
+    """
+
+    scenario: Scenario
+    policies: tuple[Policy, ...]
+    seeds: tuple[int, ...]
+    reference: Side
+    model: Side = REPLAY
+    held_out: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ValidationOutcome:
+    """What :func:`validate_tracked` did.
+
+    Attributes:
+        report: the comparison.
+        folder: the validation's local folder.
+        run_id: the validation's MLflow run (``None`` if the store failed).
+        failure: the store's failure, if it failed (the validation still completed).
+    """
+
+    report: ValidationReport
+    folder: Path
+    run_id: str | None
+    failure: TrackingError | None
+
+
+def scenario_threading(scenario: Scenario) -> Threading:
+    """How the scenario's workloads were profiled (``tuned`` or ``stock``).
+
+    A Docker run of the scenario should size the workloads' thread pools the same way.
+
+    Raises:
+        BackendError: the scenario's workloads were profiled with different threadings.
+    """
+    profiles = _used_profiles(scenario)
+    threadings = {profile.threading for profile in profiles}
+    if len(threadings) != 1:
+        listing = ", ".join(f"{p.workload} {p.threading}" for p in profiles)
+        raise BackendError(
+            f"scenario {scenario.name!r} mixes threadings in profile set "
+            f"{scenario.profile_set!r} ({listing}); a Docker run has one, so validate "
+            "each threading with its own scenario"
+        )
+    return threadings.pop()
+
+
+def _used_profiles(scenario: Scenario) -> list[WorkloadProfile]:
+    profiles = load_profile_set(scenario.profile_set)
+    names = sorted({name for group in scenario.groups for name in group.workloads})
+    return [profiles[name] for name in names if name in profiles]
+
+
+def host_warnings(scenario: Scenario, reference: Side) -> list[str]:
+    """What makes a comparison of ``scenario`` with ``reference`` less trustworthy.
+
+    For a Docker reference: an engine with other cores or another CPU model than the one the
+    scenario's profiles were measured on, profiles derived from papers rather than measured,
+    workers whose cores differ from the engine's, and a host that is busy right now.
+    """
+    if reference.backend != "docker":
+        return []
+    endpoint = scenario.workers[0].endpoint if scenario.workers else None
+    client = connect_engine(endpoint)
+    try:
+        host = HostDescription.of(client)
+        load = sample_load(client)
+    finally:
+        client.close()
+    warnings = []
+    for profile in _used_profiles(scenario):
+        measured = profile.measured_on
+        if measured is None:
+            warnings.append(
+                f"profile {profile.workload} of set {scenario.profile_set!r} is derived, not "
+                "measured on a host: its errors say how far the derivation is from this host"
+            )
+        elif measured.cores != host.cores or measured.cpu_model != host.cpu_model:
+            warnings.append(
+                f"profile {profile.workload} was measured on {measured.describe()}, but this "
+                f"engine runs on {host.cpu_model}, {host.cores} cores; calibrate this host "
+                "(dlsched calibrate --workload all --output-dir DIR) and validate with "
+                "profile_set: DIR"
+            )
+    for index, worker in enumerate(scenario.workers):
+        if worker.cores != host.cores:
+            warnings.append(
+                f"worker {index} has {worker.cores:g} cores in the scenario but the engine has "
+                f"{host.cores}; the replay side shares cores the host does not have"
+            )
+    if not load.quiet(QUIET_CORES):
+        warnings.append(
+            f"the host was busy before the validation ({load.describe()}): host episodes run "
+            "slower than on a quiet host, and the errors grow with the load"
+        )
+    return warnings
+
+
+def new_validation_id(scenario: Scenario) -> str:
+    """A unique validation id: ``<scenario>-validate-<UTC time>-<random suffix>``."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{scenario.name}-validate-{stamp}-{secrets.token_hex(3)}"
+
+
+def validate_tracked(
+    request: ValidationRequest,
+    client: MlflowClient,
+    target: TrackingTarget,
+    out: Path,
+    warnings: Sequence[str] = (),
+    experiment: str | None = None,
+    plots: bool = True,
+    progress: bool = True,
+    warn: Callable[[str], None] = print,
+) -> ValidationOutcome:
+    """Run both sides as tracked evaluations, compare them, and record the validation.
+
+    Args:
+        request: what to validate.
+        client: a client from :func:`~dlsched.runs.tracking.store.connect`.
+        target: where it tracks.
+        out: parent folder of the local records.
+        warnings: carried into the report (see :func:`host_warnings`).
+        experiment: the MLflow experiment (default: the scenario's name).
+        plots: draw the episode and validation plots.
+        progress: show progress bars.
+        warn: where warnings go.
+    """
+    validation_id = new_validation_id(request.scenario)
+    sides = (request.model, request.reference)
+    evaluations = []
+    for side in sides:
+        outcome = evaluate_tracked(
+            EvaluationRequest(
+                scenario=side.scenario_for(request.scenario),
+                policies=request.policies,
+                seeds=request.seeds,
+                backend=side.backend,
+                backend_options=side.options,
+            ),
+            client,
+            target,
+            out,
+            experiment=experiment,
+            plots=plots,
+            progress=progress,
+            warn=warn,
+        )
+        evaluations.append(outcome)
+    model, reference = evaluations
+    report = build_report(
+        request.scenario,
+        model.results,
+        reference.results,
+        request.held_out,
+        warnings,
+        (request.model.label(), request.reference.label()),
+    )
+    folder = out / validation_id
+    files = _write_files(folder, report, model.results, reference.results, plots)
+    failure = model.failure or reference.failure
+    run_id = None
+    if failure is None:
+        try:
+            run_id = _log_validation(
+                client,
+                model.location.experiment_id,
+                validation_id,
+                request,
+                report,
+                [e.location.parent_run_id for e in evaluations],
+                files,
+            )
+        except STORE_ERRORS as error:
+            failure = TrackingError(
+                f"tracking to {target.uri} failed while logging the validation: "
+                f"{first_line(error)}; its report is on disk in {folder.resolve()}"
+            )
+            warn(f"warning: {failure}")
+    return ValidationOutcome(report, folder, run_id, failure)
+
+
+def _write_files(
+    folder: Path,
+    report: ValidationReport,
+    model: Sequence[EpisodeResult],
+    reference: Sequence[EpisodeResult],
+    plots: bool,
+) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=False)
+    files = [folder / "validation.json", folder / "validation.txt"]
+    files[0].write_text(json.dumps(report_data(report), indent=2) + "\n")
+    files[1].write_text(render_report(report) + "\n")
+    if plots:
+        files.append(plot_timelines(report, folder / "over-time.png"))
+        twins = {(r.policy.name, r.seed): r for r in reference}
+        for result in model:
+            name = f"twins-{result.policy.name}-seed{result.seed}.png"
+            files.append(
+                plot_twins(result, twins[(result.policy.name, result.seed)], folder / name)
+            )
+    return files
+
+
+def _log_validation(
+    client: MlflowClient,
+    experiment_id: str | None,
+    validation_id: str,
+    request: ValidationRequest,
+    report: ValidationReport,
+    evaluation_runs: Sequence[str | None],
+    files: Sequence[Path],
+) -> str:
+    assert experiment_id is not None
+    run = client.create_run(experiment_id, run_name=validation_id, tags={TAG_KIND: "validation"})
+    run_id = run.info.run_id
+    for evaluation_run in evaluation_runs:
+        if evaluation_run is not None:
+            client.set_tag(evaluation_run, MLFLOW_PARENT_RUN_ID, run_id)
+    params = {
+        "scenario": request.scenario.name,
+        "scenario.hash": request.scenario.content_hash(),
+        "model": request.model.label(),
+        "reference": request.reference.label(),
+        "policies": ",".join(policy.name for policy in request.policies),
+        "held_out": ",".join(request.held_out) or "-",
+        "seeds": ",".join(str(seed) for seed in request.seeds),
+    }
+    now_ms = int(time.time() * 1000)
+    figures = {
+        "validate/median_abs_error": report.all_jobs.median,
+        "validate/max_abs_error": report.all_jobs.max,
+        "validate/median_ratio": report.all_jobs.median_ratio,
+        "validate/kendall_tau": report.kendall_tau,
+        "validate/same_ranking": None
+        if report.same_ranking is None
+        else float(report.same_ranking),
+    }
+    if report.held_out_jobs is not None:
+        figures["validate/held_out_median_abs_error"] = report.held_out_jobs.median
+        figures["validate/held_out_max_abs_error"] = report.held_out_jobs.max
+    for policy in report.policies:
+        figures[f"validate/{policy.policy}/relative_error"] = policy.relative_error
+    metrics = [
+        Metric(key, float(value), now_ms, 0) for key, value in figures.items() if value is not None
+    ]
+    log_in_batches(client, run_id, metrics, params)
+    for path in files:
+        client.log_artifact(run_id, str(path))
+    with contextlib.redirect_stdout(io.StringIO()):  # MLflow prints run links on stdout
+        client.set_terminated(run_id, "FINISHED")
+    return run_id

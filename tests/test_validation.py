@@ -1,0 +1,203 @@
+"""``dlsched validate``: replay held against a reference, job by job."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+from dlsched.baselines import make
+from dlsched.envs.errors import BackendError
+from dlsched.envs.replay.profile import PROFILES_DIR
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.runs.cli import main as cli_main
+from dlsched.runs.fidelity.validation import (
+    REPLAY,
+    ErrorSummary,
+    JobComparison,
+    Side,
+    ranking_agreement,
+    render_report,
+    run_validation,
+)
+
+
+def _scaled_set(tmp_path: Path, source: str, factor: float) -> str:
+    """A copy of a profile set whose workloads all run ``factor`` times faster."""
+    directory = tmp_path / f"{source}-x{factor:g}"
+    shutil.copytree(PROFILES_DIR / source, directory)
+    for path in directory.glob("*.json"):
+        if path.name == "contention.json":
+            continue
+        profile = json.loads(path.read_text())
+        profile["throughput"]["units_per_s"] = [
+            rate * factor for rate in profile["throughput"]["units_per_s"]
+        ]
+        path.write_text(json.dumps(profile))
+    return str(directory)
+
+
+def test_replay_against_its_seeded_twin_reports_no_error():
+    scenario = load_scenario("docker-training-4")
+    policies = [make("default"), make("equal")]
+    report, _, _ = run_validation(
+        scenario, policies, seeds=(0, 1), reference=REPLAY, progress=False
+    )
+    assert report.all_jobs.jobs == 16 and report.all_jobs.missing == 0
+    assert report.all_jobs.median == 0.0 and report.all_jobs.max == 0.0
+    assert report.same_ranking is True
+    assert all(timeline.mean_gap == 0.0 for timeline in report.timelines)
+    assert "median |error| 0.0%" in render_report(report)
+
+
+def test_replay_against_a_mis_scaled_set_reports_the_scale(tmp_path):
+    scenario = load_scenario("docker-inference-3")
+    reference = Side("replay", profile_set=_scaled_set(tmp_path, "measured", 1.25))
+    report, _, _ = run_validation(
+        scenario,
+        [make("default"), make("equal")],
+        seeds=(0,),
+        reference=reference,
+        progress=False,
+    )
+    # The reference answers every batch 1.25 times faster: replay's latencies are 25% larger.
+    assert report.all_jobs.median_ratio == pytest.approx(1.25, rel=0.03)
+    assert report.all_jobs.median == pytest.approx(0.25, rel=0.12)
+    assert report.sides == ("replay", f"replay[profile_set={reference.profile_set}]")
+
+
+def test_held_out_policies_are_summarised_apart():
+    scenario = load_scenario("docker-training-4")
+    report, _, _ = run_validation(
+        scenario,
+        [make("default"), make("flowcon")],
+        seeds=(0,),
+        reference=REPLAY,
+        held_out=("flowcon",),
+        progress=False,
+    )
+    assert report.held_out_jobs is not None and report.held_out_jobs.jobs == 4
+    assert "held-out policies' jobs" in render_report(report)
+
+
+def _job(replay, host):
+    return JobComparison("p", 0, "j", "w", "completion_s", replay, host, None, 1.0, 1.0, False)
+
+
+def test_error_summary_counts_jobs_finished_on_one_backend_apart():
+    summary = ErrorSummary.of([_job(12.0, 10.0), _job(9.0, 10.0), _job(None, 10.0)])
+    assert summary.jobs == 2 and summary.missing == 1
+    assert summary.median == pytest.approx(0.15) and summary.max == pytest.approx(0.2)
+
+
+def test_ranking_agreement_says_when_the_order_is_reversed():
+    from dlsched.runs.fidelity.validation import PolicyComparison
+
+    def policies(pairs):
+        return [PolicyComparison(f"p{i}", "m", r, h, False) for i, (r, h) in enumerate(pairs)]
+
+    tau, same = ranking_agreement(policies([(1, 1), (2, 2), (3, 3)]), higher_is_better=False)
+    assert tau == pytest.approx(1.0) and same is True
+    tau, same = ranking_agreement(policies([(1, 3), (2, 2), (3, 1)]), higher_is_better=False)
+    assert tau == pytest.approx(-1.0) and same is False
+
+
+def test_a_side_refuses_a_profile_set_for_docker():
+    with pytest.raises(BackendError, match="only replay runs on profiles"):
+        Side("docker", profile_set="measured")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--held-out", "dqoes"], "--held-out dqoes is not among the policies validated"),
+        (["--against", "kubernetes"], "--against 'kubernetes': expected docker, or replay:SET"),
+        (
+            ["--against", "replay:measured", "--workload-threading", "stock"],
+            "--workload-threading stock applies to a docker reference",
+        ),
+    ],
+)
+def test_the_command_refuses_bad_options_with_exit_2(capsys, arguments, message):
+    code = cli_main(
+        ["validate", "--scenario", "docker-training-4", "--policy", "default", *arguments]
+    )
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_command_tracks_both_sides_under_one_validation_run(
+    tmp_path, monkeypatch, capsys, mlflow_store
+):
+    folder, uri = mlflow_store
+    monkeypatch.chdir(folder)
+    experiment = f"validate-{tmp_path.name}"
+    code = cli_main(
+        [
+            "validate",
+            "--scenario",
+            "docker-inference-3",
+            "--policy",
+            "default,equal",
+            "--held-out",
+            "equal",
+            "--episodes",
+            "1",
+            "--against",
+            f"replay:{_scaled_set(tmp_path, 'measured', 0.8)}",
+            "--tracking-uri",
+            uri,
+            "--experiment",
+            experiment,
+            "--out",
+            str(tmp_path / "records"),
+            "--no-progress",
+            "--json",
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data = json.loads(captured.out)
+    assert data["all_jobs"]["median_ratio"] == pytest.approx(0.8, rel=0.03)
+    client = MlflowClient(uri)
+    runs = client.search_runs(
+        [client.get_experiment_by_name(experiment).experiment_id], max_results=50
+    )
+    (validation,) = [run for run in runs if run.data.tags.get("dlsched.kind") == "validation"]
+    evaluations = [run for run in runs if run.data.tags.get("dlsched.kind") == "evaluation"]
+    assert len(evaluations) == 2
+    assert {run.data.tags[MLFLOW_PARENT_RUN_ID] for run in evaluations} == {validation.info.run_id}
+    assert validation.info.status == "FINISHED"
+    assert validation.data.metrics["validate/median_ratio"] == pytest.approx(0.8, rel=0.03)
+    assert validation.data.params["held_out"] == "equal"
+    artifacts = {item.path for item in client.list_artifacts(validation.info.run_id)}
+    assert {"validation.json", "validation.txt", "over-time.png"} <= artifacts
+    assert {"twins-default-seed0.png", "twins-equal-seed0.png"} <= artifacts
+
+
+@pytest.mark.docker
+def test_replay_is_within_a_loose_bound_of_the_host(docker_engine, workload_image, capsys):
+    """Gross breakage only: the real figures go to benchmarks and notes, not timed tests."""
+    code = cli_main(
+        [
+            "validate",
+            "--scenario",
+            "docker-smoke-training",
+            "--policy",
+            "equal",
+            "--episodes",
+            "1",
+            "--no-tracking",
+            "--no-progress",
+            "--json",
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data = json.loads(captured.out)
+    assert data["all_jobs"]["jobs"] == 2
+    assert data["all_jobs"]["median"] < 0.4, captured.out
