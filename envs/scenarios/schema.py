@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, Self, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -209,17 +209,24 @@ def to_workers(workers: WorkerPool | list[Worker]) -> tuple[model.WorkerSpec, ..
 # --- job counts and targets ------------------------------------------------------------------
 
 
-class CountRange(_FileMapping):
+class _Range(_FileMapping):
+    """Bounds of a uniform draw, ``low <= high``; subclasses type them."""
+
+    low: Any
+    high: Any
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.low > self.high:
+            raise PydanticCustomError(RULE_ERROR, "low <= high")
+        return self
+
+
+class CountRange(_Range):
     """A number of jobs drawn per episode, uniformly from [low, high]."""
 
     low: PositiveInt = Field(description="a whole number >= 1, the fewest jobs")
     high: PositiveInt = Field(description="a whole number >= 1, the most jobs")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> CountRange:
-        if self.low > self.high:
-            raise PydanticCustomError(RULE_ERROR, "low <= high")
-        return self
 
 
 Count = Annotated[
@@ -237,17 +244,11 @@ def to_count(count: int | CountRange) -> int | model.IntRange:
     return count
 
 
-class TargetRange(_FileMapping):
+class TargetRange(_Range):
     """Inference latency targets drawn per job, uniformly from [low, high] seconds."""
 
     low: Seconds = Field(description="the lowest target in seconds, > 0")
     high: Seconds = Field(description="the highest target in seconds, > 0")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> TargetRange:
-        if self.low > self.high:
-            raise PydanticCustomError(RULE_ERROR, "low <= high")
-        return self
 
 
 # --- arrivals --------------------------------------------------------------------------------
