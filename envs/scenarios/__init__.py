@@ -2,7 +2,9 @@
 
 :mod:`.model` holds the typed scenario (workers, job groups, arrivals, targets) and draws the
 jobs of an episode from it; :mod:`.file_format` reads, validates and writes scenario files; the
-shipped scenarios are the YAML files in ``shipped/``, loaded by name.
+file format is defined once in :mod:`.schema`, which gives the JSON Schema editors check scenario
+files with (``scenario.schema.json``, ``dlsched scenarios --schema``); the shipped scenarios are
+the YAML files in ``shipped/``, loaded by name.
 """
 
 from dlsched.envs.scenarios.file_format import (
@@ -12,6 +14,7 @@ from dlsched.envs.scenarios.file_format import (
     parse_scenario,
     scenario_names,
     scenario_path,
+    scenario_text,
     scenario_to_data,
 )
 from dlsched.envs.scenarios.model import (
@@ -25,9 +28,11 @@ from dlsched.envs.scenarios.model import (
     Scenario,
     WorkerSpec,
 )
+from dlsched.envs.scenarios.schema import SCHEMA_PATH, scenario_json_schema
 
 __all__ = [
     "SCENARIO_DIR",
+    "SCHEMA_PATH",
     "ArrivalKind",
     "ArrivalPattern",
     "FloatRange",
@@ -40,7 +45,9 @@ __all__ = [
     "dump_scenario",
     "load_scenario",
     "parse_scenario",
+    "scenario_json_schema",
     "scenario_names",
     "scenario_path",
+    "scenario_text",
     "scenario_to_data",
 ]

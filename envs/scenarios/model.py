@@ -52,6 +52,16 @@ class ArrivalPattern:
             return sorted(float(t) for t in drawn)
         return [float(t) for t in self.times_s[:count]]
 
+    def last_time(self, count: int) -> float:
+        """The latest time any of ``count`` jobs may arrive (``count`` >= 1)."""
+        if self.kind is ArrivalKind.FIXED:
+            return self.start_s + (count - 1) * self.every_s
+        if self.kind is ArrivalKind.RANDOM:
+            return self.start_s + self.window_s
+        if self.kind is ArrivalKind.EXPLICIT:
+            return max(self.times_s[:count])
+        return self.start_s
+
 
 @dataclass(frozen=True)
 class IntRange:
@@ -155,6 +165,9 @@ class Scenario:
         slots_per_worker: positions per worker in the observation and action arrays; a job
             that finds no free slot waits until one frees.
         profile_set: which set of replay workload profiles the replay backend uses.
+        workload_threading: how the workloads size their thread pools on the Docker backend
+            (``"tuned"`` or ``"stock"``, see :mod:`dlsched.envs.workloads.cpu_quota`); the
+            replay backend checks it against its profiles' threading. ``None``: not said.
         migration_cost_s: seconds a migrated job is paused (replay backend).
     """
 
@@ -169,6 +182,7 @@ class Scenario:
     source: str = ""
     profile_set: str = "paper"
     migration_cost_s: float = 10.0
+    workload_threading: str | None = None
 
     @property
     def max_jobs(self) -> int:
@@ -214,8 +228,14 @@ class Scenario:
         return tuple(sorted(drafts, key=lambda job: (job.arrival_s, job.job_id)))
 
     def content_hash(self) -> str:
-        """A short hash of everything that defines the scenario (for tracking)."""
-        payload = json.dumps(_floats(asdict(self)), sort_keys=True, default=str)
+        """A short hash of everything that defines the scenario (for tracking).
+
+        A field added after runs were recorded is hashed only when set, so that a scenario
+        without it keeps the hash its recorded runs are grouped by (``dlsched compare``)."""
+        fields = asdict(self)
+        if fields["workload_threading"] is None:
+            del fields["workload_threading"]
+        payload = json.dumps(_floats(fields), sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 

@@ -1,4 +1,5 @@
-"""``dlsched scenarios``: list the shipped scenarios, or show one scenario's YAML.
+"""``dlsched scenarios``: list the shipped scenarios, show one scenario's YAML, or print the
+JSON Schema of scenario files.
 
 Every scenario is loaded (and so validated) before it is listed or shown; a shipped scenario
 that fails validation is reported on stderr with its problems, and the command exits with 2.
@@ -15,10 +16,11 @@ from dlsched.envs.errors import DlschedError
 from dlsched.envs.scenarios.file_format import (
     load_scenario,
     scenario_names,
-    scenario_path,
+    scenario_text,
     scenario_to_data,
 )
 from dlsched.envs.scenarios.model import IntRange, Scenario
+from dlsched.envs.scenarios.schema import scenario_json_schema_text
 
 
 @dataclass(frozen=True)
@@ -85,10 +87,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Without an argument, list the shipped scenarios: name, kind, workers x cores, "
             "jobs per episode, source. With a name (or the path of a YAML file), validate it "
-            "and print its YAML."
+            "and print its YAML (a copy of a shipped file expects scenario.schema.json in its "
+            "folder). With --schema, print the JSON Schema of scenario files: save "
+            "it beside your scenario and start the file with "
+            "'# yaml-language-server: $schema=scenario.schema.json' for an editor to complete "
+            "and check it."
         ),
     )
-    parser.add_argument(
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
         "scenario",
         nargs="?",
         metavar="NAME",
@@ -99,11 +106,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="print JSON: a list of scenario summaries, or one scenario's fields",
     )
+    shown.add_argument(
+        "--schema",
+        action="store_true",
+        help="print the JSON Schema of scenario files (what editors check scenario files with)",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """List or show scenarios as ``args`` (``scenario``, ``json``) ask; the exit code."""
+    """List or show scenarios, or print their schema, as ``args`` (``scenario``, ``json``,
+    ``schema``) ask; the exit code."""
+    if args.schema:  # JSON already, so --json changes nothing
+        print(scenario_json_schema_text(), end="")
+        return 0
     if args.scenario is None:
         return _list(as_json=args.json)
     return _show(args.scenario, as_json=args.json)
@@ -146,5 +162,5 @@ def _show(name_or_path: str, *, as_json: bool) -> int:
         print(json.dumps(scenario_to_data(scenario), indent=2))
     else:
         # The file itself, not a re-dump, so its comments (the paper's numbers) are shown.
-        print(scenario_path(name_or_path).read_text(encoding="utf-8"), end="")
+        print(scenario_text(name_or_path), end="")
     return 0

@@ -1,0 +1,157 @@
+"""Scenario YAML text to data, with the line of every field.
+
+Reading goes in three steps, so that a check of the input's size can stand before each
+allocation it bounds: the raw text; the node tree PyYAML composes from it (nodes, anchors and
+aliases, not yet Python values), from which the line of each field path is taken and duplicate
+keys are found; and the Python data constructed from that tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import yaml
+
+from dlsched.envs.errors import ScenarioError
+from dlsched.envs.scenarios.problems import show
+
+
+@dataclass(frozen=True)
+class YamlDocument:
+    """The one document of a scenario file.
+
+    Attributes:
+        data: what ``yaml.safe_load`` returns for it.
+        lines: the line (from 1) of each field path in it (``jobs[0].count``; ``""`` for the
+            document itself).
+    """
+
+    data: object
+    lines: dict[str, int]
+
+
+def read_yaml(text: str, origin: str) -> YamlDocument:
+    """The YAML document in ``text``, with the line of each field path.
+
+    Args:
+        text: the file's text.
+        origin: the file's path, named in error messages.
+
+    Raises:
+        ScenarioError: the text is empty, not YAML, holds several documents, or gives a key
+            twice in one mapping (which plain YAML loading silently collapses to the last).
+    """
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise ScenarioError(
+                f"{origin}: the file is empty; a scenario file is a mapping with at least "
+                f"name, kind, horizon_s, workers and jobs (see `dlsched scenarios NAME` for an "
+                f"example)"
+            )
+        lines: dict[str, int] = {}
+        duplicates: list[str] = []
+        _index_lines(node, "", lines, duplicates, set())
+        if duplicates:
+            raise ScenarioError(
+                f"{origin}: {len(duplicates)} duplicate key(s):\n"
+                + "\n".join(f"  {line}" for line in duplicates)
+            )
+        data = _construct(loader, node, origin)
+    except yaml.MarkedYAMLError as error:
+        problem = f"{error.problem or 'not valid YAML'}{_at(error.problem_mark)}"
+        context = f"{error.context}{_at(error.context_mark)}; " if error.context else ""
+        raise ScenarioError(
+            f"{origin}: YAML syntax error: {context}{problem}; fix the YAML there (indentation, "
+            f"a missing colon or an unclosed bracket are the usual causes)"
+        ) from error
+    except yaml.YAMLError as error:
+        raise ScenarioError(f"{origin}: not valid YAML: {error}") from error
+    except RecursionError as error:
+        raise ScenarioError(
+            f"{origin}: the YAML is nested too deeply to read; a scenario file nests a few "
+            f"levels (jobs, a group, its arrival)"
+        ) from error
+    finally:
+        loader.dispose()
+    return YamlDocument(data=data, lines=lines)
+
+
+def _construct(loader: yaml.SafeLoader, node: yaml.Node, origin: str) -> object:
+    """The Python data of ``node``; a scalar that its tag cannot read (``2020-13-45`` is read as
+    a date) is reported with its line."""
+    try:
+        return loader.construct_document(node)
+    except (ValueError, OverflowError) as error:
+        probe = yaml.SafeLoader("")  # the failed construction left its loader mid-way
+        try:
+            scalar = _unreadable_scalar(probe, node, set())
+        finally:
+            probe.dispose()
+        where = f"line {scalar.start_mark.line + 1}: {show(scalar.value)}" if scalar else "a value"
+        raise ScenarioError(
+            f"{origin}: {where} cannot be read as YAML reads it ({error}); quote it to make it "
+            f"a string, or write the number or date it should be"
+        ) from error
+
+
+def _unreadable_scalar(
+    loader: yaml.SafeLoader, node: yaml.Node, seen: set[int]
+) -> yaml.ScalarNode | None:
+    if id(node) in seen:
+        return None
+    seen.add(id(node))
+    if isinstance(node, yaml.ScalarNode):
+        try:
+            loader.construct_object(node)
+        except (ValueError, OverflowError):
+            return node
+        return None
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.MappingNode):
+        children = [part for pair in node.value for part in pair]
+    elif isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    for child in children:
+        found = _unreadable_scalar(loader, child, seen)
+        if found is not None:
+            return found
+    return None
+
+
+def _at(mark: yaml.Mark | None) -> str:
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+
+
+def _index_lines(
+    node: yaml.Node,
+    path: str,
+    lines: dict[str, int],
+    duplicates: list[str],
+    seen: set[int],
+) -> None:
+    """Index the lines below ``node``, each node once: an alias repeats the node of its anchor
+    (possibly one that contains it), whose fields keep the anchor's lines."""
+    lines[path] = node.start_mark.line + 1
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        keys: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.value == "<<":
+                continue
+            key = str(key_node.value)
+            child = f"{path}.{key}" if path else key
+            line = key_node.start_mark.line + 1
+            if key in keys:
+                duplicates.append(
+                    f"line {line}: {child} is given again (first on line {keys[key]})"
+                )
+            keys[key] = line
+            _index_lines(value_node, child, lines, duplicates, seen)
+            lines[child] = line
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _index_lines(item, f"{path}[{index}]", lines, duplicates, seen)
