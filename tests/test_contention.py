@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -14,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import dlsched.envs  # noqa: F401  (registers the ids)
-from dlsched.envs.errors import ProfileError
+from dlsched.envs.errors import BackendError, ProfileError, ScenarioError
 from dlsched.envs.replay.contention import (
     NO_CONTENTION,
     ContentionModel,
@@ -302,3 +303,21 @@ def test_a_lone_job_never_contends(tmp_path):
     with_term = _episode(_training(_set_with(tmp_path, "measured-stock", CONTENTION), 1), 1.0)
     without = _episode(_training(_set_with(tmp_path, "measured-stock", None), 1), 1.0)
     assert with_term == without
+
+
+def test_a_scenario_of_stock_workloads_refuses_tuned_profiles():
+    scenario = dataclasses.replace(_training("measured"), workload_threading="stock")
+    env = gym.make("dlsched/Training-v0", scenario=scenario)
+    with pytest.raises(ScenarioError, match="runs stock workloads but workload 'mlp-digits'"):
+        env.reset(seed=0)
+    stock = dataclasses.replace(_training("measured-stock"), workload_threading="stock")
+    gym.make("dlsched/Training-v0", scenario=stock).reset(seed=0)
+
+
+def test_the_docker_backend_refuses_a_threading_that_contradicts_the_scenario():
+    from dlsched.envs.docker.backend import DockerBackend
+
+    stock = dataclasses.replace(_training("measured-stock"), workload_threading="stock")
+    backend = DockerBackend(workload_threading="tuned")
+    with pytest.raises(BackendError, match="contradicts scenario 'contention-probe'"):
+        backend.reset(stock, stock.realise(np.random.default_rng(0)), np.random.default_rng(0))

@@ -335,7 +335,8 @@ def test_calibrate_writes_a_profile_the_replay_backend_can_load(
     docker_engine, workload_image, tmp_path
 ):
     args = ["calibrate", "--workload", "vgg-svc", "--limits", "1", "--duration", "2"]
-    options = ["--wait-quiet", "0", "--retries", "0", "--output-dir", str(tmp_path)]
+    # --force: this checks what is written, not how quiet the (shared) test host is.
+    options = ["--wait-quiet", "0", "--retries", "0", "--force", "--output-dir", str(tmp_path)]
     assert cli.main([*args, *options]) == 0
     profile = load_profile(tmp_path / "vgg-svc.json")
     assert profile.kind.value == "inference" and profile.batch_size == 100
@@ -343,3 +344,4 @@ def test_calibrate_writes_a_profile_the_replay_backend_can_load(
     assert 0 < profile.demand_cores <= docker_engine.info()["NCPU"] * 1.05
     assert profile.units_per_s(profile.demand_cores) > 0
     assert "dlsched calibrate --workload vgg-svc" in profile.provenance.method
+    assert profile.measured_on is not None and profile.threading == "tuned"

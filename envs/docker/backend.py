@@ -318,7 +318,7 @@ class DockerBackend(Backend):
         stop_timeout_s: float = 10.0,
         actuation_threads: int = 16,
         min_usage_window_s: float = 1.0,
-        workload_threading: str = "tuned",
+        workload_threading: str | None = None,
     ) -> None:
         """Configure the backend; nothing is contacted before :meth:`reset`.
 
@@ -344,7 +344,9 @@ class DockerBackend(Backend):
             workload_threading: how the workloads size their thread pools: ``"tuned"``
                 (threads follow the quota and wait passively) or ``"stock"`` (torch's and
                 OpenMP's defaults, as unmodified framework jobs run); see
-                :mod:`dlsched.envs.workloads.cpu_quota`.
+                :mod:`dlsched.envs.workloads.cpu_quota`. ``None`` takes the scenario's
+                ``workload_threading``, ``"tuned"`` if it says none; a value that contradicts
+                the scenario's is refused at :meth:`reset`.
         """
         if not 1000 <= cpu_period_us <= 1_000_000:
             raise BackendError(
@@ -353,7 +355,7 @@ class DockerBackend(Backend):
             )
         if actuation_threads < 1:
             raise BackendError(f"actuation_threads={actuation_threads!r} must be at least 1")
-        if workload_threading not in THREADINGS:
+        if workload_threading is not None and workload_threading not in THREADINGS:
             raise BackendError(
                 f"workload_threading={workload_threading!r} is not one of {list(THREADINGS)}; "
                 'use "tuned" (the default) or "stock"'
@@ -369,6 +371,7 @@ class DockerBackend(Backend):
         self._min_usage_window_s = float(min_usage_window_s)
         self._actuation_threads = actuation_threads
         self._workload_threading = workload_threading
+        self._threading = workload_threading or "tuned"  # the episode's, set at reset
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._clients: dict[str | None, docker.DockerClient] = {}
         self._engines: tuple[_Engine, ...] = ()
@@ -407,10 +410,12 @@ class DockerBackend(Backend):
         Raises:
             ScenarioError: a job's workload has no program in the image (a replay-only
                 workload of a paper's profile set).
+            BackendError: the backend's ``workload_threading`` contradicts the scenario's.
             DockerUnavailableError: a worker's engine does not answer or refuses this user.
             ImageMissingError: the workload image is not on a worker's engine.
         """
         self._end_episode()
+        self._threading = _episode_threading(self._workload_threading, scenario)
         unknown = sorted({job.workload for job in jobs} - set(WORKLOADS))
         if unknown:
             raise ScenarioError(
@@ -618,8 +623,8 @@ class DockerBackend(Backend):
             command += ["--start-iteration", str(start_iteration)]
         if job.kind is JobKind.TRAINING:
             command += ["--checkpoint", CHECKPOINT_PATH]
-        if self._workload_threading != "tuned":
-            command += ["--threading", self._workload_threading]
+        if self._threading != "tuned":
+            command += ["--threading", self._threading]
         return [*command, "--seed", str(self._seeds[job.job_id])]
 
     def _start(
@@ -951,3 +956,15 @@ def _total_iterations(job: JobSpec) -> int | None:
 def _exited(error: docker.errors.APIError) -> bool:
     """Whether the engine refused a call because the container is not running."""
     return error.status_code == 409 or "is not running" in str(error)
+
+
+def _episode_threading(option: str | None, scenario: Scenario) -> str:
+    """The threading of an episode: the backend's option, else the scenario's, else tuned."""
+    said = scenario.workload_threading
+    if option is not None and said is not None and option != said:
+        raise BackendError(
+            f"workload_threading={option!r} contradicts scenario {scenario.name!r}, whose "
+            f"workloads run {said!r} (its replay twin is profiled so); drop the option "
+            "(--workload-threading) or use a scenario of the other threading"
+        )
+    return option or said or "tuned"

@@ -115,7 +115,8 @@ class ReplayBackend(Backend):
 
         Raises:
             UnknownNameError: a job's workload is not in the profile set (or the set is unknown).
-            ScenarioError: a job's kind differs from its workload profile's, or job ids repeat.
+            ScenarioError: a job's kind differs from its workload profile's, its profile's
+                threading from the scenario's ``workload_threading``, or job ids repeat.
             ProfileError: a profile of the set is malformed.
         """
         profiles = load_profile_set(scenario.profile_set)
@@ -126,6 +127,14 @@ class ReplayBackend(Backend):
                     f"workload (job {job.job_id}, profile set {scenario.profile_set!r})",
                     job.workload,
                     profiles,
+                )
+            threading = profiles[job.workload].threading
+            if scenario.workload_threading not in (None, threading):
+                raise ScenarioError(
+                    f"scenario {scenario.name!r} runs {scenario.workload_threading} workloads "
+                    f"but workload {job.workload!r} is profiled with {threading} threading in "
+                    f"set {scenario.profile_set!r}; use a set profiled with "
+                    f"{scenario.workload_threading} threading"
                 )
             if profiles[job.workload].kind is not job.kind:
                 raise ScenarioError(

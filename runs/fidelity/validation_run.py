@@ -97,6 +97,10 @@ def scenario_threading(scenario: Scenario) -> Threading:
     Raises:
         BackendError: the scenario's workloads were profiled with different threadings.
     """
+    if scenario.workload_threading == "stock":
+        return "stock"
+    if scenario.workload_threading == "tuned":
+        return "tuned"
     profiles = _used_profiles(scenario)
     threadings = {profile.threading for profile in profiles}
     if len(threadings) != 1:
