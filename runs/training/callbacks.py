@@ -61,6 +61,10 @@ class ProgressBar(BaseCallback):
             self.bar.set_postfix_str(text)
 
     def _on_training_end(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the bar (SB3 does not end callbacks when training is interrupted)."""
         if self.bar is not None:
             self.bar.close()
 

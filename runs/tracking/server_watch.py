@@ -1,0 +1,85 @@
+"""A tracking server watched while an evaluation runs, so that its death is said at once.
+
+An evaluation logs to MLflow only when an episode ends, and a Docker episode may last many
+minutes: without a watch, a server that dies early would be noticed only then. The watch asks
+the server's ``/health`` endpoint every :data:`POLL_S` seconds in a background thread and says,
+within :data:`POLL_S` + :data:`TIMEOUT_S` seconds (well under 30), that the server stopped
+answering, and again when it is back. While it is down, the evaluation does not wait for it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+#: Seconds between two health checks.
+POLL_S = 5.0
+#: Seconds one health check waits for an answer.
+TIMEOUT_S = 5.0
+
+
+class ServerWatch:
+    """Checks a tracking server's health in the background; see the module docstring.
+
+    Args:
+        uri: the server's tracking URI (``http://host:port``).
+        notify: told when the server stops answering and when it is back (from the watch's
+            thread).
+        poll_s: seconds between checks.
+        timeout_s: seconds one check waits.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        notify: Callable[[str], None],
+        poll_s: float = POLL_S,
+        timeout_s: float = TIMEOUT_S,
+    ) -> None:
+        self.uri = uri
+        self.notify = notify
+        self.poll_s = poll_s
+        self.timeout_s = timeout_s
+        self.down_since: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dlsched-server-watch", daemon=True)
+
+    @property
+    def down(self) -> bool:
+        """Whether the last check found the server unreachable."""
+        return self.down_since is not None
+
+    def start(self) -> ServerWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.timeout_s + 1)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            reason = self._check()
+            if reason is not None and self.down_since is None:
+                self.down_since = time.time()
+                self.notify(
+                    f"warning: tracking server {self.uri} stopped answering ({reason}); the "
+                    "evaluation goes on, and every episode stays on disk to be logged when "
+                    "the server is back"
+                )
+            elif reason is None and self.down_since is not None:
+                self.down_since = None
+                self.notify(f"tracking server {self.uri} answers again")
+
+    def _check(self) -> str | None:
+        """Why the server does not answer, ``None`` if it does."""
+        try:
+            with urllib.request.urlopen(self.uri.rstrip("/") + "/health", timeout=self.timeout_s):
+                return None
+        except urllib.error.HTTPError as error:
+            return None if error.code < 500 else f"HTTP {error.code}"
+        except (urllib.error.URLError, OSError) as error:
+            return str(getattr(error, "reason", error))
