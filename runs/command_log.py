@@ -55,10 +55,14 @@ class CommandLog:
         handler.setFormatter(logging.Formatter(_FORMAT))
         for name in NOISY_LOGGERS:
             logger = logging.getLogger(name)
-            if not self.verbose:
-                # MLflow attaches its own stderr handler when it is imported
-                for existing in list(logger.handlers):
+            for existing in list(logger.handlers):
+                # an earlier command's file (commands run in one process from Python), and,
+                # unless verbose, the stderr handler MLflow attaches when it is imported
+                if isinstance(existing, _LazyFileHandler) or not self.verbose:
                     logger.removeHandler(existing)
+                    if isinstance(existing, _LazyFileHandler):
+                        existing.close()
+            if not self.verbose:
                 logger.propagate = False
             logger.addHandler(handler)
 

@@ -158,12 +158,22 @@ class EvaluationFolder:
         return path
 
     def write_episode(self, result: EpisodeResult, scenario_yaml: str) -> Path:
-        """Write an episode's trajectory, record and scenario (its YAML text); return its folder."""
+        """Write an episode's trajectory, record and scenario (its YAML text); return its folder.
+
+        Raises:
+            TrackingError: the folder cannot be written (a full disk, say), naming it and the fix.
+        """
         folder = self.episode_dir(result.policy, result.seed)
-        folder.mkdir(exist_ok=False)
-        write_trajectory(result, folder / TRAJECTORY_FILE)
-        (folder / EPISODE_FILE).write_text(json.dumps(episode_record(result), indent=1))
-        (folder / SCENARIO_FILE).write_text(scenario_yaml)
+        try:
+            folder.mkdir(exist_ok=False)
+            write_trajectory(result, folder / TRAJECTORY_FILE)
+            (folder / EPISODE_FILE).write_text(json.dumps(episode_record(result), indent=1))
+            (folder / SCENARIO_FILE).write_text(scenario_yaml)
+        except OSError as error:
+            raise TrackingError(
+                f"cannot write episode {folder.name} to {folder.resolve()}: {error}; the "
+                "episodes written before it are there. Free space there, or pass another --out"
+            ) from None
         return folder
 
 
