@@ -45,6 +45,10 @@ def _owned_by(client, pid: int) -> list:
     return client.containers.list(all=True, filters={"label": [f"{LABEL_OWNER}.pid={pid}"]})
 
 
+def _of_episode(client, episode: str) -> list:
+    return client.containers.list(all=True, filters={"label": [f"{LABEL_EPISODE}={episode}"]})
+
+
 def _wait_for(predicate, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     while not (found := predicate()):
@@ -121,56 +125,7 @@ def test_five_signals_5_ms_apart_leave_no_container(
         _remove_leftovers(docker_engine, process.pid)
 
 
-_BUSY_EPISODE = """
-import numpy as np
-from dlsched.envs.decision import Placement
-from dlsched.envs.docker.backend import DockerBackend
-from dlsched.envs.scenarios.file_format import load_scenario
-
-scenario = load_scenario({scenario!r})
-backend = DockerBackend()
-jobs = scenario.realise(np.random.default_rng(0))
-backend.reset(scenario, jobs, np.random.default_rng(0))
-backend.apply({{}}, [Placement(job.job_id, 0, slot) for slot, job in enumerate(jobs)])
-print(backend.episode, flush=True)
-limit = 0.2
-while True:  # engine calls in parallel, one after another: the main thread is in the pool
-    limit = 0.5 - limit
-    backend.apply({{job.job_id: limit for job in jobs}})
-"""
-
-
-def test_a_signal_during_parallel_engine_calls_cleans_up_and_exits(
-    tmp_path, docker_engine, workload_image
-):
-    """The hang once seen under the full suite: the interrupt handler removed containers with
-    a thread pool, and a signal that lands while the main thread is inside another pool's
-    ``submit`` (which holds a lock every pool shares) deadlocks it for ever."""
-    script = _BUSY_EPISODE.format(scenario=str(_scenario_file(tmp_path, docker_engine, 3)))
-    process = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        episode = process.stdout.readline().strip()
-        assert episode, process.stderr.read()
-        time.sleep(1.0)
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=60)
-        assert "KeyboardInterrupt" in process.stderr.read()
-        assert (
-            docker_engine.containers.list(
-                all=True, filters={"label": [f"{LABEL_EPISODE}={episode}"]}
-            )
-            == []
-        )
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        _remove_leftovers(docker_engine, process.pid)
-
-
-_LEFT_WITHOUT_CLOSE = """
+_EPISODE = """
 import numpy as np
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.backend import DockerBackend
@@ -187,21 +142,50 @@ print(backend.episode, flush=True)
 """
 
 
+_BUSY = """
+limit = 0.2
+while True:  # engine calls in parallel, one after another: the main thread is in the pool
+    limit = 0.5 - limit
+    backend.apply({job.job_id: limit for job in jobs})
+"""
+
+
+def test_a_signal_during_parallel_engine_calls_cleans_up_and_exits(
+    tmp_path, docker_engine, workload_image
+):
+    """The hang once seen under the full suite: the interrupt handler removed containers with
+    a thread pool, and a signal that lands while the main thread is inside another pool's
+    ``submit`` (which holds a lock every pool shares) deadlocks it for ever."""
+    script = _EPISODE.format(scenario=str(_scenario_file(tmp_path, docker_engine, 3)), ending=_BUSY)
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        episode = process.stdout.readline().strip()
+        assert episode, process.stderr.read()
+        time.sleep(1.0)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+        assert "KeyboardInterrupt" in process.stderr.read()
+        assert _of_episode(docker_engine, episode) == []
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        _remove_leftovers(docker_engine, process.pid)
+
+
 def test_a_backend_left_without_close_removes_its_3_containers_at_exit(
     tmp_path, docker_engine, workload_image
 ):
-    script = _LEFT_WITHOUT_CLOSE.format(
-        scenario=str(_scenario_file(tmp_path, docker_engine, 3)), ending=""
-    )
+    script = _EPISODE.format(scenario=str(_scenario_file(tmp_path, docker_engine, 3)), ending="")
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     episode = done.stdout.strip()
     assert done.returncode == 0 and episode, done.stderr
     assert "could not remove" not in done.stderr
-    leftover = docker_engine.containers.list(
-        all=True, filters={"label": [f"{LABEL_EPISODE}={episode}"]}
-    )
+    leftover = _of_episode(docker_engine, episode)
     for container in leftover:
         container.remove(force=True)
     assert leftover == []
@@ -236,9 +220,7 @@ def test_cleanup_from_another_process_spares_a_live_episode(
         _remove_leftovers(docker_engine, process.pid)
 
     # a killed owner's containers are orphans: cleanup takes them
-    script = _LEFT_WITHOUT_CLOSE.format(
-        scenario=str(scenario), ending="import time; time.sleep(300)"
-    )
+    script = _EPISODE.format(scenario=str(scenario), ending="import time; time.sleep(300)")
     owner = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
