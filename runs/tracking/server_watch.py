@@ -3,8 +3,9 @@
 An evaluation logs to MLflow only when an episode ends, and a Docker episode may last many
 minutes: without a watch, a server that dies early would be noticed only then. The watch asks
 the server's ``/health`` endpoint every :data:`POLL_S` seconds in a background thread and says,
-within :data:`POLL_S` + :data:`TIMEOUT_S` seconds (well under 30), that the server stopped
-answering, and again when it is back. While it is down, the evaluation does not wait for it.
+after :data:`MISSES` checks in a row without an answer (within 2 x (:data:`POLL_S` +
+:data:`TIMEOUT_S`) = 20 s of its death), that the server stopped answering, and again when it is
+back. Once it is down, the evaluation goes on untracked instead of waiting for it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from collections.abc import Callable
 POLL_S = 5.0
 #: Seconds one health check waits for an answer.
 TIMEOUT_S = 5.0
+#: Checks in a row without an answer that make the server down (one slow answer does not).
+MISSES = 2
 
 
 class ServerWatch:
@@ -30,6 +33,7 @@ class ServerWatch:
             thread).
         poll_s: seconds between checks.
         timeout_s: seconds one check waits.
+        misses: checks in a row without an answer that make the server down.
     """
 
     def __init__(
@@ -38,8 +42,10 @@ class ServerWatch:
         notify: Callable[[str], None],
         poll_s: float = POLL_S,
         timeout_s: float = TIMEOUT_S,
+        misses: int = MISSES,
     ) -> None:
         self.uri = uri
+        self.misses = misses
         self.notify = notify
         self.poll_s = poll_s
         self.timeout_s = timeout_s
@@ -61,14 +67,16 @@ class ServerWatch:
         self._thread.join(timeout=self.timeout_s + 1)
 
     def _run(self) -> None:
+        missed = 0
         while not self._stop.wait(self.poll_s):
             reason = self._check()
-            if reason is not None and self.down_since is None:
+            missed = 0 if reason is None else missed + 1
+            if missed >= self.misses and self.down_since is None:
                 self.down_since = time.time()
                 self.notify(
                     f"warning: tracking server {self.uri} stopped answering ({reason}); the "
-                    "evaluation goes on, and every episode stays on disk to be logged when "
-                    "the server is back"
+                    "evaluation goes on untracked, every episode on disk (`dlsched runs sync` "
+                    "uploads them when the server is back)"
                 )
             elif reason is None and self.down_since is not None:
                 self.down_since = None
