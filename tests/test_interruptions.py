@@ -110,7 +110,8 @@ def test_a_killed_evaluation_is_repaired_by_the_next_command(
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert main(["compare", "--no-plot"]) == 0  # any later command on the store
+    # any later command on the store (compare finds no finished evaluation: exit 1)
+    assert main(["compare", "--no-plot"]) in (0, 1)
     err = capsys.readouterr().err
     assert "tracking: marked 1 run KILLED whose process had died" in err
     statuses = _statuses(uri)
@@ -162,7 +163,7 @@ def test_an_interrupted_training_keeps_and_logs_its_work(
     assert {"model", "final-model", "validation.json", "progress.csv"} <= artifacts
     monkeypatch.chdir(tmp_path)
     for spec in (model_uri, final_uri):
-        policy = resolve_policy(spec, uri)
+        policy = resolve_policy(spec, tracking_uri=uri)
         assert policy.name.startswith("ppo")
 
 

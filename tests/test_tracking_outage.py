@@ -107,7 +107,7 @@ def test_a_server_killed_mid_evaluation_is_said_at_once_and_synced_after(
     assert said_at is not None, stderr
     assert said_at - killed_at <= FIRST_MESSAGE_S
     assert code == 2 and "Traceback" not in stderr
-    (folder,) = tmp_path.glob("dlsched-runs/*/")
+    (folder,) = (path.parent for path in tmp_path.glob("dlsched-runs/*/tracking.json"))
     assert f"dlsched runs sync {folder}" in stderr
     episodes = sorted(path.parent.name for path in folder.glob("*/episode.json"))
     assert len(episodes) == 12  # every episode of the evaluation is on disk
