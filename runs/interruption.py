@@ -60,7 +60,9 @@ def interruptible(
 ) -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise :class:`Interrupted` once, then only notify.
 
-    Outside the main thread (where Python cannot set signal handlers) nothing changes.
+    Outside the main thread (where Python cannot set signal handlers) nothing changes, and a
+    signal the process ignores (started with ``nohup``, or in the background of a script, where
+    the shell ignores SIGINT) stays ignored.
 
     Args:
         notify: shows the message of a repeated signal (stderr by default).
@@ -79,7 +81,12 @@ def interruptible(
             "ending runs, saving what was done); dlsched exits as soon as it is done"
         )
 
-    previous: dict[int, Any] = {stop: signal.signal(stop, handle) for stop in STOP_SIGNALS}
+    # A signal the process was started ignoring (``nohup``, ``cmd &`` in a script) stays ignored
+    previous: dict[int, Any] = {
+        stop: signal.signal(stop, handle)
+        for stop in STOP_SIGNALS
+        if signal.getsignal(stop) is not signal.SIG_IGN
+    }
     try:
         yield
     finally:

@@ -149,6 +149,24 @@ def workload_image(docker_engine):
 # ``dlsched_process`` starts one; every process still running at the end of the test is killed.
 
 
+def _default_sigint():
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def default_sigint():
+    """A ``preexec_fn`` that gives a child process SIGINT's default action.
+
+    A process started in the background of a non-interactive shell (``pytest ... &``, some CI
+    runners) ignores SIGINT, and its children inherit that: Python then installs no
+    KeyboardInterrupt handler, and a test that stops a child with SIGINT waits for ever (the
+    hang once seen under the full suite).
+    """
+    return _default_sigint
+
+
 @pytest.fixture
 def dlsched_process():
     """Start ``dlsched ARGS`` in its own process: ``start(args, cwd, env=None) -> Popen``.
@@ -172,6 +190,7 @@ def dlsched_process():
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_default_sigint,
         )
         started.append(process)
         return process

@@ -99,9 +99,11 @@ def test_a_stopped_docker_evaluation_leaves_no_container_and_no_running_run(
             assert main(["docker", "cleanup", "--episode", episode]) == 0
             assert "owner pid" in capsys.readouterr().out
             assert _owned_by(docker_engine, process.pid) == []
-        monkeypatch.chdir(tmp_path)
         monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-        assert main(["runs", "repair"]) == 0  # one more command on the store
+        store = f"sqlite:///{tmp_path / 'mlflow.db'}"  # absolute: MLflow caches stores by URI
+        assert main(["runs", "repair", "--tracking-uri", store]) == 0  # one more command
+        if signum == signal.SIGKILL:
+            assert "marked 1 run KILLED" in capsys.readouterr().out
         assert "RUNNING" not in _statuses(tmp_path)
     finally:
         _remove_leftovers(docker_engine, process.pid)
@@ -151,14 +153,18 @@ while True:  # engine calls in parallel, one after another: the main thread is i
 
 
 def test_a_signal_during_parallel_engine_calls_cleans_up_and_exits(
-    tmp_path, docker_engine, workload_image
+    tmp_path, docker_engine, workload_image, default_sigint
 ):
-    """The hang once seen under the full suite: the interrupt handler removed containers with
-    a thread pool, and a signal that lands while the main thread is inside another pool's
-    ``submit`` (which holds a lock every pool shares) deadlocks it for ever."""
+    """The interrupt handler removed containers with a thread pool: a signal that lands while
+    the main thread is inside another pool's ``submit`` (which holds a lock every pool shares)
+    deadlocked it for ever. It now removes them one after another."""
     script = _EPISODE.format(scenario=str(_scenario_file(tmp_path, docker_engine, 3)), ending=_BUSY)
     process = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
     )
     try:
         episode = process.stdout.readline().strip()

@@ -48,11 +48,16 @@ def _statuses(uri: str) -> dict[str, str]:
     return {run.info.run_name: run.info.status for run in client.search_runs(experiments)}
 
 
+def _store(folder: Path) -> str:
+    """The absolute URI of the default store of a command run in ``folder`` (MLflow caches a
+    store by its URI, so a relative one would name another test's store in this process)."""
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
 def _one_more_command(capsys, monkeypatch, folder: Path) -> str:
     """``dlsched runs repair`` on the store: what any later command does first."""
-    monkeypatch.chdir(folder)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert main(["runs", "repair"]) == 0
+    assert main(["runs", "repair", "--tracking-uri", _store(folder)]) == 0
     return capsys.readouterr().out
 
 
@@ -88,7 +93,7 @@ def test_a_stopped_evaluation_ends_every_run_and_says_so(
     assert code == 128 + signum, err
     assert f"dlsched evaluate: interrupted ({name})" in err
     assert "Traceback" not in err
-    statuses = _statuses("sqlite:///" + str(tmp_path / "mlflow.db"))
+    statuses = _statuses(_store(tmp_path))
     assert "RUNNING" not in statuses.values(), statuses
     assert sorted(set(statuses.values())) in (["FINISHED", "KILLED"], ["KILLED"])
     assert "marked 0 runs KILLED" in _one_more_command(capsys, monkeypatch, tmp_path)
@@ -105,13 +110,12 @@ def test_a_killed_evaluation_is_repaired_by_the_next_command(
     _wait_for(lambda: _episodes_on_disk(tmp_path) >= 1, 120, "an episode")
     process.kill()
     process.wait(timeout=30)
-    uri = "sqlite:///" + str(tmp_path / "mlflow.db")
+    uri = _store(tmp_path)
     assert "RUNNING" in _statuses(uri).values()  # SIGKILL: nobody could end the parent
 
-    monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     # any later command on the store (compare finds no finished evaluation: exit 1)
-    assert main(["compare", "--no-plot"]) in (0, 1)
+    assert main(["compare", "--no-plot", "--tracking-uri", _store(tmp_path)]) in (0, 1)
     err = capsys.readouterr().err
     assert "tracking: marked 1 run KILLED whose process had died" in err
     statuses = _statuses(uri)
@@ -121,7 +125,7 @@ def test_a_killed_evaluation_is_repaired_by_the_next_command(
 
 
 def test_runs_of_a_live_process_are_never_repaired(capsys, monkeypatch, tmp_path):
-    uri = "sqlite:///" + str(tmp_path / "mlflow.db")
+    uri = _store(tmp_path)
     client = MlflowClient(uri)
     from dlsched.runs.tracking.owners import owner_tags
 
@@ -155,7 +159,7 @@ def test_an_interrupted_training_keeps_and_logs_its_work(
     final_uri = next(line for line in out.splitlines() if line.startswith("latest weights: "))
     final_uri = final_uri.removeprefix("latest weights: ")
     assert model_uri.endswith("/model") and final_uri.endswith("/final-model")
-    uri = "sqlite:///" + str(tmp_path / "mlflow.db")
+    uri = _store(tmp_path)
     client = MlflowClient(uri)
     run = client.get_run(model_uri.split("/")[1])
     assert run.info.status == "KILLED"

@@ -244,7 +244,8 @@ def _track(cleanup: weakref.finalize[Any, Any]) -> None:
             return  # signal handlers can only be set from the main thread; atexit still runs
         for signum in _INTERRUPT_SIGNALS:
             current = signal.getsignal(signum)
-            if current is not _on_interrupt:
+            # a signal the process ignores (nohup, `cmd &` in a script) must not end episodes
+            if current is not _on_interrupt and current is not signal.SIG_IGN:
                 _previous_handlers[signum] = current
                 signal.signal(signum, _on_interrupt)
 
