@@ -200,7 +200,7 @@ def test_a_backend_left_without_close_removes_its_3_containers_at_exit(
 def test_cleanup_from_another_process_spares_a_live_episode(
     capsys, tmp_path, docker_engine, workload_image, dlsched_process
 ):
-    scenario = _scenario_file(tmp_path, docker_engine, 2, horizon_s=30.0)
+    scenario = _scenario_file(tmp_path, docker_engine, 2, horizon_s=16.0)
     process = _evaluate(dlsched_process, tmp_path, scenario, episodes=1)
     try:
         containers = _wait_for(lambda: _owned_by(docker_engine, process.pid), 120, "containers")

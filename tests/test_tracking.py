@@ -17,6 +17,7 @@ from mlflow import MlflowClient
 
 import dlsched.runs.evaluation as evaluation_module
 from dlsched.baselines import make
+from dlsched.envs.docker.backend import LABEL_OWNER
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.runs.bench.tracking import bench_tracking
 from dlsched.runs.cli import main
@@ -400,4 +401,6 @@ def test_a_docker_evaluation_with_stock_workloads_records_the_threading(
         (Path(evaluation["local_folder"]) / "default-seed0" / "episode.json").read_text()
     )
     assert record["backend_options"] == {"workload_threading": "stock"}
-    assert not docker_engine.containers.list(all=True, filters={"label": "dlsched.managed"})
+    # none of this evaluation's containers is left (others' may run on the shared engine)
+    mine = [f"{LABEL_OWNER}.pid={os.getpid()}", f"{LABEL_OWNER}.host={socket.gethostname()}"]
+    assert not docker_engine.containers.list(all=True, filters={"label": mine})
