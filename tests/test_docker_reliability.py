@@ -155,9 +155,11 @@ while True:  # engine calls in parallel, one after another: the main thread is i
 def test_a_signal_during_parallel_engine_calls_cleans_up_and_exits(
     tmp_path, docker_engine, workload_image, default_sigint
 ):
-    """The interrupt handler removed containers with a thread pool: a signal that lands while
-    the main thread is inside another pool's ``submit`` (which holds a lock every pool shares)
-    deadlocked it for ever. It now removes them one after another."""
+    """A signal while the main thread drives the engine through the backend's thread pool.
+
+    The handler used to remove the containers with a thread pool of its own, which deadlocks
+    when the signal lands while the main thread is inside another pool's ``submit`` (it holds a
+    lock every pool shares); it now removes them one after another, with no thread."""
     script = _EPISODE.format(scenario=str(_scenario_file(tmp_path, docker_engine, 3)), ending=_BUSY)
     process = subprocess.Popen(
         [sys.executable, "-c", script],
