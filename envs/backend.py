@@ -60,3 +60,8 @@ class Backend(ABC):
     @abstractmethod
     def close(self) -> None:
         """Stop everything this backend started."""
+
+    def incidents(self) -> tuple[str, ...]:
+        """What happened in the current (or last) episode that makes its figures doubtful,
+        one sentence each (a container removed from outside, say); none by default."""
+        return ()

@@ -45,6 +45,10 @@ class DockerUnavailableError(BackendError):
     """No Docker engine answers at the configured endpoint."""
 
 
+class EngineLostError(BackendError):
+    """A Docker engine stopped answering in the middle of an episode."""
+
+
 class ImageMissingError(BackendError):
     """The workload image the Docker backend needs is not on the engine."""
 

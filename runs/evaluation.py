@@ -38,6 +38,7 @@ from tqdm import tqdm
 import dlsched.envs  # noqa: F401  (registers the environment ids)
 from dlsched.envs.inference_env import InferenceEnv
 from dlsched.envs.scenarios.model import JobKind, Scenario
+from dlsched.envs.scheduling_env import SchedulingEnv
 from dlsched.envs.telemetry import JobState, QoEClass, Telemetry
 from dlsched.envs.training_env import TrainingEnv
 from dlsched.policies.feed import TelemetryFeed
@@ -294,6 +295,9 @@ class EpisodeResult:
         jobs: arrival and completion of every job that arrived.
         metrics: the episode's scores.
         backend_options: the keyword arguments the backend was built with.
+        incidents: what the backend reported that makes the figures doubtful (see
+            :meth:`~dlsched.envs.backend.Backend.incidents`); an episode with incidents is
+            tagged so in MLflow.
     """
 
     policy: PolicyIdentity
@@ -304,6 +308,7 @@ class EpisodeResult:
     jobs: tuple[JobOutcome, ...]
     metrics: EpisodeMetrics
     backend_options: Mapping[str, str] = field(default_factory=dict)
+    incidents: tuple[str, ...] = ()
 
     @property
     def score(self) -> EpisodeScore:
@@ -363,6 +368,9 @@ def run_episode(
             steps.append(step_record(len(steps), info["telemetry"], float(reward)))
             if on_step is not None:
                 on_step(steps[-1])
+        scheduling = env.unwrapped
+        assert isinstance(scheduling, SchedulingEnv)
+        incidents = scheduling.backend.incidents()
     finally:
         env.close()
     final: Telemetry = info["telemetry"]
@@ -378,6 +386,7 @@ def run_episode(
         jobs=jobs,
         metrics=episode_metrics(scenario.kind, steps, jobs, all_arrived=terminated),
         backend_options=options,
+        incidents=incidents,
     )
 
 

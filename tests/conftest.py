@@ -142,3 +142,61 @@ def workload_image(docker_engine):
     from dlsched.envs.docker.image import build_image
 
     return build_image(docker_engine, offline=True).tag
+
+
+# --- reliability ---
+# dlsched commands run as a user runs them: separate processes, stopped with real signals.
+# ``dlsched_process`` starts one; every process still running at the end of the test is killed.
+
+
+def _default_sigint():
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def default_sigint():
+    """A ``preexec_fn`` that gives a child process SIGINT's default action.
+
+    A process started in the background of a non-interactive shell (``pytest ... &``, some CI
+    runners) ignores SIGINT, and its children inherit that: Python then installs no
+    KeyboardInterrupt handler, and a test that stops a child with SIGINT waits for ever (the
+    hang once seen under the full suite).
+    """
+    return _default_sigint
+
+
+@pytest.fixture
+def dlsched_process():
+    """Start ``dlsched ARGS`` in its own process: ``start(args, cwd, env=None) -> Popen``.
+
+    stdout and stderr are pipes (text); ``env`` adds to this process's environment (without
+    ``MLFLOW_TRACKING_URI``, so that each test says where it tracks).
+    """
+    import os
+    import subprocess
+    import sys
+
+    started = []
+
+    def start(args, cwd, env=None):
+        environment = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+        environment.update(env or {})
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dlsched.runs.cli", *map(str, args)],
+            cwd=cwd,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_default_sigint,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.communicate()

@@ -650,13 +650,16 @@ backend.advance(300.0)
 
 @requires_docker
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_an_interrupted_episode_leaves_no_container(docker_engine, workload_image, signum):
+def test_an_interrupted_episode_leaves_no_container(
+    docker_engine, workload_image, default_sigint, signum
+):
     cores = float(docker_engine.info()["NCPU"])
     process = subprocess.Popen(
         [sys.executable, "-c", _INTERRUPTED_EPISODE.format(cores=cores)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,
     )
     try:
         episode = process.stdout.readline().strip()

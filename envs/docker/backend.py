@@ -5,6 +5,9 @@ Every job runs in its own container of the workload image
 
 - starts containers with the labels ``dlsched.managed=1``, ``dlsched.episode=<uuid>`` and
   ``dlsched.job=<job id>``, and lists, updates or removes only containers that carry them;
+- labels every container with its owner process (``dlsched.owner.host``, ``.pid``, ``.started``:
+  :class:`~dlsched.envs.owner.ProcessOwner`), so that ``dlsched docker cleanup`` removes only the
+  containers of processes that are gone, never those of a live episode;
 - sets limits with ``cpu_period``/``cpu_quota`` (docker-py's ``update`` has no ``nano_cpus``, and a
   container created with ``nano_cpus`` refuses quota updates) and reports the limit it reads
   back from the engine, not the one it asked for;
@@ -12,10 +15,16 @@ Every job runs in its own container of the workload image
   (:mod:`dlsched.envs.docker.cgroup`) and from the engine's one-shot statistics otherwise;
 - reads progress from the JSON lines the workload prints
   (:mod:`dlsched.envs.docker.container_output`);
-- reports a container that dies as a ``FAILED`` job, never as an exception;
+- reports a container that dies as a ``FAILED`` job, never as an exception; one that vanished
+  (removed by someone else) is also an incident of the episode (:meth:`DockerBackend.incidents`),
+  so that its figures are not trusted silently;
 - removes its containers on :meth:`~DockerBackend.close`, on the next
-  :meth:`~DockerBackend.reset`, at interpreter exit and on SIGINT/SIGTERM. What a killed process
-  leaves behind, ``dlsched docker cleanup`` removes.
+  :meth:`~DockerBackend.reset`, at interpreter exit and on SIGINT/SIGTERM, one after another
+  (a thread pool refuses work at interpreter exit), and a signal that arrives during that
+  removal waits for its end. What a killed process leaves behind, ``dlsched docker cleanup``
+  removes;
+- raises :class:`~dlsched.envs.errors.EngineLostError`, naming the engine and
+  ``dlsched docker cleanup``, when an engine stops answering mid-episode.
 
 Workers map to engines through ``scenario.workers[i].endpoint``: ``None`` is the engine
 docker-py finds from the environment (``DOCKER_HOST``, else the local socket); any other value is
@@ -39,7 +48,7 @@ import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -49,6 +58,7 @@ from typing import Any, ClassVar
 import docker
 import docker.errors
 import numpy as np
+import requests
 
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Placement
@@ -58,9 +68,11 @@ from dlsched.envs.docker.engine import connect, endpoint_url
 from dlsched.envs.errors import (
     ActionError,
     BackendError,
+    EngineLostError,
     ImageMissingError,
     ScenarioError,
 )
+from dlsched.envs.owner import ProcessOwner
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 from dlsched.envs.workloads.catalog import WORKLOADS
@@ -72,6 +84,8 @@ LABEL_MANAGED = "dlsched.managed"
 LABEL_EPISODE = "dlsched.episode"
 LABEL_JOB = "dlsched.job"
 LABEL_WORKER = "dlsched.worker"
+#: Prefix of the owner labels: ``dlsched.owner.host``, ``.pid``, ``.started``.
+LABEL_OWNER = "dlsched.owner"
 #: The label filter every query of the backend and of ``dlsched docker cleanup`` carries.
 MANAGED_FILTER = f"{LABEL_MANAGED}=1"
 
@@ -101,34 +115,47 @@ def managed_containers(
     return summaries
 
 
-def remove_managed_containers(
-    client: docker.DockerClient, episode: str | None = None
-) -> list[dict[str, Any]]:
-    """Force-remove dlsched's containers (of one episode, or all); the summaries of those removed.
+def container_owner(summary: Mapping[str, Any]) -> ProcessOwner | None:
+    """The process that started a managed container (``None``: one of an older dlsched)."""
+    return ProcessOwner.from_labels(summary.get("Labels") or {}, LABEL_OWNER)
 
-    Each container is listed with the ``dlsched.managed=1`` filter and removed by id, so a
-    container without the label is never touched. One that disappears meanwhile is skipped.
+
+def remove_containers(
+    client: docker.DockerClient, summaries: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """Force-remove listed managed containers, by id; the summaries of those removed.
+
+    One after another: this runs at interpreter exit and in signal handlers, where a thread
+    pool refuses work. Each is killed first (the engine answers at once), so that none waits
+    for another's removal to stop running. One that disappears meanwhile is skipped.
     """
-    summaries = managed_containers(client, episode)
-
-    def remove(summary: dict[str, Any]) -> dict[str, Any] | None:
+    for summary in summaries:
+        with contextlib.suppress(docker.errors.APIError):  # gone, or not running
+            client.api.kill(summary["Id"])
+    removed = []
+    for summary in summaries:
         try:
             client.api.remove_container(summary["Id"], force=True)
         except docker.errors.NotFound:
-            return None
+            continue
         except docker.errors.APIError as error:
             # "removal already in progress": another cleanup got there first.
             if error.status_code == 409:
-                return None
+                continue
             raise
-        return summary
+        removed.append(summary)
+    return removed
 
-    if len(summaries) <= 1:
-        removed = [remove(summary) for summary in summaries]
-    else:
-        with concurrent.futures.ThreadPoolExecutor(min(len(summaries), 8)) as pool:
-            removed = list(pool.map(remove, summaries))
-    return [summary for summary in removed if summary is not None]
+
+def remove_managed_containers(
+    client: docker.DockerClient, episode: str | None = None
+) -> list[Mapping[str, Any]]:
+    """Force-remove dlsched's containers (of one episode, or all); the summaries of those removed.
+
+    Each container is listed with the ``dlsched.managed=1`` filter and removed by id, so a
+    container without the label is never touched.
+    """
+    return remove_containers(client, managed_containers(client, episode))
 
 
 # ---------------------------------------------------------------------- interruption
@@ -140,14 +167,30 @@ _live_cleanups: set[weakref.finalize[Any, Any]] = set()
 _previous_handlers: dict[int, Any] = {}
 _INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _registry_lock = threading.Lock()
+#: Removals running in this process, and a signal that arrived during one: it is handled once
+#: the removal ends, because a removal cut short leaves containers running.
+_removing = 0
+_deferred_signal: tuple[int, FrameType | None] | None = None
 
 
 def _remove_episode(episode: str, endpoints: tuple[str | None, ...]) -> None:
     """Remove an episode's containers from every engine it used, with fresh clients.
 
     Fresh clients, because this may run inside a signal handler while the backend's own client
-    is in the middle of a call.
+    is in the middle of a call. A SIGINT or SIGTERM that arrives meanwhile is handled after it.
     """
+    global _removing, _deferred_signal
+    _removing += 1
+    try:
+        _remove_from(episode, endpoints)
+    finally:
+        _removing -= 1
+    if _removing == 0 and _deferred_signal is not None:
+        deferred, _deferred_signal = _deferred_signal, None
+        _on_interrupt(*deferred)
+
+
+def _remove_from(episode: str, endpoints: tuple[str | None, ...]) -> None:
     for endpoint in endpoints:
         try:
             client = connect(endpoint, timeout_s=30.0)
@@ -168,7 +211,20 @@ def _remove_episode(episode: str, endpoints: tuple[str | None, ...]) -> None:
 
 
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:
-    """Remove every live episode's containers, then do what the previous handler did."""
+    """Remove every live episode's containers, then do what the previous handler did.
+
+    During a removal (this handler's, or one that ``close`` began) the signal only waits for its
+    end: interrupting it would leave containers running.
+    """
+    global _deferred_signal
+    if _removing:
+        if _deferred_signal is None:
+            _deferred_signal = (signum, frame)
+        _log.warning(
+            "%s: removing the episode's containers first; it takes effect when they are gone",
+            signal.Signals(signum).name,
+        )
+        return
     for cleanup in list(_live_cleanups):
         cleanup()
     _live_cleanups.clear()
@@ -188,7 +244,8 @@ def _track(cleanup: weakref.finalize[Any, Any]) -> None:
             return  # signal handlers can only be set from the main thread; atexit still runs
         for signum in _INTERRUPT_SIGNALS:
             current = signal.getsignal(signum)
-            if current is not _on_interrupt:
+            # a signal the process ignores (nohup, `cmd &` in a script) must not end episodes
+            if current is not _on_interrupt and current is not signal.SIG_IGN:
                 _previous_handlers[signum] = current
                 signal.signal(signum, _on_interrupt)
 
@@ -380,6 +437,8 @@ class DockerBackend(Backend):
         self._jobs: dict[str, _Job] = {}
         self._episode: str | None = None
         self._cleanup: weakref.finalize[Any, Any] | None = None
+        self._owner = ProcessOwner.current()
+        self._incidents: list[str] = []
         self._clock_start = 0.0
         self._epoch_start = 0.0
         self._time_s = 0.0
@@ -416,6 +475,7 @@ class DockerBackend(Backend):
         """
         self._end_episode()
         self._threading = _episode_threading(self._workload_threading, scenario)
+        self._incidents = []
         unknown = sorted({job.workload for job in jobs} - set(WORKLOADS))
         if unknown:
             raise ScenarioError(
@@ -478,18 +538,19 @@ class DockerBackend(Backend):
                     f"limit for job {job_id!r}, which is not placed; placed jobs: "
                     f"{sorted(self._jobs)}"
                 )
-        self._map(
-            lambda placement: self._place(placement, limits.get(placement.job_id)), placements
-        )
-        self._map(self._migrate, migrations)
-        changes = [
-            (job_id, limit)
-            for job_id, limit in limits.items()
-            if job_id not in placed_now
-            and self._jobs[job_id].state is JobState.RUNNING
-            and self._quota_us(self._jobs[job_id].worker, limit) != self._jobs[job_id].quota_us
-        ]
-        self._map(lambda change: self._set_limit(*change), changes)
+        with self._engine_calls():
+            self._map(
+                lambda placement: self._place(placement, limits.get(placement.job_id)), placements
+            )
+            self._map(self._migrate, migrations)
+            changes = [
+                (job_id, limit)
+                for job_id, limit in limits.items()
+                if job_id not in placed_now
+                and self._jobs[job_id].state is JobState.RUNNING
+                and self._quota_us(self._jobs[job_id].worker, limit) != self._jobs[job_id].quota_us
+            ]
+            self._map(lambda change: self._set_limit(*change), changes)
 
     def advance(self, seconds: float) -> Telemetry:
         """Sleep until ``seconds`` have passed since the previous measurement, then measure.
@@ -503,7 +564,13 @@ class DockerBackend(Backend):
         delay = self._time_s + seconds - self._now()
         if delay > 0:
             time.sleep(delay)
-        return self._measure()
+        with self._engine_calls():
+            return self._measure()
+
+    def incidents(self) -> tuple[str, ...]:
+        """What happened this episode that makes its figures doubtful: here, containers that
+        vanished (removed by someone else) while their job ran."""
+        return tuple(self._incidents)
 
     def close(self) -> None:
         """Remove this backend's containers and release its connections."""
@@ -542,6 +609,25 @@ class DockerBackend(Backend):
             raise ImageMissingError(
                 f"the image {self._image!r} is not on the engine at {endpoint_url(endpoint)}; "
                 "build or load it there (dlsched's own: `dlsched image build --offline`)"
+            ) from None
+
+    @contextlib.contextmanager
+    def _engine_calls(self) -> Iterator[None]:
+        """Engine calls within which a lost connection is an :class:`EngineLostError`."""
+        try:
+            yield
+        except requests.exceptions.ConnectionError as error:
+            engines = ", ".join(
+                dict.fromkeys(endpoint_url(engine.endpoint) for engine in self._engines)
+            )
+            if self._cleanup is not None:
+                # removing the containers would only fail again, and say so at length
+                self._cleanup.detach()
+            raise EngineLostError(
+                f"the Docker engine at {engines} stopped answering mid-episode "
+                f"({type(error).__name__}); episode {self._episode} is lost, and its containers "
+                "may still run there: when the engine is back, remove them with "
+                "`dlsched docker cleanup`"
             ) from None
 
     def _end_episode(self) -> None:
@@ -661,6 +747,7 @@ class DockerBackend(Backend):
                     LABEL_EPISODE: self._episode,
                     LABEL_JOB: spec.job_id,
                     LABEL_WORKER: str(worker),
+                    **self._owner.as_labels(LABEL_OWNER),
                 },
                 host_config=host_config,
             )
@@ -864,17 +951,23 @@ class DockerBackend(Backend):
             job.completed_s = min(max(progress.done_at - self._epoch_start, run.started_s), now)
             return
         job.state = JobState.FAILED
+        if exit_code is None:
+            self._incidents.append(
+                f"job {job.spec.job_id} ({job.spec.workload}): container {run.name} vanished at "
+                f"{now:.0f} s while its job ran (removed by another process, e.g. `docker rm` "
+                "or `dlsched docker cleanup --include-live`)"
+            )
         _log.warning(
             "job %s (%s, container %s) %s%s",
             job.spec.job_id,
             job.spec.workload,
             run.name,
             "vanished" if exit_code is None else f"exited with code {exit_code}",
-            self._last_errors(run),
+            "" if exit_code is None else self._last_errors(run),
         )
 
     def _last_errors(self, run: _Run) -> str:
-        with contextlib.suppress(docker.errors.DockerException):
+        with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
             tail = self._engines[run.worker].client.api.logs(
                 run.container_id, stdout=False, stderr=True, tail=5
             )

@@ -21,6 +21,7 @@ from dlsched.runs.tracking.compare import (
     render_markdown,
     render_table,
 )
+from dlsched.runs.tracking.owners import end_orphaned_runs
 from dlsched.runs.tracking.plots import plot_comparison
 from dlsched.runs.tracking.store import connect, resolve_tracking_uri
 from dlsched.runs.tracking.stored_runs import load_episodes
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     target = resolve_tracking_uri(args.tracking_uri)
     print(target.describe(), file=sys.stderr)
     client = connect(target)
+    end_orphaned_runs(client, lambda line: print(line, file=sys.stderr))
     comparisons = compare_stored(load_episodes(client, args.experiment, args.scenario))
     if not comparisons:
         where = "".join(

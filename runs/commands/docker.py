@@ -1,22 +1,18 @@
-"""``dlsched docker cleanup``: remove the containers an interrupted Docker run left behind.
+"""``dlsched docker cleanup``: remove the containers that killed runs left behind.
 
 The Docker backend removes its containers itself on close, on reset, at exit and on SIGINT or
-SIGTERM; a process killed outright (SIGKILL, a lost machine) cannot. This command removes every
-container labelled ``dlsched.managed=1`` (of one episode with ``--episode``) and nothing else: a
-container without that label is never listed, so it is never touched.
+SIGTERM; a process killed outright (SIGKILL, a lost machine) cannot. This command removes the
+containers labelled ``dlsched.managed=1`` whose owner process is gone (of one episode with
+``--episode``); the containers of live episodes (another shell's, another user's) are listed
+with their owner and left running unless ``--include-live``. A container without the
+``dlsched.managed`` label is never listed, so it is never touched.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from dlsched.envs.docker.backend import (
-    LABEL_EPISODE,
-    LABEL_JOB,
-    managed_containers,
-    remove_managed_containers,
-)
+from dlsched.envs.docker.cleanup import cleanup
 from dlsched.envs.docker.engine import connect, endpoint_url
 
 
@@ -28,58 +24,73 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Manage the containers the Docker backend starts.",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    cleanup = actions.add_parser(
+    command = actions.add_parser(
         "cleanup",
-        help="remove the containers an interrupted run left behind",
+        help="remove the containers that killed runs left behind",
         description=(
-            "Remove every container labelled dlsched.managed=1 (only those) and print each one "
-            "removed. Containers without the label are never touched."
+            "Remove every container labelled dlsched.managed=1 whose owner process is gone, and "
+            "print each one removed; list the containers of live episodes and leave them "
+            "running (--include-live removes them too). Containers without the label are "
+            "never touched."
         ),
     )
-    cleanup.add_argument(
+    command.add_argument(
         "--dry-run",
         action="store_true",
         help="print what would be removed, remove nothing",
     )
-    cleanup.add_argument(
+    command.add_argument(
         "--endpoint",
         action="append",
         metavar="URL",
         help="engine to clean (repeatable); default: the one docker finds from the environment "
         "(DOCKER_HOST, else the local socket)",
     )
-    cleanup.add_argument(
+    command.add_argument(
         "--episode",
         metavar="ID",
         help="only the containers of this episode (its dlsched.episode label)",
     )
-    cleanup.set_defaults(handler=run_cleanup)
+    command.add_argument(
+        "--include-live",
+        action="store_true",
+        help="also remove the containers of episodes whose process still runs (they break)",
+    )
+    command.set_defaults(handler=run_cleanup)
 
 
 def run_cleanup(args: argparse.Namespace) -> int:
-    """Remove (or with ``args.dry_run`` list) managed containers; the exit code (0)."""
+    """Remove (or with ``args.dry_run`` list) orphaned managed containers; the exit code (0)."""
     endpoints: list[str | None] = list(args.endpoint) if args.endpoint else [None]
+    verb = "would remove" if args.dry_run else "removed"
     for endpoint in endpoints:
         client = connect(endpoint)
         try:
-            if args.dry_run:
-                found = managed_containers(client, args.episode)
-            else:
-                found = remove_managed_containers(client, args.episode)
+            result = cleanup(
+                client,
+                args.episode,
+                args.include_live,
+                args.dry_run,
+                before_live=lambda container: print(
+                    f"{'would remove' if args.dry_run else 'removing'} a LIVE container "
+                    f"(--include-live): {container.describe()}",
+                    flush=True,
+                ),
+            )
         finally:
             client.close()
-        verb = "would remove" if args.dry_run else "removed"
-        for summary in found:
-            print(f"{verb} {_describe(summary)}")
+        for container in result.removed:
+            if container.orphan:
+                print(f"{verb} {container.describe()}")
+        for container in result.left:
+            print(f"left running {container.describe()}")
         where = endpoint_url(endpoint)
-        print(f"{where}: {verb} {len(found)} dlsched container{'s' if len(found) != 1 else ''}")
+        count = len(result.removed)
+        line = f"{where}: {verb} {count} dlsched container{'s' if count != 1 else ''}"
+        if result.left:
+            line += (
+                f"; left {len(result.left)} of live episodes running (--include-live removes "
+                "them, and breaks those episodes)"
+            )
+        print(line)
     return 0
-
-
-def _describe(summary: dict[str, Any]) -> str:
-    labels = summary.get("Labels") or {}
-    names = ",".join(name.lstrip("/") for name in summary.get("Names") or [])
-    return (
-        f"{summary['Id'][:12]} {names} (episode {labels.get(LABEL_EPISODE, '?')}, job "
-        f"{labels.get(LABEL_JOB, '?')}, {summary.get('State', '?')})"
-    )

@@ -26,6 +26,7 @@ from dlsched.runs.tracking.compare import (
     ScenarioComparison,
     render_table,
 )
+from dlsched.runs.tracking.owners import end_orphaned_runs
 from dlsched.runs.tracking.store import connect, resolve_tracking_uri
 from dlsched.runs.tracking.tracked_evaluation import (
     EvaluationLocation,
@@ -121,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(target.describe(), file=sys.stderr)
     client = connect(target)
+    end_orphaned_runs(client, lambda line: print(line, file=sys.stderr))
     outcome = evaluate_tracked(
         request,
         client,

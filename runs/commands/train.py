@@ -15,6 +15,7 @@ from dlsched.envs.errors import PolicyError
 from dlsched.envs.rewards import REWARDS
 from dlsched.policies.agent_actions import ActionMode
 from dlsched.policies.learned import ALGORITHMS
+from dlsched.runs.tracking.owners import end_orphaned_runs
 from dlsched.runs.tracking.store import connect, resolve_tracking_uri
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 from dlsched.runs.training.environments import VecEnvKind
@@ -197,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
         target = resolve_tracking_uri(args.tracking_uri)
         print(target.describe(), file=sys.stderr)
         client = connect(target)
+        end_orphaned_runs(client, lambda line: print(line, file=sys.stderr))
     result = train(
         config,
         args.out,
@@ -205,7 +207,12 @@ def run(args: argparse.Namespace) -> int:
         experiment=args.experiment,
         progress=not args.no_progress,
     )
-    ending = "stopped early (no improvement)" if result.stopped_early else "done"
+    if result.interruption is not None:
+        ending = f"interrupted ({result.interruption or 'SIGINT'}); its work is saved"
+    elif result.stopped_early:
+        ending = "stopped early (no improvement)"
+    else:
+        ending = "done"
     print(f"training {result.training_id}: {result.timesteps} timesteps, {ending}")
     best = result.best
     if best is not None:
@@ -216,10 +223,13 @@ def run(args: argparse.Namespace) -> int:
     if result.run_id is not None and target is not None:
         print(f"MLflow run {result.run_id} (experiment {result.experiment_id}) in {target.uri}")
     print(f"model: {result.model_uri}")
+    print(f"latest weights: {result.final_model_uri}")
     print(
         f"evaluate it: dlsched evaluate --scenario {config.scenarios[0]} "
         f"--policy default,{result.model_uri} --seed 100 --episodes 10"
     )
+    if result.interruption is not None:
+        raise result.interruption
     return 0
 
 

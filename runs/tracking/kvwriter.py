@@ -25,7 +25,7 @@ from mlflow.entities import Metric
 from stable_baselines3.common.logger import KVWriter
 
 from dlsched.envs.errors import TrackingError
-from dlsched.runs.tracking.store import STORE_ERRORS
+from dlsched.runs.tracking.store import STORE_ERRORS, first_line
 from dlsched.runs.tracking.tracker import MAX_METRICS_PER_CALL, log_in_batches
 
 #: The name by which ``logger.record(key, value, exclude=...)`` keeps a value out of MLflow.
@@ -44,6 +44,9 @@ class MlflowKVWriter(KVWriter):
             1000 metrics per ``log_batch`` call).
         flush_interval_s: send at the first ``write`` this many seconds after the last send.
         clock: seconds from a monotonic clock (injected so tests need no waiting).
+        on_failure: if given, a store that refuses a batch is reported to it once and the writer
+            stops sending (the values are in the training's ``progress.csv`` for ``dlsched runs
+            sync``); without it, :meth:`flush` raises.
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class MlflowKVWriter(KVWriter):
         max_pending: int = MAX_METRICS_PER_CALL,
         flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        on_failure: Callable[[TrackingError], None] | None = None,
     ) -> None:
         if not 1 <= max_pending <= MAX_METRICS_PER_CALL:
             raise TrackingError(
@@ -67,6 +71,8 @@ class MlflowKVWriter(KVWriter):
         self._pending: list[Metric] = []
         self._last_flush = clock()
         self.batches_sent = 0
+        self.on_failure = on_failure
+        self.failure: TrackingError | None = None
 
     @property
     def pending(self) -> int:
@@ -94,17 +100,28 @@ class MlflowKVWriter(KVWriter):
         """Send every pending value now.
 
         Raises:
-            TrackingError: the store refused the batch (the values stay pending).
+            TrackingError: the store refused the batch (the values stay pending), unless
+                ``on_failure`` was given.
         """
+        if self.failure is not None:
+            self._pending.clear()  # the store failed: progress.csv keeps them
+            return
         while self._pending:
             batch = self._pending[: self.max_pending]
             try:
                 log_in_batches(self.client, self.run_id, batch)
             except STORE_ERRORS as error:
-                raise TrackingError(
+                failure = TrackingError(
                     f"MLflow refused {len(batch)} training metrics of run {self.run_id}: "
-                    f"{error}; check that the tracking store is reachable and the run is open"
-                ) from error
+                    f"{first_line(error)}; check that the tracking store is reachable and the "
+                    "run is open"
+                )
+                if self.on_failure is None:
+                    raise failure from error
+                self.failure = failure
+                self._pending.clear()
+                self.on_failure(failure)
+                return
             del self._pending[: len(batch)]
             self.batches_sent += 1
         self._last_flush = self._clock()

@@ -3,11 +3,28 @@
 Where to track: ``MLFLOW_TRACKING_URI`` if set, else ``--tracking-uri``, else
 ``sqlite:///mlflow.db`` in the working directory (MLflow's own default, so ``mlflow ui`` run in
 the same folder shows the runs).
+
+Two things make a store safe to share:
+
+- **sqlite stores are created once.** MLflow creates and migrates a new sqlite store on first
+  use, without a lock across processes: several processes starting on a new store at once
+  migrate it concurrently and break it. :func:`connect` checks and creates a sqlite store under
+  an inter-process file lock next to it (``mlflow.db.lock``); the others wait, then find it
+  complete. A store left half-migrated (by an older dlsched, or by MLflow itself) is named with
+  what is wrong and how to back it up, never touched.
+- **a tracking server that dies is noticed within seconds.** MLflow retries a dead server with
+  exponential backoff for minutes (7 retries, 120 s timeouts). :func:`bound_http_retries` sets
+  MLflow's own limits (``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` and friends) to
+  :data:`HTTP_LIMITS` unless the user set them, so a failed call is reported within
+  :data:`HTTP_GIVE_UP_S` seconds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -15,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+import filelock
 import requests
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
@@ -25,6 +43,19 @@ ENV_VAR = "MLFLOW_TRACKING_URI"
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 #: Seconds the up-front check waits for an HTTP tracking server's health endpoint.
 PROBE_TIMEOUT_S = 5.0
+#: Seconds a process waits for another one to create a new sqlite store.
+STORE_LOCK_TIMEOUT_S = 300.0
+
+#: MLflow's HTTP client limits dlsched sets unless the environment sets them: 2 retries, 1 s
+#: backoff factor (sleeps of 0 then 2 s, plus up to 1 s of jitter), 7 s per request.
+HTTP_LIMITS: Mapping[str, str] = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "7",
+}
+#: The longest a failing call to a tracking server takes under :data:`HTTP_LIMITS`: three
+#: attempts of 7 s and the sleeps between them.
+HTTP_GIVE_UP_S = 3 * 7 + 2 + 2
 
 
 #: Errors a tracking store raises when it is unreachable or refuses a write.
@@ -97,17 +128,42 @@ def resolve_tracking_uri(
     return TrackingTarget(DEFAULT_TRACKING_URI, "default")
 
 
+def bound_http_retries(environ: dict[str, str] | None = None) -> None:
+    """Set MLflow's HTTP retry and timeout limits to :data:`HTTP_LIMITS` where unset.
+
+    MLflow reads them at every request, so this holds for every client of the process.
+
+    Args:
+        environ: the environment to change (``os.environ`` by default).
+    """
+    environment = os.environ if environ is None else environ
+    for name, value in HTTP_LIMITS.items():
+        environment.setdefault(name, value)
+
+
 def connect(target: TrackingTarget) -> MlflowClient:
     """A client of ``target``'s store, after checking that the store answers.
+
+    A new sqlite store is created here, once, under a file lock next to it (see the module
+    docstring); an HTTP store gets bounded retries (:func:`bound_http_retries`).
 
     Raises:
         TrackingError: naming the URI, what went wrong and the fix, before anything has run.
     """
     scheme = urlparse(target.uri).scheme
     if scheme in ("http", "https"):
+        bound_http_retries()
         _probe_http(target)
-    elif scheme == "sqlite":
-        _check_sqlite_folder(target)
+        return _client(target)
+    if scheme == "sqlite":
+        path = sqlite_path(target)
+        if path is not None:
+            _check_sqlite_file(target, path)
+            return _create_or_open_sqlite(target, path)
+    return _client(target)
+
+
+def _client(target: TrackingTarget) -> MlflowClient:
     try:
         client = MlflowClient(tracking_uri=target.uri)
         client.search_experiments(max_results=1)
@@ -118,6 +174,93 @@ def connect(target: TrackingTarget) -> MlflowClient:
             f"{type(error).__name__}: {first_line(error)}. {target.fix_hint()}"
         ) from error
     return client
+
+
+def sqlite_path(target: TrackingTarget) -> Path | None:
+    """The file of a sqlite store (``sqlite:///rel.db``, ``sqlite:////abs.db``); ``None`` for an
+    in-memory one."""
+    path = urlparse(target.uri).path[1:]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def _create_or_open_sqlite(target: TrackingTarget, path: Path) -> MlflowClient:
+    """Open a complete store at once; create a new one under the lock, once for all processes."""
+    # Without the lock, a store another process is migrating looks half-migrated: only a
+    # complete one is taken as it is; anything else is looked at again under the lock.
+    with contextlib.suppress(TrackingError):
+        if _sqlite_schema(target, path) == "complete":
+            return _client(target)
+    lock = filelock.FileLock(f"{path}.lock", timeout=STORE_LOCK_TIMEOUT_S)
+    try:
+        with lock:
+            # another process may have created it while this one waited
+            _sqlite_schema(target, path)
+            return _client(target)
+    except filelock.Timeout:
+        raise TrackingError(
+            f"MLflow tracking store {target.uri}: another process has held the lock "
+            f"{path}.lock for over {STORE_LOCK_TIMEOUT_S:.0f} s while creating the store. If no "
+            f"dlsched or MLflow process uses the store, remove {path}.lock and retry"
+        ) from None
+
+
+def _sqlite_schema(target: TrackingTarget, path: Path) -> str:
+    """``"new"`` (no file, or no table yet) or ``"complete"`` (every migration applied).
+
+    Raises:
+        TrackingError: a store part-way through its migrations, naming what is wrong and how
+            to back it up and repair it.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return "new"
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            tables = {row[0] for row in db.execute("select name from sqlite_master")}
+            revisions = (
+                [row[0] for row in db.execute("select version_num from alembic_version")]
+                if "alembic_version" in tables
+                else []
+            )
+    except sqlite3.Error as error:
+        raise TrackingError(
+            f"MLflow tracking store {target.uri} ({path.resolve()}) is not a readable sqlite "
+            f"database: {error}. Move it aside (mv {path} {path}.broken) to start a new store, "
+            f"or {target.fix_hint(lower=True)}"
+        ) from None
+    if not tables - {"alembic_version"}:
+        return "new"
+    head = _latest_revision()
+    leftovers = sorted(table for table in tables if table.startswith("_alembic_tmp_"))
+    if leftovers:
+        problem = (
+            f"it holds the temporary tables of an unfinished migration ({', '.join(leftovers)})"
+        )
+    elif not revisions:
+        problem = "it has tables but no schema revision (its creation was interrupted)"
+    elif head is not None and revisions != [head]:
+        problem = (
+            f"its schema is at revision {', '.join(revisions)}, not this MLflow's {head} (an "
+            "older MLflow made it, or a migration stopped part-way)"
+        )
+    else:
+        return "complete"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    raise TrackingError(
+        f"MLflow tracking store {target.uri} ({path.resolve()}) is half-migrated: {problem}. "
+        f"dlsched leaves it untouched. Back it up (cp {path} {path}.backup-{stamp}), then "
+        f"migrate it with `mlflow db upgrade {target.uri}`; if that fails, keep the backup, "
+        f"move the store aside (mv {path} {path}.broken) and start a new one, or "
+        f"{target.fix_hint(lower=True)}"
+    )
+
+
+def _latest_revision() -> str | None:
+    """The schema revision this MLflow migrates to (``None`` if MLflow no longer says)."""
+    try:
+        from mlflow.store.db.utils import _get_latest_schema_revision
+    except ImportError:  # a private helper: a later MLflow may move it
+        return None
+    return str(_get_latest_schema_revision())
 
 
 def _probe_http(target: TrackingTarget) -> None:
@@ -136,12 +279,30 @@ def _probe_http(target: TrackingTarget) -> None:
         ) from None
 
 
-def _check_sqlite_folder(target: TrackingTarget) -> None:
-    folder = Path(urlparse(target.uri).path[1:]).parent  # sqlite:///rel.db, sqlite:////abs.db
+def _check_sqlite_file(target: TrackingTarget, path: Path) -> None:
+    """Refuse at once what MLflow would retry for minutes: a missing or read-only folder, a
+    folder where the file should be, a read-only file."""
+    folder = path.parent
+    where = f"MLflow tracking store {target.uri} (from {target.source})"
     if not folder.is_dir():
         raise TrackingError(
-            f"MLflow tracking store {target.uri} (from {target.source}) is in folder "
-            f"{folder.resolve()}, which does not exist. Create it, or {target.fix_hint(lower=True)}"
+            f"{where} is in folder {folder.resolve()}, which does not exist. Create it, or "
+            f"{target.fix_hint(lower=True)}"
+        )
+    if path.is_dir():
+        raise TrackingError(
+            f"{where} is {path.resolve()}, which is a folder, not a database file. Name a file "
+            f"(e.g. sqlite:///{path / 'mlflow.db'}), or {target.fix_hint(lower=True)}"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise TrackingError(
+            f"{where}: folder {folder.resolve()} is not writable (sqlite writes its journal "
+            f"there). Make it writable, or {target.fix_hint(lower=True)}"
+        )
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        raise TrackingError(
+            f"{where}: file {path.resolve()} is not readable and writable by this user. Fix "
+            f"its permissions, or {target.fix_hint(lower=True)}"
         )
 
 

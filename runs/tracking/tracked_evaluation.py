@@ -164,9 +164,15 @@ def evaluate_tracked(
             local_folder=str(folder.path.resolve()),
         )
         summary_json = folder.path / "summary.json"
-        summary_json.write_text(json.dumps(summary_data(comparison, location), indent=2))
         summary_txt = folder.path / "summary.txt"
-        summary_txt.write_text(render_table([comparison]) + "\n")
+        try:
+            summary_json.write_text(json.dumps(summary_data(comparison, location), indent=2))
+            summary_txt.write_text(render_table([comparison]) + "\n")
+        except OSError as error:
+            raise TrackingError(
+                f"cannot write the summary to {folder.path.resolve()}: {error}; every episode "
+                "is there. Free space there, or pass another --out"
+            ) from None
         tracker.finish(comparison.summaries, [summary_json, summary_txt])
     return TrackedEvaluation(comparison, location, tracker.failure, tuple(results))
 

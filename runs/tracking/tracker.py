@@ -14,12 +14,18 @@ Layout in the store (DESIGN.md, "Runs and tracking"):
 
 Metrics and params go through :meth:`MlflowClient.log_batch` within MLflow's limits (1000
 metrics, 100 params or tags, 1000 entities a call); one call per point costs about 5 ms.
+
+Nothing is lost when the store fails: every run carries its owner process
+(:mod:`~dlsched.runs.tracking.owners`) and is ended in a ``finally`` (``KILLED`` on a signal,
+``FAILED`` on an error); a store that stops answering mid-way is said at once (a tracking
+server is watched by :class:`~dlsched.runs.tracking.server_watch.ServerWatch`), the evaluation
+goes on untracked with every episode on disk, and ``dlsched runs sync <folder>``
+(:mod:`~dlsched.runs.tracking.sync`) uploads them when the store is back.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import secrets
 import shutil
@@ -29,7 +35,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import TextIO, TypeVar
+from typing import TypeVar
+from urllib.parse import urlparse
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
@@ -47,10 +54,12 @@ from dlsched.runs.evaluation import (
     PolicySummary,
     StepRecord,
 )
+from dlsched.runs.tracking.owners import end_run, owner_tags
 from dlsched.runs.tracking.plots import plot_episode
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
+from dlsched.runs.tracking.server_watch import ServerWatch
 from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, first_line
-from dlsched.runs.tracking.trajectory import EvaluationFolder, episode_name
+from dlsched.runs.tracking.trajectory import EvaluationFolder, TrackingRecord, episode_name
 
 #: MLflow's batch limits (mlflow.utils.validation).
 MAX_METRICS_PER_CALL = 1000
@@ -59,6 +68,10 @@ MAX_PARAMS_PER_CALL = 100
 TAG_KIND = "dlsched.kind"  # "evaluation" on parent runs, "episode" on child runs
 TAG_EVALUATION = "dlsched.evaluation"
 TAG_POLICY_PARAMS = "dlsched.policy_params"  # the parameters as typed JSON
+TAG_DEGRADED = "dlsched.degraded"  # "true" on a run whose tracking failed and was synced later
+TAG_INCIDENTS = "dlsched.incidents"  # what the backend reported that makes the figures doubtful
+#: MLflow's limit on a tag's value is 8000 characters.
+MAX_TAG_CHARS = 8000
 EPISODE_METRIC_PREFIX = "episode/"
 BACKEND_PARAM_PREFIX = "backend."  # one param per backend option: backend.workload_threading
 
@@ -215,6 +228,7 @@ class EvaluationTracker:
         self.episode_run_ids: dict[str, str] = {}
         self.failure: TrackingError | None = None
         self._defaults: dict[int, EpisodeResult] = {}
+        self._watch: ServerWatch | None = None
 
     # -------------------------------------------------------------- life cycle
 
@@ -226,12 +240,24 @@ class EvaluationTracker:
             shutil.rmtree(self.folder.path, ignore_errors=True)  # nothing ran: leave nothing
             raise
         self.scenario_file = self.folder.write_scenario(self.scenario_yaml)
+        assert self.experiment_id is not None and self.parent_run_id is not None
+        self.folder.write_tracking(
+            TrackingRecord(
+                kind="evaluation",
+                tracking_uri=self.target.uri,
+                experiment_id=self.experiment_id,
+                run_id=self.parent_run_id,
+                name=self.evaluation_id,
+            )
+        )
+        if urlparse(self.target.uri).scheme in ("http", "https"):
+            self._watch = ServerWatch(self.target.uri, self.warn).start()
         return self
 
     def _start_runs(self) -> None:
         try:
             self.experiment_id = self._experiment()
-            tags = {TAG_KIND: "evaluation", TAG_EVALUATION: self.evaluation_id}
+            tags = {TAG_KIND: "evaluation", TAG_EVALUATION: self.evaluation_id, **owner_tags()}
             if self.commit is not None:
                 tags[MLFLOW_GIT_COMMIT] = self.commit
             run = self.client.create_run(self.experiment_id, run_name=self.evaluation_id, tags=tags)
@@ -249,11 +275,13 @@ class EvaluationTracker:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        if self._watch is not None:
+            self._watch.stop()
         if kind is None or self.failure is not None or self.parent_run_id is None:
-            return
+            return  # ended by finish(), or left to `dlsched runs sync` (and repair) if it failed
         status = "KILLED" if issubclass(kind, KeyboardInterrupt) else "FAILED"
         with contextlib.suppress(*STORE_ERRORS):  # the original exception is what matters
-            _set_terminated(self.client, self.parent_run_id, status, sys.stderr)
+            end_run(self.client, self.parent_run_id, status, sys.stderr)
 
     def _experiment(self) -> str:
         name = self.experiment_name
@@ -297,6 +325,11 @@ class EvaluationTracker:
     def record_episode(self, result: EpisodeResult) -> None:
         """Write the episode to its local folder, then log it as a child run."""
         episode_dir = self.folder.write_episode(result, self.scenario_yaml)
+        for incident in result.incidents:
+            self.warn(
+                f"warning: episode {episode_name(result.policy, result.seed)}: {incident}; its "
+                f"figures are doubtful, and its run is tagged {TAG_INCIDENTS}"
+            )
         if self.plots:
             if result.policy.name == DEFAULT_POLICY:
                 self._defaults[result.seed] = result
@@ -306,32 +339,107 @@ class EvaluationTracker:
             plot_episode(result, reference, episode_dir)
         if self.failure is not None:
             return
+        name = episode_name(result.policy, result.seed)
+        if self._watch is not None and self._watch.down:
+            self._fail(f"the server stopped answering before episode {name} was logged")
+            return
         try:
             self._log_episode(result, episode_dir)
         except STORE_ERRORS as error:
-            self.failure = TrackingError(
-                f"tracking to {self.target.uri} failed while logging episode "
-                f"{episode_name(result.policy, result.seed)}: {first_line(error)}. Every "
-                f"finished episode is on disk in {self.folder.path.resolve()} (trajectory.csv, "
-                "episode.json, scenario.yaml and plots per episode); the evaluation goes on "
-                "without tracking"
-            )
-            self.warn(f"warning: {self.failure}")
+            self._fail(f"logging episode {name} failed: {first_line(error)}")
+
+    def _fail(self, what: str) -> None:
+        """Go on untracked from now on, and say where the episodes are and how to upload them."""
+        folder = self.folder.path.resolve()
+        self.failure = TrackingError(
+            f"tracking to {self.target.uri} failed: {what}. Every finished episode is on disk "
+            f"in {folder} (trajectory.csv, episode.json, scenario.yaml and plots per episode); "
+            "the evaluation goes on without tracking. When the store is back, upload them: "
+            f"dlsched runs sync {folder}"
+        )
+        self.warn(f"warning: {self.failure}")
 
     def _log_episode(self, result: EpisodeResult, episode_dir: Path) -> None:
         assert self.experiment_id is not None and self.parent_run_id is not None
-        tags = {
-            MLFLOW_PARENT_RUN_ID: self.parent_run_id,
-            TAG_KIND: "episode",
-            TAG_EVALUATION: self.evaluation_id,
-            TAG_POLICY_PARAMS: json.dumps(dict(result.policy.params)),
-        }
-        if self.commit is not None:
-            tags[MLFLOW_GIT_COMMIT] = self.commit
         name = episode_name(result.policy, result.seed)
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
-        run_id = run.info.run_id
-        self.episode_run_ids[name] = run_id
+        self.episode_run_ids[name] = log_episode_run(
+            self.client,
+            self.experiment_id,
+            self.parent_run_id,
+            self.evaluation_id,
+            result,
+            episode_dir,
+            self.version,
+            self.commit,
+        )
+
+    def finish(self, summaries: Sequence[PolicySummary], files: Sequence[Path]) -> None:
+        """Log the summary on the parent run, with ``files`` as artifacts, and close it."""
+        if self.failure is not None or self.parent_run_id is None or self.scenario_file is None:
+            return  # the store failed, or the evaluation never started
+        if self._watch is not None and self._watch.down:
+            self._fail("the server stopped answering before the summary was logged")
+            return
+        metrics = summary_metrics(summaries)
+        try:
+            log_in_batches(self.client, self.parent_run_id, metrics)
+            for path in (*files, self.scenario_file):
+                self.client.log_artifact(self.parent_run_id, str(path))
+            end_run(self.client, self.parent_run_id, "FINISHED", sys.stderr)
+        except STORE_ERRORS as error:
+            self._fail(f"logging the evaluation summary failed: {first_line(error)}")
+
+
+def summary_metrics(summaries: Sequence[PolicySummary]) -> list[Metric]:
+    """The parent run's metrics: ``summary/<policy>/<metric>/{mean,ci_low,ci_high}``."""
+    now_ms = int(time.time() * 1000)
+    metrics = []
+    for summary in summaries:
+        for metric in summary.metrics:
+            values = {
+                "mean": metric.estimate.mean,
+                "ci_low": metric.estimate.ci_low,
+                "ci_high": metric.estimate.ci_high,
+            }
+            for suffix, value in values.items():
+                if value is not None:
+                    key = f"summary/{summary.label}/{metric.spec.name}/{suffix}"
+                    metrics.append(Metric(key, value, now_ms, 0))
+    return metrics
+
+
+def log_episode_run(
+    client: MlflowClient,
+    experiment_id: str,
+    parent_run_id: str,
+    evaluation_id: str,
+    result: EpisodeResult,
+    episode_dir: Path,
+    version: str,
+    commit: str | None,
+    extra_tags: Mapping[str, str] | None = None,
+) -> str:
+    """Log one episode as a child run of ``parent_run_id``; its run id.
+
+    The run is ended whatever happens: ``FINISHED`` once everything is logged, ``KILLED`` if a
+    signal cuts the logging short, ``FAILED`` if the store refuses part of it.
+    """
+    tags = {
+        MLFLOW_PARENT_RUN_ID: parent_run_id,
+        TAG_KIND: "episode",
+        TAG_EVALUATION: evaluation_id,
+        TAG_POLICY_PARAMS: json.dumps(dict(result.policy.params)),
+        **owner_tags(),
+        **(extra_tags or {}),
+    }
+    if result.incidents:
+        tags[TAG_INCIDENTS] = "\n".join(result.incidents)[:MAX_TAG_CHARS]
+    if commit is not None:
+        tags[MLFLOW_GIT_COMMIT] = commit
+    name = episode_name(result.policy, result.seed)
+    run_id: str = client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+    status = "FAILED"
+    try:
         now_ms = int(time.time() * 1000)
         metrics = [
             Metric(key, value, now_ms, step.step)
@@ -342,46 +450,16 @@ class EvaluationTracker:
             Metric(key, value, now_ms, 0)
             for key, value in episode_metrics_by_name(result.metrics).items()
         ]
-        params = episode_params(result, self.evaluation_id, self.version, self.commit)
-        log_in_batches(self.client, run_id, metrics, params)
-        self.client.log_artifacts(run_id, str(episode_dir))
-        _set_terminated(self.client, run_id, "FINISHED", io.StringIO())
-
-    def finish(self, summaries: Sequence[PolicySummary], files: Sequence[Path]) -> None:
-        """Log the summary on the parent run, with ``files`` as artifacts, and close it."""
-        if self.failure is not None or self.parent_run_id is None or self.scenario_file is None:
-            return  # the store failed, or the evaluation never started
-        now_ms = int(time.time() * 1000)
-        metrics = []
-        for summary in summaries:
-            for metric in summary.metrics:
-                values = {
-                    "mean": metric.estimate.mean,
-                    "ci_low": metric.estimate.ci_low,
-                    "ci_high": metric.estimate.ci_high,
-                }
-                for suffix, value in values.items():
-                    if value is not None:
-                        key = f"summary/{summary.label}/{metric.spec.name}/{suffix}"
-                        metrics.append(Metric(key, value, now_ms, 0))
-        try:
-            log_in_batches(self.client, self.parent_run_id, metrics)
-            for path in (*files, self.scenario_file):
-                self.client.log_artifact(self.parent_run_id, str(path))
-            _set_terminated(self.client, self.parent_run_id, "FINISHED", sys.stderr)
-        except STORE_ERRORS as error:
-            self.failure = TrackingError(
-                f"tracking to {self.target.uri} failed while logging the evaluation summary: "
-                f"{first_line(error)}. Every episode is on disk in "
-                f"{self.folder.path.resolve()}"
-            )
-            self.warn(f"warning: {self.failure}")
-
-
-def _set_terminated(client: MlflowClient, run_id: str, status: str, links: TextIO) -> None:
-    """End a run; MLflow's "View run" links for HTTP stores go to ``links``, not stdout.
-
-    MLflow writes them to stdout, where they would break ``--json`` output.
-    """
-    with contextlib.redirect_stdout(links):
-        client.set_terminated(run_id, status)
+        params = episode_params(result, evaluation_id, version, commit)
+        log_in_batches(client, run_id, metrics, params)
+        client.log_artifacts(run_id, str(episode_dir))
+        status = "FINISHED"
+    except KeyboardInterrupt:
+        status = "KILLED"
+        raise
+    finally:
+        # a store that refused the logging may refuse this too; the owner tags let a later
+        # command end the run then
+        with contextlib.suppress(*STORE_ERRORS):
+            end_run(client, run_id, status)
+    return run_id

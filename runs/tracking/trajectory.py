@@ -4,6 +4,7 @@ Layout (``root`` is ``./dlsched-runs`` unless ``--out`` says otherwise)::
 
     <root>/<evaluation id>/
         scenario.yaml                  the scenario as it ran
+        tracking.json                  where it is tracked (store, experiment, parent run)
         summary.json, summary.txt      written when the evaluation ends
         <policy>-seed<seed>/
             trajectory.csv             every step, every container (TRAJECTORY_COLUMNS)
@@ -11,7 +12,9 @@ Layout (``root`` is ``./dlsched-runs`` unless ``--out`` says otherwise)::
             *.png                      the episode's plots (dlsched.runs.tracking.plots)
 
 The folder of an evaluation is created once and never reused, so a second evaluation cannot
-overwrite a first; a finished episode is on disk whatever happens to the tracking server later.
+overwrite a first; a finished episode is on disk whatever happens to the tracking server later,
+and ``dlsched runs sync`` reads it back (:func:`read_episode`, :func:`read_tracking`) to upload
+what the store missed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ from enum import Enum
 from pathlib import Path
 
 from dlsched.envs.errors import TrackingError
-from dlsched.runs.evaluation import EpisodeResult, PolicyIdentity, to_jsonable
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.runs.evaluation import (
+    EpisodeMetrics,
+    EpisodeResult,
+    JobOutcome,
+    PolicyIdentity,
+    StepRecord,
+    to_jsonable,
+)
 
 #: Default parent folder of local evaluation records, relative to the working directory.
 DEFAULT_OUT = Path("dlsched-runs")
@@ -32,6 +43,7 @@ DEFAULT_OUT = Path("dlsched-runs")
 TRAJECTORY_FILE = "trajectory.csv"
 EPISODE_FILE = "episode.json"
 SCENARIO_FILE = "scenario.yaml"
+TRACKING_FILE = "tracking.json"
 
 #: Columns of ``trajectory.csv``: the step, then one :class:`ContainerSample` field each.
 TRAJECTORY_COLUMNS: tuple[str, ...] = (
@@ -51,6 +63,48 @@ TRAJECTORY_COLUMNS: tuple[str, ...] = (
     "loss",
     "iterations",
 )
+
+
+@dataclass(frozen=True)
+class TrackingRecord:
+    """Where a local folder (an evaluation's or a training's) is tracked: ``tracking.json``.
+
+    Attributes:
+        kind: ``evaluation`` or ``training``.
+        tracking_uri: the MLflow store.
+        experiment_id: the experiment.
+        run_id: the evaluation's parent run, or the training's run.
+        name: the evaluation or training id.
+    """
+
+    kind: str
+    tracking_uri: str
+    experiment_id: str
+    run_id: str
+    name: str
+
+    def write(self, folder: Path) -> None:
+        (folder / TRACKING_FILE).write_text(json.dumps(dataclasses.asdict(self), indent=1) + "\n")
+
+
+def read_tracking(folder: Path) -> TrackingRecord:
+    """The :class:`TrackingRecord` of a local folder.
+
+    Raises:
+        TrackingError: the folder has none (it was run with --no-tracking, or is no dlsched
+            folder).
+    """
+    path = folder / TRACKING_FILE
+    try:
+        data = json.loads(path.read_text())
+        return TrackingRecord(**data)
+    except FileNotFoundError:
+        raise TrackingError(
+            f"{folder} has no {TRACKING_FILE}: it is not the local folder of a tracked dlsched "
+            "evaluation or training (those are under dlsched-runs/, or where --out said)"
+        ) from None
+    except (ValueError, TypeError) as error:
+        raise TrackingError(f"{path} is not a dlsched tracking record: {error}") from None
 
 
 def episode_name(policy: PolicyIdentity, seed: int) -> str:
@@ -91,18 +145,35 @@ class EvaluationFolder:
     def episode_dir(self, policy: PolicyIdentity, seed: int) -> Path:
         return self.path / episode_name(policy, seed)
 
+    def write_tracking(self, record: TrackingRecord) -> None:
+        record.write(self.path)
+
+    def episode_dirs(self) -> list[Path]:
+        """The folders of the episodes written so far, by name."""
+        return sorted(path.parent for path in self.path.glob(f"*/{EPISODE_FILE}"))
+
     def write_scenario(self, scenario_yaml: str) -> Path:
         path = self.path / SCENARIO_FILE
         path.write_text(scenario_yaml)
         return path
 
     def write_episode(self, result: EpisodeResult, scenario_yaml: str) -> Path:
-        """Write an episode's trajectory, record and scenario (its YAML text); return its folder."""
+        """Write an episode's trajectory, record and scenario (its YAML text); return its folder.
+
+        Raises:
+            TrackingError: the folder cannot be written (a full disk, say), naming it and the fix.
+        """
         folder = self.episode_dir(result.policy, result.seed)
-        folder.mkdir(exist_ok=False)
-        write_trajectory(result, folder / TRAJECTORY_FILE)
-        (folder / EPISODE_FILE).write_text(json.dumps(episode_record(result), indent=1))
-        (folder / SCENARIO_FILE).write_text(scenario_yaml)
+        try:
+            folder.mkdir(exist_ok=False)
+            write_trajectory(result, folder / TRAJECTORY_FILE)
+            (folder / EPISODE_FILE).write_text(json.dumps(episode_record(result), indent=1))
+            (folder / SCENARIO_FILE).write_text(scenario_yaml)
+        except OSError as error:
+            raise TrackingError(
+                f"cannot write episode {folder.name} to {folder.resolve()}: {error}; the "
+                "episodes written before it are there. Free space there, or pass another --out"
+            ) from None
         return folder
 
 
@@ -138,6 +209,7 @@ def episode_record(result: EpisodeResult) -> dict[str, object]:
         "backend": result.backend,
         "backend_options": dict(result.backend_options),
         "seed": result.seed,
+        "incidents": list(result.incidents),
         "metrics": to_jsonable(result.metrics),
         "jobs": [{**to_jsonable(job), "completion_s": job.completion_s} for job in result.jobs],
         "steps": [
@@ -152,3 +224,35 @@ def episode_record(result: EpisodeResult) -> dict[str, object]:
             for step in result.steps
         ],
     }
+
+
+def read_episode(folder: Path) -> EpisodeResult:
+    """An episode read back from its folder (what :meth:`EvaluationFolder.write_episode` wrote).
+
+    The steps carry their aggregates only (``containers`` is empty): the per-container rows stay
+    in ``trajectory.csv``.
+    """
+    record = json.loads((folder / EPISODE_FILE).read_text())
+    scenario = load_scenario(str(folder / SCENARIO_FILE))
+    step_fields = {f.name for f in dataclasses.fields(StepRecord)} - {"containers"}
+    steps = tuple(
+        StepRecord(**{key: step[key] for key in step_fields}, containers=())
+        for step in record["steps"]
+    )
+    jobs = tuple(
+        JobOutcome(job["job_id"], job["workload"], job["arrival_s"], job["completed_s"])
+        for job in record["jobs"]
+    )
+    return EpisodeResult(
+        policy=PolicyIdentity(
+            record["policy"]["name"], tuple(sorted(record["policy"]["params"].items()))
+        ),
+        scenario=scenario,
+        backend=record["backend"],
+        seed=int(record["seed"]),
+        steps=steps,
+        jobs=jobs,
+        metrics=EpisodeMetrics(**record["metrics"]),
+        backend_options=record["backend_options"],
+        incidents=tuple(record.get("incidents", ())),
+    )

@@ -11,6 +11,7 @@ improved on it.
 from __future__ import annotations
 
 import math
+import shutil
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -61,6 +62,10 @@ class ProgressBar(BaseCallback):
             self.bar.set_postfix_str(text)
 
     def _on_training_end(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the bar (SB3 does not end callbacks when training is interrupted)."""
         if self.bar is not None:
             self.bar.close()
 
@@ -192,7 +197,7 @@ class Validation(BaseCallback):
         improved = score > self.best_score
         if improved:
             self.best_score = score
-            save_model(self.model, self.normalizer, self.card, self.best_folder)
+            self._keep_best()
         record = ValidationRecord(self.num_timesteps, score, metrics, improved)
         self.records.append(record)
         for key, value in metrics.items():
@@ -204,6 +209,18 @@ class Validation(BaseCallback):
         if self.report is not None:
             self.report(record)
         return record
+
+    def _keep_best(self) -> None:
+        """Save the model as the best one, whole or not at all.
+
+        A training stopped by a signal keeps its best model: a folder cut short while it was
+        written (the model without its card) must never take the place of the previous one.
+        """
+        staging = self.best_folder.with_name(self.best_folder.name + ".saving")
+        shutil.rmtree(staging, ignore_errors=True)
+        save_model(self.model, self.normalizer, self.card, staging)
+        shutil.rmtree(self.best_folder, ignore_errors=True)
+        staging.rename(self.best_folder)
 
     def _since_improvement(self) -> int:
         since = 0

@@ -19,6 +19,13 @@ One call of :func:`train` is one training run:
    configuration (``training_config.json``), the scenarios as they ran and the validation
    history.
 
+An interrupted training keeps its work: on Ctrl-C or SIGTERM the latest weights and
+normalisation statistics are saved (``final-model/``), the best model so far and the validation
+history are logged as at a normal end, and the run is ended ``KILLED``
+(:attr:`TrainingResult.interruption` holds the signal, for the caller to re-raise). If the store
+stops answering, training goes on untracked and ``dlsched runs sync <folder>`` uploads the rest
+(``tracking.json`` in the folder names the run).
+
 Seeds: the training environments are reset with seeds ``seed .. seed + n_envs - 1`` once and
 then draw every later episode from their own generators; validation uses seeds from
 :data:`VALIDATION_SEED_BASE` on, so that no validation episode is a training one. Evaluate a
@@ -56,9 +63,11 @@ from dlsched.policies.learned import ModelCard, algorithm_class, save_model
 from dlsched.policies.normalization import slot_normalizer
 from dlsched.policies.slot_network import OwnSlotPolicy, SlotActorCriticPolicy
 from dlsched.runs.tracking.kvwriter import MlflowKVWriter
+from dlsched.runs.tracking.owners import end_run, owner_tags
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
-from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget
+from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, first_line
 from dlsched.runs.tracking.tracker import TAG_KIND, log_in_batches
+from dlsched.runs.tracking.trajectory import TrackingRecord
 from dlsched.runs.training.callbacks import ProgressBar, RolloutQoE, Validation, ValidationRecord
 from dlsched.runs.training.environments import (
     VecEnvKind,
@@ -245,6 +254,8 @@ class TrainingResult:
         validations: every validation, in order.
         run_id: the MLflow run, when tracked.
         experiment_id: its experiment.
+        interruption: the SIGINT or SIGTERM that stopped it early, if one did (its work is
+            saved and logged all the same).
     """
 
     training_id: str
@@ -255,11 +266,19 @@ class TrainingResult:
     validations: tuple[ValidationRecord, ...] = ()
     run_id: str | None = None
     experiment_id: str | None = None
+    interruption: KeyboardInterrupt | None = None
 
     @property
     def model_uri(self) -> str:
         """What ``dlsched evaluate --policy`` takes to load the model."""
         return f"runs:/{self.run_id}/{BEST_MODEL_DIR}" if self.run_id else str(self.model_folder)
+
+    @property
+    def final_model_uri(self) -> str:
+        """The latest weights (``final-model/``), as ``dlsched evaluate --policy`` takes them."""
+        if self.run_id:
+            return f"runs:/{self.run_id}/{FINAL_MODEL_DIR}"
+        return str(self.folder / FINAL_MODEL_DIR)
 
     @property
     def best(self) -> ValidationRecord | None:
@@ -325,21 +344,28 @@ def train(
         if client is not None and target is not None
         else None
     )
+    if tracking is not None:
+        TrackingRecord(
+            "training", tracking.target.uri, tracking.experiment_id, tracking.run_id, training_id
+        ).write(folder)
     try:
         result = _learn(config, scenarios, eval_scenarios, folder, training_id, tracking, progress)
     except BaseException as error:
         if tracking is not None:
             status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
             with contextlib.suppress(*STORE_ERRORS):
-                tracking.client.set_terminated(tracking.run_id, status)
+                end_run(tracking.client, tracking.run_id, status)
         raise
     if tracking is not None:
         try:
             _finish_run(tracking, result)
         except STORE_ERRORS as error:
+            with contextlib.suppress(*STORE_ERRORS):
+                end_run(tracking.client, tracking.run_id, "FAILED")
             raise TrackingError(
-                f"MLflow refused the artifacts of training run {tracking.run_id}: {error}; "
-                f"everything is on disk in {folder.resolve()}"
+                f"MLflow refused the artifacts of training run {tracking.run_id}: "
+                f"{first_line(error)}; everything is on disk in {folder.resolve()}: upload it "
+                f"when the store answers with `dlsched runs sync {folder.resolve()}`"
             ) from error
     return result
 
@@ -379,7 +405,7 @@ def _start_run(
     name = experiment or f"{scenario.name}-training"
     try:
         experiment_id = _experiment_id(client, name)
-        tags = {TAG_KIND: "training"}
+        tags = {TAG_KIND: "training", **owner_tags()}
         commit = source_commit()
         if commit is not None:
             tags[MLFLOW_GIT_COMMIT] = commit
@@ -459,12 +485,24 @@ def _learn(
     )
     if config.frame_stack > 1:
         venv = VecFrameStack(venv, config.frame_stack, channels_order="last")
+    interruption: KeyboardInterrupt | None = None
     try:
         normalizer = slot_normalizer(venv, _gamma(config), config.normalize_reward)
         model = _build_model(config, normalizer)
         writers: list[KVWriter] = [CSVOutputFormat(str(folder / PROGRESS_FILE))]
         if tracking is not None:
-            writers.append(MlflowKVWriter(tracking.client, tracking.run_id))
+            writers.append(
+                MlflowKVWriter(
+                    tracking.client,
+                    tracking.run_id,
+                    on_failure=lambda failure: print(
+                        f"warning: {failure}. Training goes on; every value is in "
+                        f"{folder / PROGRESS_FILE}: upload it when the store answers with "
+                        f"`dlsched runs sync {folder.resolve()}`",
+                        file=sys.stderr,
+                    ),
+                )
+            )
         model.set_logger(Logger(str(folder), writers))
         bar = ProgressBar(config.timesteps, enabled=progress)
         callbacks: list[BaseCallback] = [bar]
@@ -486,16 +524,28 @@ def _learn(
                 ),
             )
             callbacks.append(validation)
-        model.learn(total_timesteps=config.timesteps, callback=CallbackList(callbacks))
-        if validation is not None and not validation.stopped_early:
+        try:
+            model.learn(total_timesteps=config.timesteps, callback=CallbackList(callbacks))
+        except KeyboardInterrupt as stopped:
+            interruption = stopped  # keep the work: save and log it as at a normal end
+            bar.close()
+        if interruption is None and validation is not None and not validation.stopped_early:
             last = validation.records[-1].timesteps if validation.records else -1
             if last != model.num_timesteps:
                 validation.validate()  # the last model may be the best
         save_model(model, normalizer, card, folder / FINAL_MODEL_DIR)
         model.logger.close()
     finally:
-        venv.close()
-    model_folder = folder / BEST_MODEL_DIR if validation is not None else folder / FINAL_MODEL_DIR
+        try:
+            venv.close()
+        except (EOFError, OSError):
+            # Ctrl-C reaches subprocess environments too, and they may be gone already
+            if interruption is None:
+                raise
+    best_folder = folder / BEST_MODEL_DIR
+    model_folder = (
+        best_folder if validation is not None and best_folder.is_dir() else folder / FINAL_MODEL_DIR
+    )
     records = tuple(validation.records) if validation is not None else ()
     (folder / VALIDATION_FILE).write_text(
         json.dumps([asdict(record) for record in records], indent=2) + "\n", encoding="utf-8"
@@ -509,6 +559,7 @@ def _learn(
         validations=records,
         run_id=tracking.run_id if tracking is not None else None,
         experiment_id=tracking.experiment_id if tracking is not None else None,
+        interruption=interruption,
     )
 
 
@@ -554,4 +605,6 @@ def _finish_run(tracking: _Tracking, result: TrainingResult) -> None:
     for name in (CONFIG_FILE, VALIDATION_FILE, PROGRESS_FILE):
         client.log_artifact(run_id, str(folder / name))
     client.set_tag(run_id, "dlsched.stopped_early", str(result.stopped_early).lower())
-    client.set_terminated(run_id, "FINISHED")
+    if result.interruption is not None:
+        client.set_tag(run_id, "dlsched.interrupted", str(result.interruption) or "SIGINT")
+    end_run(client, run_id, "KILLED" if result.interruption is not None else "FINISHED")

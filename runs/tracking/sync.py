@@ -1,0 +1,228 @@
+"""Upload what a store missed: the on-disk episodes of an evaluation, the files of a training.
+
+When the store fails mid-way, an evaluation goes on untracked and a training goes on without
+logging, every result kept in its local folder (``dlsched-runs/<id>/``, with ``tracking.json``
+naming the store and run). :func:`sync_folder` (``dlsched runs sync <folder>``) uploads, once the
+store is back:
+
+- an evaluation: a child run for every episode folder that has no ``FINISHED`` run yet (an
+  unfinished one, cut off by the failure, is ended ``FAILED`` and tagged as replaced), then the
+  summary, and the parent run is ended ``FINISHED`` (``KILLED`` if the evaluation itself was
+  interrupted);
+- a training: the progress rows past the last one the run holds, the models and files, and the
+  run's end.
+
+Either way the run gets the tag ``dlsched.degraded=true``: its figures were uploaded after the
+fact. Syncing is idempotent: what is in the store is never uploaded twice, so running it again
+adds nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Run, ViewType
+
+from dlsched.envs.errors import TrackingError
+from dlsched.runs.evaluation import summarise
+from dlsched.runs.tracking.owners import end_run
+from dlsched.runs.tracking.provenance import dlsched_version, source_commit
+from dlsched.runs.tracking.store import STORE_ERRORS, connect, first_line, resolve_tracking_uri
+from dlsched.runs.tracking.tracker import (
+    TAG_DEGRADED,
+    TAG_EVALUATION,
+    TAG_KIND,
+    log_episode_run,
+    log_in_batches,
+    summary_metrics,
+)
+from dlsched.runs.tracking.trajectory import (
+    SCENARIO_FILE,
+    EvaluationFolder,
+    read_episode,
+    read_tracking,
+)
+
+#: Set on an episode run that was ended because a synced run replaced it.
+TAG_REPLACED_BY = "dlsched.replaced_by"
+#: The training files and folders a training run holds as artifacts (see the harness).
+TRAINING_ARTIFACT_DIRS: tuple[str, ...] = ("model", "final-model", "scenarios")
+TRAINING_ARTIFACT_FILES: tuple[str, ...] = (
+    "training_config.json",
+    "validation.json",
+    "progress.csv",
+)
+#: The progress column that counts timesteps: the step of every training metric.
+TIMESTEPS_COLUMN = "time/total_timesteps"
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What one sync uploaded.
+
+    Attributes:
+        kind: ``evaluation`` or ``training``.
+        run_id: the parent (evaluation) or training run.
+        tracking_uri: the store.
+        uploaded: the episodes (evaluation) or files (training) uploaded now.
+        already: those the store already had.
+        status: the run's status after the sync.
+    """
+
+    kind: str
+    run_id: str
+    tracking_uri: str
+    uploaded: tuple[str, ...]
+    already: tuple[str, ...]
+    status: str
+
+
+def sync_folder(folder: Path) -> SyncResult:
+    """Upload what the store of ``folder``'s ``tracking.json`` misses; see the module docstring.
+
+    ``MLFLOW_TRACKING_URI`` or the recorded store: the environment variable wins, as everywhere.
+
+    Raises:
+        TrackingError: the folder is no tracked dlsched folder, or the store is still down.
+    """
+    record = read_tracking(folder)
+    target = resolve_tracking_uri(record.tracking_uri)
+    client = connect(target)
+    try:
+        run = client.get_run(record.run_id)
+    except STORE_ERRORS as error:
+        raise TrackingError(
+            f"run {record.run_id} of {folder} is not in {target.uri}: {first_line(error)}; "
+            f"sync uploads to the store the folder was tracked in ({record.tracking_uri})"
+        ) from error
+    try:
+        if record.kind == "evaluation":
+            return _sync_evaluation(client, EvaluationFolder(folder), run, target.uri)
+        return _sync_training(client, folder, run, target.uri)
+    except STORE_ERRORS as error:
+        raise TrackingError(
+            f"the store {target.uri} failed again while syncing {folder}: {first_line(error)}; "
+            "what was uploaded is complete, rerun `dlsched runs sync` when it answers"
+        ) from error
+
+
+def _sync_evaluation(
+    client: MlflowClient, folder: EvaluationFolder, parent: Run, uri: str
+) -> SyncResult:
+    parent_id = parent.info.run_id
+    experiment_id = parent.info.experiment_id
+    evaluation_id = parent.data.tags[TAG_EVALUATION]
+    children: dict[str, list[Run]] = {}
+    query = f"tags.`{TAG_EVALUATION}` = '{evaluation_id}' and tags.`{TAG_KIND}` = 'episode'"
+    for child in client.search_runs([experiment_id], query, ViewType.ACTIVE_ONLY, 10_000):
+        children.setdefault(child.info.run_name, []).append(child)
+    uploaded, already, results = [], [], []
+    version, commit = dlsched_version(), source_commit()
+    for episode_dir in folder.episode_dirs():
+        result = read_episode(episode_dir)
+        results.append(result)
+        name = episode_dir.name
+        runs = children.get(name, [])
+        if any(run.info.status == "FINISHED" for run in runs):
+            already.append(name)
+            continue
+        run_id = log_episode_run(
+            client,
+            experiment_id,
+            parent_id,
+            evaluation_id,
+            result,
+            episode_dir,
+            version,
+            commit,
+            extra_tags={TAG_DEGRADED: "true"},
+        )
+        for unfinished in runs:  # cut off by the failure: superseded, never deleted
+            client.set_tag(unfinished.info.run_id, TAG_REPLACED_BY, run_id)
+            if unfinished.info.status == "RUNNING":
+                end_run(client, unfinished.info.run_id, "FAILED")
+        uploaded.append(name)
+    status = parent.info.status
+    if status != "FINISHED":
+        client.set_tag(parent_id, TAG_DEGRADED, "true")
+        summary_files = [folder.path / "summary.json", folder.path / "summary.txt"]
+        complete = all(path.is_file() for path in summary_files)
+        if complete and results:
+            kind = results[0].scenario.kind
+            scores = [result.score for result in results]
+            log_in_batches(client, parent_id, summary_metrics(summarise(scores, kind)))
+            for path in (*summary_files, folder.path / SCENARIO_FILE):
+                client.log_artifact(parent_id, str(path))
+        status = "FINISHED" if complete else "KILLED"
+        end_run(client, parent_id, status)
+    return SyncResult("evaluation", parent_id, uri, tuple(uploaded), tuple(already), status)
+
+
+def _sync_training(client: MlflowClient, folder: Path, run: Run, uri: str) -> SyncResult:
+    run_id = run.info.run_id
+    uploaded, already = [], []
+    history = client.get_metric_history(run_id, TIMESTEPS_COLUMN)
+    logged_through = max((metric.step for metric in history), default=-1)
+    rows = _progress_rows(folder / "progress.csv", logged_through)
+    if rows:
+        log_in_batches(client, run_id, rows)
+        uploaded.append(f"progress.csv ({len({m.step for m in rows})} rows)")
+    present = {info.path for info in client.list_artifacts(run_id)}
+    for name in (*TRAINING_ARTIFACT_DIRS, *TRAINING_ARTIFACT_FILES):
+        path = folder / name
+        if not path.exists():
+            continue
+        if name in present:
+            already.append(name)
+            continue
+        if path.is_dir():
+            client.log_artifacts(run_id, str(path), name)
+        else:
+            client.log_artifact(run_id, str(path))
+        uploaded.append(name)
+    status = run.info.status
+    if status == "RUNNING":
+        status = "FINISHED" if (folder / "final-model").is_dir() else "KILLED"
+    if uploaded or run.info.status == "RUNNING":
+        client.set_tag(run_id, TAG_DEGRADED, "true")
+        end_run(client, run_id, status)
+    return SyncResult("training", run_id, uri, tuple(uploaded), tuple(already), status)
+
+
+def _progress_rows(path: Path, after_step: int) -> list[Metric]:
+    """The metrics of the progress rows past ``after_step`` timesteps."""
+    if not path.is_file():
+        return []
+    metrics = []
+    now_ms = int(time.time() * 1000)
+    with path.open(newline="") as stream:
+        for row in csv.DictReader(stream):
+            try:
+                step = int(float(row.get(TIMESTEPS_COLUMN) or "nan"))
+            except ValueError:
+                continue
+            if step <= after_step:
+                continue
+            for key, text in row.items():
+                try:
+                    value = float(text)
+                except (TypeError, ValueError):
+                    continue
+                if math.isfinite(value):
+                    metrics.append(Metric(key, value, now_ms, step))
+    return metrics
+
+
+def describe(result: SyncResult) -> str:
+    """One paragraph saying what a sync did."""
+    what = "episodes" if result.kind == "evaluation" else "files"
+    uploaded = ", ".join(result.uploaded) or "nothing"
+    return (
+        f"{result.kind} run {result.run_id} in {result.tracking_uri}: uploaded {uploaded}; "
+        f"{len(result.already)} {what} were already there; status {result.status}"
+    ) + ("" if not result.uploaded else "; tagged dlsched.degraded=true")

@@ -1,0 +1,187 @@
+"""Commands stopped as users stop them: Ctrl-C, ``timeout`` (SIGTERM), ``kill -9``.
+
+Real ``dlsched`` processes on a real sqlite store; afterwards, and after one more command on the
+store, no run is ``RUNNING``; an interrupted training has a model that loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
+from dlsched.runs.cli import main
+from dlsched.runs.interruption import Interrupted, interruptible
+from dlsched.runs.policy_specs import resolve_policy
+
+EPISODE_S = 300.0  # 30 replay steps: an episode lasts long enough to be cut in the middle
+
+
+@pytest.fixture
+def scenario_file(tmp_path: Path) -> Path:
+    scenario = dataclasses.replace(load_scenario("dqoes-varied-burst"), horizon_s=EPISODE_S)
+    path = tmp_path / "scenario.yaml"
+    path.write_text(dump_scenario(scenario))
+    return path
+
+
+def _wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout_s:.0f} s for {what}")
+        time.sleep(0.01)
+
+
+def _episodes_on_disk(folder: Path) -> int:
+    return len(list(folder.glob("dlsched-runs/*/*/episode.json")))
+
+
+def _statuses(uri: str) -> dict[str, str]:
+    client = MlflowClient(uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return {run.info.run_name: run.info.status for run in client.search_runs(experiments)}
+
+
+def _store(folder: Path) -> str:
+    """The absolute URI of the default store of a command run in ``folder`` (MLflow caches a
+    store by its URI, so a relative one would name another test's store in this process)."""
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def _one_more_command(capsys, monkeypatch, folder: Path) -> str:
+    """``dlsched runs repair`` on the store: what any later command does first."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["runs", "repair", "--tracking-uri", _store(folder)]) == 0
+    return capsys.readouterr().out
+
+
+# ``after`` episodes are on disk, then ``delay_s`` later the signal: mid-episode or between two.
+POINTS = [(1, 0.0), (1, 0.15), (2, 0.02)]
+
+
+@pytest.mark.parametrize(
+    ("signum", "point"),
+    [
+        (signal.SIGINT, POINTS[0]),
+        (signal.SIGTERM, POINTS[1]),
+        (signal.SIGTERM, POINTS[2]),
+    ],
+    ids=["SIGINT", "SIGTERM", "SIGTERM-later"],
+)
+def test_a_stopped_evaluation_ends_every_run_and_says_so(
+    capsys, monkeypatch, tmp_path, scenario_file, dlsched_process, signum, point
+):
+    after, delay_s = point
+    process = dlsched_process(
+        ["evaluate", "--scenario", scenario_file, "--policy", "default,dqoes",
+         "--episodes", "20", "--no-progress", "--no-plots"],
+        cwd=tmp_path,
+    )  # fmt: skip
+    _wait_for(lambda: _episodes_on_disk(tmp_path) >= after, 120, f"{after} episodes")
+    time.sleep(delay_s)
+    process.send_signal(signum)
+    code = process.wait(timeout=60)
+    err = process.communicate()[1]
+
+    name = signal.Signals(signum).name
+    assert code == 128 + signum, err
+    assert f"dlsched evaluate: interrupted ({name})" in err
+    assert "Traceback" not in err
+    statuses = _statuses(_store(tmp_path))
+    assert "RUNNING" not in statuses.values(), statuses
+    assert sorted(set(statuses.values())) in (["FINISHED", "KILLED"], ["KILLED"])
+    assert "marked 0 runs KILLED" in _one_more_command(capsys, monkeypatch, tmp_path)
+
+
+def test_a_killed_evaluation_is_repaired_by_the_next_command(
+    capsys, monkeypatch, tmp_path, scenario_file, dlsched_process
+):
+    process = dlsched_process(
+        ["evaluate", "--scenario", scenario_file, "--policy", "default",
+         "--episodes", "20", "--no-progress", "--no-plots"],
+        cwd=tmp_path,
+    )  # fmt: skip
+    _wait_for(lambda: _episodes_on_disk(tmp_path) >= 1, 120, "an episode")
+    process.kill()
+    process.wait(timeout=30)
+    uri = _store(tmp_path)
+    assert "RUNNING" in _statuses(uri).values()  # SIGKILL: nobody could end the parent
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # any later command on the store (compare finds no finished evaluation: exit 1)
+    assert main(["compare", "--no-plot", "--tracking-uri", _store(tmp_path)]) in (0, 1)
+    err = capsys.readouterr().err
+    assert "tracking: marked 1 run KILLED whose process had died" in err
+    statuses = _statuses(uri)
+    assert "RUNNING" not in statuses.values()
+    assert list(statuses.values()).count("KILLED") == 1
+    assert "marked 0 runs KILLED" in _one_more_command(capsys, monkeypatch, tmp_path)
+
+
+def test_runs_of_a_live_process_are_never_repaired(capsys, monkeypatch, tmp_path):
+    uri = _store(tmp_path)
+    client = MlflowClient(uri)
+    from dlsched.runs.tracking.owners import owner_tags
+
+    experiment = client.create_experiment("live")
+    live = client.create_run(experiment, run_name="live", tags=owner_tags()).info.run_id
+    assert "marked 0 runs KILLED" in _one_more_command(capsys, monkeypatch, tmp_path)
+    assert client.get_run(live).info.status == "RUNNING"
+    client.set_terminated(live)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_training_keeps_and_logs_its_work(
+    monkeypatch, tmp_path, dlsched_process, signum
+):
+    process = dlsched_process(
+        ["train", "--scenario", "dqoes-resnet50-burst-target20", "--timesteps", "1000000",
+         "--n-envs", "2", "--eval-every", "256", "--eval-episodes", "1", "--no-progress",
+         "--hp", "n_steps=64", "--hp", "batch_size=64", "--patience", "0"],
+        cwd=tmp_path,
+    )  # fmt: skip
+    _wait_for(
+        lambda: any(tmp_path.glob("dlsched-runs/*/model/model.zip")), 180, "the first best model"
+    )
+    process.send_signal(signum)
+    code = process.wait(timeout=120)
+    out, err = process.communicate()
+
+    assert code == 128 + signum, err
+    assert f"interrupted ({signal.Signals(signum).name}); its work is saved" in out
+    model_uri = next(line for line in out.splitlines() if line.startswith("model: "))[7:]
+    final_uri = next(line for line in out.splitlines() if line.startswith("latest weights: "))
+    final_uri = final_uri.removeprefix("latest weights: ")
+    assert model_uri.endswith("/model") and final_uri.endswith("/final-model")
+    uri = _store(tmp_path)
+    client = MlflowClient(uri)
+    run = client.get_run(model_uri.split("/")[1])
+    assert run.info.status == "KILLED"
+    artifacts = {info.path for info in client.list_artifacts(run.info.run_id)}
+    assert {"model", "final-model", "validation.json", "progress.csv"} <= artifacts
+    monkeypatch.chdir(tmp_path)
+    for spec in (model_uri, final_uri):
+        policy = resolve_policy(spec, tracking_uri=uri)
+        assert policy.name.startswith("ppo")
+
+
+def test_repeated_signals_never_cut_the_cleanup_short():
+    """The first signal interrupts; the next ones only say that cleanup is in progress."""
+    said: list[str] = []
+    cleaned = False
+    with pytest.raises(Interrupted) as raised, interruptible(said.append):
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        finally:
+            for _ in range(4):  # five signals in all, during the cleanup
+                signal.raise_signal(signal.SIGINT)
+                time.sleep(0.005)
+            cleaned = True
+    assert cleaned and raised.value.exit_code == 143
+    assert len(said) == 4 and all("cleanup in progress" in text for text in said)

@@ -1,0 +1,169 @@
+"""A tracking store shared by concurrent users: created once, never broken, failures said briefly.
+
+Real processes (``dlsched evaluate`` each), real sqlite stores in tmp folders and a real
+``mlflow server`` on loopback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
+from dlsched.runs.cli import main
+
+WRITERS = 8
+
+
+@pytest.fixture
+def tiny_scenario(tmp_path: Path) -> Path:
+    """A replay scenario of three steps: each process spends its time starting, not stepping."""
+    scenario = dataclasses.replace(load_scenario("dqoes-resnet50-burst-target40"), horizon_s=30.0)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(dump_scenario(scenario))
+    return path
+
+
+def _evaluate_concurrently(dlsched_process, folder: Path, scenario: Path, uri: str | None):
+    tracking = ["--tracking-uri", uri] if uri else []
+    args = ["evaluate", "--scenario", scenario, "--policy", "default", "--episodes", "1",
+            "--no-progress", "--no-plots", *tracking]  # fmt: skip
+    processes = [dlsched_process([*args, "--seed", seed], cwd=folder) for seed in range(WRITERS)]
+    outcomes = [(process.wait(timeout=240), process.communicate()[1]) for process in processes]
+    failed = [err for code, err in outcomes if code != 0]
+    assert not failed, f"{len(failed)} of {WRITERS} failed; first:\n{failed[0]}"
+
+
+def _check_all_finished(client: MlflowClient) -> None:
+    (experiment,) = client.search_experiments(filter_string="name != 'Default'")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    parents = [run for run in runs if run.data.tags.get("dlsched.kind") == "evaluation"]
+    children = [run for run in runs if run.data.tags.get("dlsched.kind") == "episode"]
+    assert len(parents) == WRITERS and len(children) == WRITERS
+    assert {run.info.status for run in runs} == {"FINISHED"}
+    assert {run.data.params["seed"] for run in children} == {str(s) for s in range(WRITERS)}
+
+
+def test_eight_first_writers_of_a_new_sqlite_store_all_succeed(
+    tmp_path, tiny_scenario, dlsched_process
+):
+    folder = tmp_path / "work"
+    folder.mkdir()
+    _evaluate_concurrently(dlsched_process, folder, tiny_scenario, None)
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    _check_all_finished(client)
+    client.create_experiment("usable-afterwards")  # the store takes writes after the rush
+
+
+@pytest.mark.slow
+def test_eight_first_writers_of_a_new_server_store_all_succeed(
+    tmp_path, tiny_scenario, dlsched_process, mlflow_server_factory
+):
+    uri, _, _ = mlflow_server_factory()
+    folder = tmp_path / "work"
+    folder.mkdir()
+    _evaluate_concurrently(dlsched_process, folder, tiny_scenario, uri)
+    client = MlflowClient(uri)
+    _check_all_finished(client)
+    client.create_experiment("usable-afterwards")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        ("create table _alembic_tmp_runs (x integer)", "_alembic_tmp_runs"),
+        ("update alembic_version set version_num = '0c779009ac13'", "revision 0c779009ac13"),
+        ("delete from alembic_version", "no schema revision"),
+    ],
+    ids=["leftover-temporary-table", "older-revision", "no-revision"],
+)
+def test_a_half_migrated_store_is_named_with_the_repair_and_left_untouched(
+    capsys, monkeypatch, tmp_path, tiny_scenario, damage, named
+):
+    store = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{store}"
+    MlflowClient(uri).search_experiments()
+    with sqlite3.connect(store) as db:
+        db.execute(damage)
+    before = _digest(store)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+    code = main(["evaluate", "--scenario", str(tiny_scenario), "--policy", "default",
+                 "--episodes", "1", "--no-progress", "--tracking-uri", uri])  # fmt: skip
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "is half-migrated" in err and named in err
+    assert f"cp {store} {store}.backup-" in err and f"mlflow db upgrade {uri}" in err
+    assert "Traceback" not in err
+    assert _digest(store) == before  # nothing written, nothing migrated
+    assert not list(tmp_path.glob("dlsched-runs/dqoes*"))  # no episode ran
+
+
+def test_a_folder_where_the_store_should_be_is_said_at_once(
+    capsys, monkeypatch, tmp_path, tiny_scenario
+):
+    (tmp_path / "store.db").mkdir()
+    monkeypatch.chdir(tmp_path)
+    started = time.monotonic()
+    code = main(["evaluate", "--scenario", str(tiny_scenario), "--policy", "default",
+                 "--episodes", "1", "--no-progress",
+                 "--tracking-uri", f"sqlite:///{tmp_path / 'store.db'}"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "which is a folder, not a database file" in err
+    assert time.monotonic() - started < 10  # MLflow alone retries for two minutes
+
+
+def test_mlflow_log_noise_stays_in_the_log_file_the_message_names(
+    capsys, monkeypatch, tmp_path, tiny_scenario
+):
+    store = tmp_path / "mlflow.db"
+    MlflowClient(f"sqlite:///{store}").search_experiments()
+    with sqlite3.connect(store) as db:
+        db.execute("create table _alembic_tmp_params (x integer)")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    code = main(["evaluate", "--scenario", str(tiny_scenario), "--policy", "default",
+                 "--episodes", "1", "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("(details: ") and last.endswith(".log)")
+    log = Path(last.removeprefix("(details: ").removesuffix(")"))
+    assert log.parent == tmp_path / "dlsched-runs" / "logs"
+    assert "Traceback" in log.read_text() and "TrackingError" in log.read_text()
+    assert "Traceback" not in err
+
+
+def test_a_full_disk_under_out_is_one_message_and_a_failed_run(
+    capsys, monkeypatch, tmp_path, tiny_scenario
+):
+    import errno
+
+    import dlsched.runs.tracking.trajectory as trajectory
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(trajectory, "write_trajectory", full)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    code = main(["evaluate", "--scenario", str(tiny_scenario), "--policy", "default",
+                 "--episodes", "1", "--no-progress", "--no-plots"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "No space left on device" in err and "pass another --out" in err
+    assert "Traceback" not in err
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert [run.info.status for run in runs] == ["FAILED"]
