@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "calibrate",
     "validate",
     "train",
+    "reproduce",
 )
 
 
