@@ -94,11 +94,10 @@ def draw_figures(reproduction: Reproduction, folder: Path) -> list[DrawnFigure]:
                     path.relative_to(folder),
                 )
             )
-        for policy, reference in dict.fromkeys(
-            (r.measure.policy, r.measure.reference) for r in results
+        backend = results[0].backend
+        for policy, reference, options in dict.fromkeys(
+            (r.measure.policy, r.measure.reference, r.measure.backend_options) for r in results
         ):
-            options = results[0].measure.backend_options
-            backend = results[0].backend
             own = episodes[EpisodeKey(scenario, policy, (), first_seed, backend, options)]
             if kind is JobKind.TRAINING and reference is not None:
                 theirs = episodes[EpisodeKey(scenario, reference, (), first_seed, backend, options)]

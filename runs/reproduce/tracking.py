@@ -82,6 +82,7 @@ def track_reproduction(
     Raises:
         TrackingError: the store refused a write; the message says where the local report is.
     """
+    parent_id: str | None = None
     try:
         experiment_id = _experiment(client, experiment, target)
         tags = {TAG_KIND: "reproduction"}
@@ -120,6 +121,9 @@ def track_reproduction(
                 client.log_artifact(parent_id, str(path))
         _terminate(client, parent_id)
     except STORE_ERRORS as error:
+        if parent_id is not None:
+            with contextlib.suppress(*STORE_ERRORS):  # the first error is the one to report
+                _terminate(client, parent_id, "FAILED")
         raise TrackingError(
             f"tracking the reproduction to {target.uri} failed: {first_line(error)}. The report "
             f"is on disk ({', '.join(str(path) for path in artifacts[:1])}); "
@@ -195,7 +199,7 @@ def _log_claim(
     return run_id
 
 
-def _terminate(client: MlflowClient, run_id: str) -> None:
+def _terminate(client: MlflowClient, run_id: str, status: str = "FINISHED") -> None:
     # MLflow prints "View run" links for HTTP stores on stdout; keep stdout for the report.
     with contextlib.redirect_stdout(io.StringIO()):
-        client.set_terminated(run_id, "FINISHED")
+        client.set_terminated(run_id, status)
