@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import socket
 import statistics
 import uuid
 from pathlib import Path
@@ -28,6 +29,7 @@ from dlsched.runs.evaluation import (
     StepRecord,
     run_episode,
 )
+from dlsched.runs.reproduce import runner
 from dlsched.runs.reproduce.baselines_report import report
 from dlsched.runs.reproduce.claims import CLAIMS_FILE, ClaimsError, load_claims
 from dlsched.runs.reproduce.statistics import STATISTICS, EpisodePair
@@ -448,6 +450,24 @@ def test_reproduce_refuses_a_bad_claims_file_before_running_anything(capsys, tmp
     _, err = capsys.readouterr()
     assert code == 2
     assert "claims[0].measure.scenario" in err and "Traceback" not in err
+
+
+def test_an_unusable_store_is_reported_before_any_episode_runs(
+    capsys, monkeypatch, tmp_path, no_env_uri
+):
+    ran = []
+    monkeypatch.setattr(runner, "run_key", lambda *args: ran.append(args))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed once the probe is
+    code = main(
+        ["reproduce", "--only", TWO_CHEAP[0], "--tracking-uri", f"http://127.0.0.1:{port}",
+         "--out", str(tmp_path), "--no-progress"]
+    )  # fmt: skip
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert f"http://127.0.0.1:{port}" in err and "unreachable" in err
+    assert ran == [] and list(tmp_path.iterdir()) == []
 
 
 def test_baselines_report_is_the_same_machinery_with_the_papers_values(capsys):
