@@ -250,7 +250,7 @@ def test_the_verdict_of_a_paper_value_inside_our_interval_is_reproduced():
 def test_the_verdict_outside_our_interval_without_a_direction_is_not_reproduced():
     judgement = judge(Expectation(7, tolerance=0.5), est(5.8, 5.3, 6.3))
     assert judgement.verdict is Verdict.NOT_REPRODUCED
-    assert "[5.3, 6.3] is below the paper's 7 ± 0.5" in judgement.reason
+    assert "[5.30, 6.30] is below the paper's 7 ± 0.50" in judgement.reason
 
 
 def test_the_verdict_outside_our_interval_in_the_claimed_direction_is_direction_only():

@@ -151,14 +151,16 @@ def _plot_satisfied(
         ax.axhline(value, color="black", linestyle="--", linewidth=0.8)
         ax.annotate(
             f"paper, {policy}: {value:g}",
-            (0, value),
-            xytext=(4, 3),
+            (1, value),
+            xycoords=("axes fraction", "data"),
+            xytext=(-4, 3),
             textcoords="offset points",
+            ha="right",
             fontsize=7,
         )
     ax.set_xlabel("time (s)")
     ax.set_ylabel("services in S")
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper left")
     ax.set_title(f"{scenario}: services in S over time", fontsize=10)
     FigureCanvasAgg(figure)
     figure.savefig(path, dpi=DPI)

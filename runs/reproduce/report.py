@@ -23,7 +23,7 @@ from dlsched.runs.reproduce.claims import PAPERS, ClaimsFile
 from dlsched.runs.reproduce.figures import DrawnFigure
 from dlsched.runs.reproduce.runner import ClaimResult, Outcome, Reproduction, VariantRow
 from dlsched.runs.reproduce.statistics import STATISTICS
-from dlsched.runs.reproduce.verdict import RULE, Verdict
+from dlsched.runs.reproduce.verdict import RULE, Verdict, format_number
 
 MARKDOWN_FILE = "report.md"
 HTML_FILE = "report.html"
@@ -52,23 +52,12 @@ def format_estimate(ours: Estimate, seeds: int) -> str:
     """``5.8 [5.3, 6.3]``: the mean and its CI; ``n=8/10`` when some seeds had no value."""
     if ours.mean is None:
         return "undefined"
-    text = _number(ours.mean)
+    text = format_number(ours.mean)
     if ours.ci_low is not None and ours.ci_high is not None:
-        text += f" [{_number(ours.ci_low)}, {_number(ours.ci_high)}]"
+        text += f" [{format_number(ours.ci_low)}, {format_number(ours.ci_high)}]"
     if ours.n < seeds:
         text += f" (n={ours.n}/{seeds})"
     return text
-
-
-def _number(value: float) -> str:
-    if value == 0:
-        return "0"
-    magnitude = abs(value)
-    if magnitude >= 100:
-        return f"{value:.0f}"
-    if magnitude >= 10:
-        return f"{value:.1f}"
-    return f"{value:.2f}"
 
 
 def counts(results: Sequence[ClaimResult]) -> dict[Verdict, int]:

@@ -112,13 +112,14 @@ def judge(expected: Expectation, ours: Estimate) -> Judgement:
         return Judgement(
             Verdict.DIRECTION_ONLY,
             f"the effect is there, but ours {_span(low, high)} is {where} the paper's {value:g} "
-            f"± {tolerance:g}",
+            f"± {format_number(tolerance)}",
         )
     if side == "none":
         where = "below" if high + tolerance < value else "above"
+        margin = format_number(tolerance)
         return Judgement(
             Verdict.NOT_REPRODUCED,
-            f"ours {_span(low, high)} is {where} the paper's {value:g} ± {tolerance:g}",
+            f"ours {_span(low, high)} is {where} the paper's {value:g} ± {margin}",
         )
     return Judgement(Verdict.NOT_REPRODUCED, _direction_reason(expected, side, low, high))
 
@@ -142,4 +143,16 @@ def _direction_reason(expected: Expectation, side: str, low: float, high: float)
 
 
 def _span(low: float, high: float) -> str:
-    return f"{low:.3g}" if low == high else f"[{low:.3g}, {high:.3g}]"
+    if low == high:
+        return format_number(low)
+    return f"[{format_number(low)}, {format_number(high)}]"
+
+
+def format_number(value: float) -> str:
+    """A measured value with the digits that matter: ``1565``, ``31.6``, ``0.47``."""
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    return "0" if value == 0 else f"{value:.2f}"
