@@ -24,13 +24,13 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric
-from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
 
 from dlsched.envs.errors import TrackingError
 from dlsched.runs.reproduce.report import counts
 from dlsched.runs.reproduce.runner import ClaimResult, Reproduction
 from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, first_line
+from dlsched.runs.tracking.store import experiment_id as store_experiment_id
 from dlsched.runs.tracking.tracker import TAG_KIND, log_in_batches
 
 #: The experiment reproductions go to unless told otherwise.
@@ -84,7 +84,7 @@ def track_reproduction(
     """
     parent_id: str | None = None
     try:
-        experiment_id = _experiment(client, experiment, target)
+        experiment_id = store_experiment_id(client, experiment, target)
         tags = {TAG_KIND: "reproduction"}
         if commit is not None:
             tags[MLFLOW_GIT_COMMIT] = commit
@@ -130,24 +130,6 @@ def track_reproduction(
             f"{target.fix_hint(lower=True)}"
         ) from error
     return TrackedReproduction(target.uri, experiment, parent_id, claim_runs)
-
-
-def _experiment(client: MlflowClient, name: str, target: TrackingTarget) -> str:
-    existing = client.get_experiment_by_name(name)
-    if existing is None:
-        try:
-            return client.create_experiment(name)
-        except MlflowException:
-            existing = client.get_experiment_by_name(name)  # created concurrently
-            if existing is None:
-                raise
-    if existing.lifecycle_stage == "deleted":
-        raise TrackingError(
-            f"MLflow experiment {name!r} (id {existing.experiment_id}) in {target.uri} is "
-            f"deleted; restore it (mlflow experiments restore --experiment-id "
-            f"{existing.experiment_id}) or pass --experiment with another name"
-        )
-    return str(existing.experiment_id)
 
 
 def _log_claim(
