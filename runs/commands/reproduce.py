@@ -122,8 +122,13 @@ def run(args: argparse.Namespace) -> int:
             f"{result.claim.id:44} paper {result.claim.paper_text():>8}  ours {ours:28} "
             f"{outcome.judgement.verdict.value}{reason}"
         )
-    for skipped in published.reproduction.skipped:
-        print(f"{skipped.claim.id:44} skipped: {skipped.reason}")
+    skipped = published.reproduction.skipped
+    if skipped:
+        reasons = dict.fromkeys(s.reason for s in skipped)
+        print(
+            f"{len(skipped)} claims skipped ({'; '.join(reasons)}): "
+            f"{', '.join(s.claim.id for s in skipped)}"
+        )
     print(f"report: {published.markdown} and {published.html}", file=sys.stderr)
     if published.tracked is not None:
         tracked = published.tracked
