@@ -136,12 +136,13 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class JobOutcome:
-    """When one job arrived and, for training, when it finished."""
+    """When one job arrived and, for training, when it finished (and the tiers it aimed at)."""
 
     job_id: str
     workload: str
     arrival_s: float
     completed_s: float | None
+    loss_targets: tuple[float, float] | None = None
 
     @property
     def completion_s(self) -> float | None:
@@ -375,7 +376,8 @@ def run_episode(
         env.close()
     final: Telemetry = info["telemetry"]
     jobs = tuple(
-        JobOutcome(job.job_id, job.workload, job.arrival_s, job.completed_s) for job in final.jobs
+        JobOutcome(job.job_id, job.workload, job.arrival_s, job.completed_s, job.loss_targets)
+        for job in final.jobs
     )
     return EpisodeResult(
         policy=PolicyIdentity.of(policy),

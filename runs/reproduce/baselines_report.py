@@ -1,42 +1,24 @@
-"""The baselines report: each paper scenario under every baseline, beside ``default``, ``oracle``.
+"""The baselines report: each paper scenario under every baseline, beside the papers' numbers.
 
-It runs whole episodes on the replay backend through the same path as any evaluation
-(:class:`~dlsched.policies.TelemetryFeed` and ``predict``) and reads the papers' metrics off the
-last telemetry: the number of satisfied services at the end (inference), the mean completion time
-and the makespan (training). ``dlsched baselines report`` prints it.
+A thin view of the reproduction's machinery (``dlsched baselines report``): the episodes run
+through :func:`~dlsched.runs.reproduce.runner.run_episodes`, the columns are statistics of
+:mod:`~dlsched.runs.reproduce.statistics`, and a cell's paper value is that of the claim of the
+claims file about the same scenario, policy and statistic. Where ``dlsched reproduce`` judges
+claims, this sets every baseline side by side on the papers' scenarios.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-import dlsched.envs  # noqa: F401  (registers the environments)
-from dlsched.baselines.registry import make
 from dlsched.envs.scenarios.file_format import load_scenario
-from dlsched.envs.scenarios.model import JobKind, Scenario
-from dlsched.runs import evaluation
-
-#: The paper scenarios of the report, in the papers' order.
-PAPER_SCENARIOS: tuple[str, ...] = (
-    "dqoes-resnet50-burst-target20",
-    "dqoes-resnet50-burst-target40",
-    "dqoes-varied-burst",
-    "dqoes-varied-fixed50",
-    "dqoes-random-models",
-    "dqoes-cluster-40",
-    "flowcon-poc-3",
-    "flowcon-10-random",
-    "flowcon-15-random",
-    "flowcon-cluster-20",
-    "flowcon-cluster-40",
-    "flowcon-cluster-60-homogeneous",
-    "flowcon-cluster-60-heterogeneous",
-    "specon-7",
-    "specon-20",
-)
+from dlsched.envs.scenarios.model import JobKind
+from dlsched.runs.evaluation import EpisodeMetrics, Estimate, estimate
+from dlsched.runs.reproduce.claims import ClaimsFile, load_claims
+from dlsched.runs.reproduce.runner import EpisodeKey, run_episodes, run_key
+from dlsched.runs.reproduce.statistics import STATISTICS, EpisodePair
 
 #: The baselines compared on each kind of scenario, ``default`` first and ``oracle`` last.
 POLICIES: dict[JobKind, tuple[str, ...]] = {
@@ -44,122 +26,137 @@ POLICIES: dict[JobKind, tuple[str, ...]] = {
     JobKind.TRAINING: ("default", "equal", "flowcon", "specon", "tradl", "oracle"),
 }
 
+#: The statistics shown for each kind, with their column headers.
+COLUMNS: dict[JobKind, tuple[tuple[str, str], ...]] = {
+    JobKind.INFERENCE: (("satisfied_final", "|S| end"), ("satisfied_fraction_mean", "S frac mean")),
+    JobKind.TRAINING: (
+        ("unfinished_jobs", "unfinished"),
+        ("mean_completion_s", "mean completion s"),
+        ("makespan_s", "makespan s"),
+    ),
+}
+
 
 @dataclass(frozen=True)
-class EpisodeOutcome:
-    """The papers' metrics of one episode.
+class Cell:
+    """One statistic of one row: ours across seeds, and the paper's if a claim gives it."""
 
-    Attributes:
-        scenario: the scenario's name.
-        policy: the baseline's name.
-        seed: the episode's seed.
-        kind: inference or training.
-        jobs: jobs that arrived.
-        satisfied: services in S at the end (inference).
-        satisfied_mean: services in S averaged over the episode's steps (inference).
-        finished: jobs that completed (training).
-        mean_completion_s: mean of completion minus arrival over the finished jobs (training).
-        makespan_s: last completion minus first arrival, if every job finished (training).
-    """
+    statistic: str
+    estimate: Estimate
+    paper: float | None = None
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """One scenario under one baseline."""
 
     scenario: str
     policy: str
-    seed: int
     kind: JobKind
-    jobs: int
-    satisfied: int | None = None
-    satisfied_mean: float | None = None
-    finished: int | None = None
-    mean_completion_s: float | None = None
-    makespan_s: float | None = None
+    seeds: int
+    jobs: float
+    cells: tuple[Cell, ...]
+
+
+def paper_scenarios(claims: ClaimsFile) -> tuple[str, ...]:
+    """The scenarios the claims are measured on, in the claims file's order."""
+    return tuple(dict.fromkeys(claim.measure.scenario for claim in claims.claims))
 
 
 def run_episode(
-    policy_name: str, scenario: str | Scenario, seed: int = 0, backend: str = "replay"
-) -> EpisodeOutcome:
-    """Run one whole episode of ``scenario`` under the baseline ``policy_name``.
-
-    The episode is :func:`dlsched.runs.evaluation.run_episode`'s; this reads the papers'
-    metrics off its record.
-
-    Args:
-        policy_name: a registered baseline, built with its paper defaults.
-        scenario: a shipped scenario's name or path, or a Scenario.
-        seed: the episode's seed.
-        backend: the environment's backend.
-    """
-    resolved = load_scenario(scenario) if isinstance(scenario, str) else scenario
-    result = evaluation.run_episode(resolved, make(policy_name), seed, backend)
-    base = EpisodeOutcome(resolved.name, policy_name, seed, resolved.kind, jobs=len(result.jobs))
-    if resolved.kind is JobKind.INFERENCE:
-        after_reset = result.steps[1:]
-        mean = statistics.fmean(step.satisfied for step in after_reset) if after_reset else 0.0
-        return replace(base, satisfied=result.steps[-1].satisfied, satisfied_mean=mean)
-    completions = [job.completion_s for job in result.jobs if job.completion_s is not None]
-    return replace(
-        base,
-        finished=len(completions),
-        mean_completion_s=statistics.fmean(completions) if completions else None,
-        makespan_s=result.metrics.makespan_s,
-    )
+    policy_name: str, scenario: str, seed: int = 0, backend: str = "replay"
+) -> EpisodeMetrics:
+    """The metrics of one episode of the shipped ``scenario`` under a baseline's paper defaults."""
+    key = EpisodeKey(scenario, policy_name, (), seed, backend)
+    return run_key(key, load_scenario(scenario)).metrics
 
 
 def report(
-    scenarios: Sequence[str] = PAPER_SCENARIOS,
+    scenarios: Sequence[str] | None = None,
     seeds: Sequence[int] = (0,),
     policies: Sequence[str] | None = None,
-) -> list[EpisodeOutcome]:
-    """Every (scenario, policy, seed) episode; ``policies=None`` takes :data:`POLICIES`."""
-    outcomes = []
-    for name in scenarios:
-        scenario = load_scenario(name)
-        for policy in policies or POLICIES[scenario.kind]:
-            for seed in seeds:
-                outcomes.append(run_episode(policy, scenario, seed))
-    return outcomes
+    claims: ClaimsFile | None = None,
+    progress: bool = False,
+) -> list[ReportRow]:
+    """Every (scenario, policy) row over ``seeds``.
+
+    Args:
+        scenarios: scenario names; ``None`` takes every scenario of the claims.
+        seeds: the episodes' seeds.
+        policies: baselines; ``None`` takes :data:`POLICIES` of each scenario's kind.
+        claims: the claims file giving the papers' values (default: the shipped one).
+        progress: show a progress bar.
+    """
+    claims = claims or load_claims()
+    names = scenarios if scenarios is not None else paper_scenarios(claims)
+    plan: list[tuple[str, str, JobKind]] = []
+    for name in names:
+        kind = load_scenario(name).kind
+        plan += [(name, policy, kind) for policy in policies or POLICIES[kind]]
+    keys = [
+        EpisodeKey(name, policy, (), seed, "replay") for name, policy, _ in plan for seed in seeds
+    ]
+    episodes = run_episodes(keys, progress=progress)
+    rows = []
+    for name, policy, kind in plan:
+        results = [episodes[EpisodeKey(name, policy, (), seed, "replay")] for seed in seeds]
+        cells = []
+        for statistic, _ in COLUMNS[kind]:
+            values = [STATISTICS[statistic].value(EpisodePair(result), {}) for result in results]
+            paper = next(
+                (
+                    claim.value
+                    for claim in claims.claims
+                    if claim.measure.scenario == name
+                    and claim.measure.policy == policy
+                    and claim.measure.statistic == statistic
+                    and not claim.measure.args
+                ),
+                None,
+            )
+            cells.append(Cell(statistic, estimate([v for v in values if v is not None]), paper))
+        jobs = sum(len(result.jobs) for result in results) / len(results)
+        rows.append(ReportRow(name, policy, kind, len(results), jobs, tuple(cells)))
+    return rows
 
 
-def format_report(outcomes: Sequence[EpisodeOutcome]) -> str:
-    """A plain-text table, one row per scenario and policy, averaged over seeds."""
-    groups: dict[tuple[str, str], list[EpisodeOutcome]] = {}
-    for outcome in outcomes:
-        groups.setdefault((outcome.scenario, outcome.policy), []).append(outcome)
-    header = (
-        f"{'scenario':34} {'policy':8} {'seeds':>5} {'jobs':>5}  "
-        f"{'satisfied':>9} {'mean S':>7}  {'finished':>8} {'mean completion':>15} "
-        f"{'makespan':>9}"
-    )
-    lines = [header, "-" * len(header)]
-    for (scenario, policy), rows in groups.items():
-        first = rows[0]
-        if first.kind is JobKind.INFERENCE:
-            metrics = (
-                f"{_mean([r.satisfied for r in rows]):9.1f} "
-                f"{_mean([r.satisfied_mean for r in rows]):7.2f}  {'':8} {'':15} {'':9}"
-            )
-        else:
-            metrics = (
-                f"{'':9} {'':7}  {_mean([r.finished for r in rows]):8.1f} "
-                f"{_seconds([r.mean_completion_s for r in rows]):>15} "
-                f"{_seconds([r.makespan_s for r in rows]):>9}"
-            )
-        lines.append(
-            f"{scenario:34} {policy:8} {len(rows):5d} {_mean([r.jobs for r in rows]):5.0f}  "
-            f"{metrics}"
+def format_report(rows: Sequence[ReportRow]) -> str:
+    """A plain-text table, one line per scenario and policy, the papers' values in brackets."""
+    lines = []
+    for kind in (JobKind.INFERENCE, JobKind.TRAINING):
+        chosen = [row for row in rows if row.kind is kind]
+        if not chosen:
+            continue
+        headers = [label for _, label in COLUMNS[kind]]
+        header = f"{'scenario':34} {'policy':8} {'seeds':>5} {'jobs':>5}  " + "  ".join(
+            f"{label:>22}" for label in headers
         )
+        lines += [header, "-" * len(header)]
+        for row in chosen:
+            cells = "  ".join(f"{_cell(cell):>22}" for cell in row.cells)
+            lines.append(
+                f"{row.scenario:34} {row.policy:8} {row.seeds:5d} {row.jobs:5.0f}  {cells}"
+            )
+        lines.append("")
     lines.append(
-        "satisfied: services in S at the end; mean S: over all steps. mean completion: finished "
-        "jobs only; makespan: '-' unless every job finished before the horizon. oracle cheats."
+        "mean across seeds ± 95% CI half-width; [paper: x] where a claim of the claims file gives "
+        "the paper's value (`dlsched reproduce` judges it). |S| end: services in S at the end; S "
+        "frac mean: satisfied fraction over the steps. mean completion and makespan: '-' unless "
+        "every job finished before the horizon. oracle cheats."
     )
     return "\n".join(lines)
 
 
-def _mean(values: Sequence[float | int | None]) -> float:
-    present = [float(v) for v in values if v is not None]
-    return sum(present) / len(present) if present else math.nan
-
-
-def _seconds(values: Sequence[float | None]) -> str:
-    if any(v is None for v in values):
-        return "-"
-    return f"{_mean(values):.1f} s"
+def _cell(cell: Cell) -> str:
+    mean = cell.estimate.mean
+    if mean is None:
+        text = "-"
+    else:
+        digits = 1 if abs(mean) >= 10 else 2
+        half = cell.estimate.half_width
+        text = f"{mean:.{digits}f}" + (
+            f" ± {half:.{digits}f}" if half and not math.isnan(half) else ""
+        )
+    if cell.paper is not None:
+        text += f" [paper: {cell.paper:g}]"
+    return text

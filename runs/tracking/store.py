@@ -310,3 +310,26 @@ def first_line(error: BaseException) -> str:
     """The first line of an error's message (MLflow's run over many), or its repr."""
     text = str(error).strip()
     return text.splitlines()[0].rstrip(".") if text else repr(error)
+
+
+def experiment_id(client: MlflowClient, name: str, target: TrackingTarget) -> str:
+    """The id of experiment ``name``, created if it does not exist.
+
+    Raises:
+        TrackingError: the experiment is deleted; the message says how to restore it.
+    """
+    existing = client.get_experiment_by_name(name)
+    if existing is None:
+        try:
+            return client.create_experiment(name)
+        except MlflowException:
+            existing = client.get_experiment_by_name(name)  # created concurrently
+            if existing is None:
+                raise
+    if existing.lifecycle_stage == "deleted":
+        raise TrackingError(
+            f"MLflow experiment {name!r} (id {existing.experiment_id}) in {target.uri} is "
+            f"deleted; restore it (mlflow experiments restore --experiment-id "
+            f"{existing.experiment_id}) or pass --experiment with another name"
+        )
+    return str(existing.experiment_id)
