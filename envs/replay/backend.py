@@ -49,13 +49,15 @@ _STARTING = 1  # placed, its process starts; no demand until its resume time
 _RUNNING = 2
 _MIGRATING = 3  # paused until its resume time; keeps its progress
 _DONE = 4
-_PHASE_NAMES = ("unplaced", "starting", "running", "migrating", "done")
+_BOOTING = 5  # placed, its process starts on the CPU it gets (profiles with startup_cpu_s)
+_PHASE_NAMES = ("unplaced", "starting", "running", "migrating", "done", "starting")
 #: The state seen from outside, by phase (a starting container is running).
 _STATE_OF_PHASE: dict[int, JobState] = {
     _STARTING: JobState.RUNNING,
     _RUNNING: JobState.RUNNING,
     _MIGRATING: JobState.MIGRATING,
     _DONE: JobState.DONE,
+    _BOOTING: JobState.RUNNING,
 }
 
 
@@ -65,9 +67,13 @@ class ReplayBackend(Backend):
     Per job, the model follows the profile of its workload from the scenario's profile set
     (:mod:`dlsched.envs.replay.profile`):
 
-    - A placed job first starts up for the profile's ``startup_s`` (no CPU demand), then runs
-      units back to back. A unit's work is the profile's average unit times a lognormal factor of
-      mean 1 and coefficient of variation ``noise_cv``, drawn from the job's own stream.
+    - A placed job first starts up, then runs units back to back. A profile with
+      ``startup_cpu_s`` starts up on the CPU it gets: it demands ``startup_cpu_s / startup_s``
+      cores, shares them like any job, and starts its first unit once ``startup_cpu_s`` have
+      been delivered (``startup_s`` alone, longer on a busy worker). Without it, start-up takes
+      ``startup_s`` and no CPU. A unit's work is the profile's average unit times a lognormal
+      factor of mean 1 and coefficient of variation ``noise_cv``, drawn from the job's own
+      stream.
     - The cores a running job gets come from water-filling its worker (limit times the worker's
       cores, demand ``demand_cores``); its progress rate is the profile's throughput at them,
       times its efficiency under the profile set's contention model where the worker's runnable
@@ -168,6 +174,15 @@ class ReplayBackend(Backend):
         self._stock = np.array(
             [self._profiles[p].threading == "stock" for p in profile_of], dtype=bool
         )
+        self._exponent = np.array(
+            [self._contention_exponent(self._profiles[p]) for p in profile_of], dtype=float
+        )
+        self._boot_demand = np.array(
+            [_boot_demand(self._profiles[p], self._cores.max()) for p in profile_of]
+        )
+        self._startup_left = np.zeros(count)  # CPU-seconds of start-up still to deliver
+        self._any_booting = False
+        self._contends = bool((self._exponent > 0).any())
         self._training = np.array([job.kind is JobKind.TRAINING for job in ordered], dtype=bool)
         self._any_training = bool(self._training.any())
         self._total = np.array(
@@ -292,7 +307,7 @@ class ReplayBackend(Backend):
             placed_now.add(placement.job_id)
         for migration in migrations:
             index = self._job_index(migration.job_id, "migration of")
-            if self._phase[index] not in (_STARTING, _RUNNING):
+            if self._phase[index] not in (_STARTING, _RUNNING, _BOOTING):
                 raise ActionError(
                     f"migration of job {migration.job_id!r}, which is "
                     f"{_PHASE_NAMES[self._phase[index]]}; only a running job moves"
@@ -341,10 +356,15 @@ class ReplayBackend(Backend):
 
     def _place(self, index: int, placement: Placement) -> None:
         profile = self._profiles[self._profile_of[index]]
-        self._phase[index] = _STARTING
         self._worker[index] = placement.worker
         self._slot[index] = placement.slot
-        self._resume_s[index] = self._now + profile.startup_s
+        if self._boot_demand[index] > 0:
+            self._phase[index] = _BOOTING
+            self._startup_left[index] = profile.startup_cpu_s
+            self._any_booting = True
+        else:
+            self._phase[index] = _STARTING
+            self._resume_s[index] = self._now + profile.startup_s
         # Each job draws from its own stream, so its noise does not depend on what other jobs
         # do or on how advance() calls split time.
         job_rng = np.random.default_rng(int(self._rng.integers(2**63)))
@@ -363,6 +383,14 @@ class ReplayBackend(Backend):
 
     def _wake(self, now: float) -> None:
         """Start the first unit of jobs whose start-up ended, resume migrated ones."""
+        if self._any_booting:
+            booted = np.flatnonzero((self._phase == _BOOTING) & (self._startup_left <= _WORK_EPS))
+            if booted.size:
+                self._startup_left[booted] = 0.0
+                self._unit_start[booted] = now
+                self._phase[booted] = _RUNNING
+                self._any_booting = bool((self._phase == _BOOTING).any())
+                self._shares_stale = True
         if now < self._next_resume:
             return
         waking = np.flatnonzero(
@@ -370,47 +398,66 @@ class ReplayBackend(Backend):
         )
         if waking.size == 0:
             return
-        first = waking[np.isnan(self._unit_start[waking])]
+        # A job migrated while it was starting up on the CPU finishes its start-up after.
+        rebooting = waking[self._startup_left[waking] > 0]
+        resumed = waking[self._startup_left[waking] <= 0]
+        first = resumed[np.isnan(self._unit_start[resumed])]
         self._unit_start[first] = self._resume_s[first]
-        self._phase[waking] = _RUNNING
+        self._phase[resumed] = _RUNNING
+        self._phase[rebooting] = _BOOTING
+        self._any_booting = self._any_booting or bool(rebooting.size)
         self._resume_s[waking] = math.inf
         self._next_resume = float(self._resume_s.min(initial=math.inf))
         self._shares_stale = True
 
     def _allocate(self) -> None:
-        """CPU shares of running jobs by water-filling each worker, and their progress rates."""
-        running = self._phase == _RUNNING
+        """CPU shares of running and booting jobs by water-filling each worker, and rates."""
+        booting = self._phase == _BOOTING
+        using = (self._phase == _RUNNING) | booting
+        demand = np.where(booting, self._boot_demand, self._demand)
         self._share = np.zeros(len(self._jobs))
         workers = (
-            range(len(self._cores)) if len(self._cores) < 3 else np.unique(self._worker[running])
+            range(len(self._cores)) if len(self._cores) < 3 else np.unique(self._worker[using])
         )
-        on_worker = [(int(w), np.flatnonzero(running & (self._worker == w))) for w in workers]
+        on_worker = [(int(w), np.flatnonzero(using & (self._worker == w))) for w in workers]
         for worker, members in on_worker:
             cores = self._cores[worker]
-            self._share[members] = water_fill(
-                cores, self._limit[members] * cores, self._demand[members]
-            )
+            self._share[members] = water_fill(cores, self._limit[members] * cores, demand[members])
         for members, (cores_points, rate_points) in zip(self._members, self._curves, strict=True):
             self._rate[members] = np.interp(self._share[members], cores_points, rate_points)
-        if self._contention.active:
+        self._rate[booting] = 0.0
+        if self._contends:
             for worker, members in on_worker:
-                self._contend(float(self._cores[worker]), members)
+                self._contend(float(self._cores[worker]), members, demand, booting)
         self._shares_stale = False
 
-    def _contend(self, cores: float, members: np.ndarray) -> None:
-        """Slow the running jobs ``members`` of one worker by their contention efficiency."""
-        stock = self._stock[members]
-        ratio = oversubscription(self._limit[members], self._demand[members], stock, cores)
+    def _contend(
+        self, cores: float, members: np.ndarray, demand: np.ndarray, booting: np.ndarray
+    ) -> None:
+        """Slow the running jobs ``members`` of one worker by their contention efficiency.
+
+        A booting job's start-up is single-threaded: it counts its busy cores among the
+        worker's runnable threads, and its own start-up is not slowed.
+        """
+        stock = self._stock[members] & ~booting[members]
+        ratio = oversubscription(self._limit[members], demand[members], stock, cores)
         if ratio > 1.0:
-            self._rate[members] *= np.where(
-                stock,
-                self._contention.efficiency("stock", ratio),
-                self._contention.efficiency("tuned", ratio),
-            )
+            self._rate[members] *= ratio ** -self._exponent[members]
+
+    def _contention_exponent(self, profile: WorkloadProfile) -> float:
+        """A workload's exponent: its profile's own, else its set's for its threading."""
+        if profile.contention_exponent is not None:
+            return profile.contention_exponent
+        return self._contention.exponents.get(profile.threading, 0.0)
 
     def _next_event(self, end: float) -> float:
         """The earliest time before ``end`` at which the shares change."""
         until = min(end, self._next_resume)
+        if self._any_booting:
+            booting = (self._phase == _BOOTING) & (self._share > 0)
+            if booting.any():
+                left = self._startup_left[booting] / self._share[booting]
+                until = min(until, self._now + float(left.min()))
         if not self._any_training:
             return until
         finishing = (self._phase == _RUNNING) & self._training & (self._rate > 0)
@@ -425,6 +472,9 @@ class ReplayBackend(Backend):
         work_before = self._work.copy()
         self._cpu_seconds += self._share * span
         self._work += self._rate * span
+        if self._any_booting:
+            booting = self._phase == _BOOTING
+            self._startup_left[booting] -= self._share[booting] * span
         for index in np.flatnonzero(self._work >= self._next_bound - _WORK_EPS):
             self._complete_units(int(index), float(work_before[index]), until)
 
@@ -539,3 +589,10 @@ def _lognormal(rng: np.random.Generator, cv: float, count: int) -> np.ndarray:
         return np.ones(count)
     sigma = math.sqrt(math.log1p(cv * cv))
     return np.exp(sigma * rng.standard_normal(count) - 0.5 * sigma * sigma)
+
+
+def _boot_demand(profile: WorkloadProfile, cores: float) -> float:
+    """Cores a profile's start-up keeps busy (0: start-up uses no CPU)."""
+    if not profile.startup_cpu_s or profile.startup_s <= 0:
+        return 0.0
+    return min(profile.startup_cpu_s / profile.startup_s, cores)

@@ -22,8 +22,9 @@ The model has one number per threading, fitted from those measurements:
   point of ``N = sum_i min(u_i, q_i N / C)`` (an uncapped job counts ``u_i``), solved exactly
   over the segments of that piecewise-linear, concave function by :func:`runnable_threads`.
 - **Efficiency.** With oversubscription ``R = max(1, N / C)``, each job progresses at its
-  profile's throughput at the cores it gets times ``R ** -a``, where ``a`` is the exponent of its
-  threading (:class:`ContentionModel`). The CPU it uses does not change: spinning threads burn
+  profile's throughput at the cores it gets times ``R ** -a``, where ``a`` is its workload's
+  exponent (a profile's ``contention_exponent``), or else its threading's in the profile set's
+  :class:`ContentionModel`. The CPU it uses does not change: spinning threads burn
   the CPU they are given. Where ``N <= C`` the factor is exactly 1 and results are those of
   water-filling alone, bit for bit.
 
@@ -141,11 +142,6 @@ class ContentionModel:
         if oversubscription <= 1.0:
             return 1.0
         return float(oversubscription ** -self.exponents.get(threading, 0.0))
-
-    @property
-    def active(self) -> bool:
-        """Whether any threading loses progress to contention."""
-        return any(exponent > 0 for exponent in self.exponents.values())
 
 
 #: The model of a profile set without ``contention.json``: water-filling alone.

@@ -169,6 +169,16 @@ class WorkloadProfile:
             derived profile, how the paper's jobs ran): ``tuned`` or ``stock``.
         measured_on: the machine it was measured on; ``None`` for a profile derived from a
             paper.
+        contention_exponent: how much this workload loses when a worker's runnable threads
+            exceed its cores (:mod:`.contention`): its progress is ``R ** -a`` of what its CPU
+            gives it alone. ``None`` takes the set's exponent for its threading
+            (``contention.json``). Workloads differ: a service whose threads spend a batch in
+            long convolutions barely loses, a small model's training step meets a barrier every
+            few milliseconds and loses most.
+        startup_cpu_s: CPU-seconds the job uses during its start-up (the interpreter, torch and
+            its data loading), measured alone. The start-up then competes for CPU: it keeps
+            ``startup_cpu_s / startup_s`` cores busy and ends once they are delivered, so a busy
+            worker starts jobs more slowly. ``None``: start-up takes ``startup_s`` and no CPU.
     """
 
     workload: str
@@ -184,6 +194,8 @@ class WorkloadProfile:
     loss_curve: LossCurve | None = None
     threading: Threading = "tuned"
     measured_on: MeasuringHost | None = None
+    contention_exponent: float | None = None
+    startup_cpu_s: float | None = None
 
     @overload
     def units_per_s(self, cores: float) -> float: ...
@@ -357,6 +369,8 @@ _TOP_FIELDS = {
     "provenance",
     "threading",
     "measured_on",
+    "contention_exponent",
+    "startup_cpu_s",
 }
 _PROVENANCE_FIELDS = ("source", "method", "host", "date", "derivation")
 
@@ -461,6 +475,22 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
     demand = reader.number(data, "demand_cores", lambda v: v > 0, "a number of cores > 0")
     noise_cv = reader.number(data, "noise_cv", lambda v: 0 <= v < 1, "a number in [0, 1)")
     startup_s = reader.number(data, "startup_s", lambda v: v >= 0, "a number of seconds >= 0")
+    contention_exponent = None
+    if "contention_exponent" in data:
+        contention_exponent = reader.number(
+            data, "contention_exponent", lambda v: v >= 0, "an exponent >= 0"
+        )
+    startup_cpu_s = None
+    if "startup_cpu_s" in data:
+        startup_cpu_s = reader.number(data, "startup_cpu_s", lambda v: v >= 0, "CPU-seconds >= 0")
+    if startup_cpu_s and startup_s == 0:
+        reader.problem(
+            "startup_cpu_s", startup_cpu_s, "0 when startup_s is 0 (no start-up, no CPU for it)"
+        )
+    if version == 1:
+        for field in ("contention_exponent", "startup_cpu_s"):
+            if field in data:
+                reader.problem(field, data[field], "no such field in format 1 (write format 2)")
 
     throughput_points = reader.points(
         "throughput",
@@ -530,6 +560,8 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
         loss_curve=loss_curve,
         threading=threading,
         measured_on=measured_on,
+        contention_exponent=contention_exponent,
+        startup_cpu_s=startup_cpu_s,
     )
 
 

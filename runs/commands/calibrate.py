@@ -20,6 +20,7 @@ from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 from dlsched.runs.fidelity.calibration import (
     DEFAULT_LIMITS,
     DEFAULT_OUTPUT_DIR,
+    PARTS,
     CalibrationSettings,
     HostDescription,
     calibrate,
@@ -39,7 +40,9 @@ Measure the replay model's numbers on the local Docker engine, on a quiet host.
 
 Profiles (the default): each workload runs alone in one container per CPU limit (by default
 0.1, 0.25, 0.5, 0.75 of the host and uncapped); its throughput against the cores it got, its
-uncapped demand, noise, start-up time and (training) loss curve become <output-dir>/<workload>.json.
+uncapped demand, noise and (training) loss curve, its start-up (time and CPU, from the engine's
+create call) and its own contention exponent (2 and 3 copies together) become
+<output-dir>/<workload>.json. --only measures some of these parts again in existing profiles.
 
 Contention (--contention): copies of one training workload run together, 2 to 4 of them, under
 free, equal, favoured and halved limits, with tuned and with stock threading; the exponent of
@@ -85,6 +88,14 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_LIMITS,
         help="comma-separated CPU limits of the profiles, as fractions of the host's cores; 1 "
         "(uncapped) is always measured (default: 0.1,0.25,0.5,0.75,1)",
+    )
+    parser.add_argument(
+        "--only",
+        type=_part_list,
+        default=PARTS,
+        metavar="PART[,PART...]",
+        help=f"profiles: measure only these parts ({', '.join(PARTS)}) of profiles that exist "
+        "in --output-dir, keeping the rest (default: all)",
     )
     parser.add_argument(
         "--job-counts",
@@ -168,6 +179,16 @@ def _threading_list(text: str) -> tuple[Threading, ...]:
     return tuple(chosen)
 
 
+def _part_list(text: str) -> tuple[str, ...]:
+    parts = tuple(part.strip() for part in text.split(",") if part.strip())
+    for part in parts:
+        if part not in PARTS:
+            raise argparse.ArgumentTypeError(str(UnknownNameError("part", part, PARTS)))
+    if not parts:
+        raise argparse.ArgumentTypeError(f"no part given; expected some of {', '.join(PARTS)}")
+    return tuple(part for part in PARTS if part in parts)
+
+
 def _positive_seconds(text: str) -> float:
     try:
         seconds = float(text)
@@ -235,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
         retries=args.retries,
         threading=threadings[0],
         force=args.force,
+        parts=args.only,
     )
     written = calibrate(args.workload, settings, args.output_dir)
     print(

@@ -66,8 +66,8 @@ from dlsched.envs.docker.image import (
     build_hint,
     image_present,
 )
-from dlsched.envs.errors import BackendError, HostBusyError, ImageMissingError
-from dlsched.envs.replay.profile import PROFILE_FORMAT
+from dlsched.envs.errors import BackendError, HostBusyError, ImageMissingError, ProfileError
+from dlsched.envs.replay.profile import PROFILE_FORMAT, load_profile
 from dlsched.envs.workloads.catalog import WORKLOADS, WorkloadSpec
 from dlsched.envs.workloads.cpu_quota import Threading
 from dlsched.envs.workloads.events import (
@@ -88,6 +88,8 @@ from dlsched.runs.fidelity.quiet_host import (
 #: Where profiles are written unless told: the working directory, never the installed package.
 DEFAULT_OUTPUT_DIR = Path("dlsched-profiles")
 DEFAULT_LIMITS = (0.1, 0.25, 0.5, 0.75, 1.0)
+#: What a calibration measures of a workload, in order.
+PARTS = ("throughput", "startup", "contention")
 CPU_PERIOD_US = 100_000
 CALIBRATION_LABEL = "dlsched.calibration"
 #: Units skipped before measuring: the first ones pay for lazy initialisation and warm caches.
@@ -114,6 +116,8 @@ class CalibrationSettings:
         retries: measure a run again (keeping the cleanest) when the host was not quiet.
         threading: how the workloads size their thread pools (``tuned`` or ``stock``).
         force: write profiles measured on a busy host (the load is in their provenance).
+        parts: what is measured (:data:`PARTS`); with fewer than all, the profiles must exist
+            in the output folder and only those fields are measured again.
     """
 
     limits: tuple[float, ...] = DEFAULT_LIMITS
@@ -123,6 +127,7 @@ class CalibrationSettings:
     retries: int = 1
     threading: Threading = "tuned"
     force: bool = False
+    parts: tuple[str, ...] = PARTS
 
     @property
     def all_limits(self) -> tuple[float, ...]:
@@ -137,6 +142,7 @@ class CalibrationSettings:
             f"--duration {self.duration_s:g} --wait-quiet {self.wait_quiet_s:g} "
             f"--quiet-cores {self.quiet_cores:g} --retries {self.retries} "
             f"--threading {self.threading}"
+            + ("" if set(self.parts) == set(PARTS) else f" --only {','.join(self.parts)}")
         )
 
 
@@ -144,6 +150,11 @@ def calibrate(
     workloads: Sequence[str], settings: CalibrationSettings, output_dir: Path
 ) -> list[Path]:
     """Measure every workload of ``workloads`` and write its profile into ``output_dir``.
+
+    For each workload, in order: its throughput at every limit alone (with its demand, noise
+    and loss curve), its start-up (:func:`measure_startup`), then its own contention exponent
+    against that throughput (:func:`~dlsched.runs.fidelity.contention.measure_workload_exponent`).
+    The profile is written after each part, so an interrupted calibration keeps what it measured.
 
     Args:
         workloads: names of :data:`~dlsched.envs.workloads.catalog.WORKLOADS`.
@@ -156,9 +167,13 @@ def calibrate(
     Raises:
         ImageMissingError: the workload image is not on the engine.
         HostBusyError: other work held the host during a run, even after its retries, and
-            ``settings.force`` is off; nothing is written for that workload.
+            ``settings.force`` is off; nothing more is written for that workload.
+        ProfileError: a part is measured alone (``--only``) for a profile that does not exist
+            or was measured with another threading.
         BackendError: a run failed or made too little progress.
     """
+    from dlsched.runs.fidelity.contention import measure_workload_exponent
+
     client = connect(timeout_s=600)
     if not image_present(client):
         raise ImageMissingError(
@@ -170,16 +185,93 @@ def calibrate(
     written = []
     for name in workloads:
         spec = WORKLOADS[name]
-        runs = [
-            _measure_cleanly(client, spec, limit, host.cores, settings)
-            for limit in settings.all_limits
-        ]
-        profile = build_profile(spec, runs, host, command, settings.duration_s, settings.threading)
         path = output_dir / f"{name}.json"
+        if "throughput" in settings.parts:
+            runs = [
+                _measure_cleanly(client, spec, limit, host.cores, settings)
+                for limit in settings.all_limits
+            ]
+            profile = build_profile(
+                spec, runs, host, command, settings.duration_s, settings.threading
+            )
+        else:
+            profile = _existing_profile(path, settings.threading)
+        if "startup" in settings.parts:
+            wait_until_quiet(client, settings.wait_quiet_s, settings.quiet_cores, settings.force)
+            _set_startup(profile, measure_startup(client, spec, settings.threading))
         path.write_text(json.dumps(profile, indent=2) + "\n")
+        if "contention" in settings.parts:
+            wait_until_quiet(client, settings.wait_quiet_s, settings.quiet_cores, settings.force)
+            exponent, residuals = measure_workload_exponent(
+                load_profile(path),
+                float(host.cores),
+                window_s=_EXPONENT_WINDOW_S[spec.kind],
+            )
+            _set_derivation(
+                profile,
+                "contention_exponent",
+                f"contention_exponent: {exponent:.4f}, fitted to {len(residuals)} cells of 2 and "
+                "3 copies under free, equal and favoured limits against the throughput above "
+                "(least squares of log efficiency); "
+                + "; ".join(residual.describe() for residual in residuals),
+            )
+            profile["contention_exponent"] = round(exponent, 4)
+            path.write_text(json.dumps(profile, indent=2) + "\n")
         print(f"wrote {path}", file=sys.stderr)
         written.append(path)
     return written
+
+
+#: Seconds each co-location cell is measured over: a service answers a batch every few seconds.
+_EXPONENT_WINDOW_S = {"training": 15.0, "inference": 40.0}
+
+
+def _existing_profile(path: Path, threading: Threading) -> dict[str, Any]:
+    """The profile at ``path`` as JSON data, to measure some of its parts again."""
+    try:
+        profile = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ProfileError(
+            f"--only measures parts of an existing profile, but {path} cannot be read ({error}); "
+            "calibrate the whole profile first (without --only)"
+        ) from None
+    if profile.get("threading", "tuned") != threading:
+        raise ProfileError(
+            f"{path} was measured with {profile.get('threading', 'tuned')} threading, not "
+            f"{threading}; pass --threading {profile.get('threading', 'tuned')} or calibrate "
+            "into another --output-dir"
+        )
+    profile["format"] = PROFILE_FORMAT
+    profile["threading"] = threading
+    return dict(profile)
+
+
+def _set_startup(profile: dict[str, Any], startup: StartupMeasurement) -> None:
+    profile["startup_s"] = _significant(startup.startup_s, 3)
+    profile["startup_cpu_s"] = _significant(startup.startup_cpu_s, 3)
+    _set_derivation(
+        profile,
+        "startup_s",
+        "startup_s: median of "
+        f"{len(startup.seconds)} uncapped starts from the engine's create call to the start "
+        f"event ({', '.join(f'{x:.2f}' for x in startup.seconds)} s); startup_cpu_s: the "
+        "container's CPU-seconds at the start event, median "
+        f"({', '.join(f'{x:.2f}' for x in startup.cpu_seconds)})",
+    )
+
+
+def _set_derivation(profile: dict[str, Any], field: str, text: str) -> None:
+    """Replace the provenance's account of ``field`` with ``text``."""
+    provenance = profile["provenance"]
+    kept = [
+        part
+        for part in provenance["derivation"].split("; ")
+        if not part.startswith(f"{field}:")
+        and not part.startswith(f"{field} ")
+        and not (field == "startup_s" and part.startswith("startup_cpu_s:"))
+        and not (field == "contention_exponent" and " jobs " in part and ": R " in part)
+    ]
+    provenance["derivation"] = "; ".join([*kept, text])
 
 
 def _measure_cleanly(
@@ -411,6 +503,90 @@ def _calibration_container(
     finally:
         with suppress(docker.errors.NotFound):
             container.remove(force=True)
+
+
+@dataclass(frozen=True)
+class StartupMeasurement:
+    """A workload's start-up, measured from the engine's create call to its first unit.
+
+    Attributes:
+        seconds: each repetition's start-up time (the ``containers.run`` call to the
+            workload's start event: the engine's create and start, the interpreter, torch,
+            the data and the model).
+        cpu_seconds: the CPU the container used meanwhile, each repetition.
+    """
+
+    seconds: tuple[float, ...]
+    cpu_seconds: tuple[float, ...]
+
+    @property
+    def startup_s(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def startup_cpu_s(self) -> float:
+        return statistics.median(self.cpu_seconds)
+
+
+#: Seconds between CPU samples while a container starts (start-up takes one or two seconds).
+_STARTUP_SAMPLE_S = 0.02
+
+
+def measure_startup(
+    client: docker.DockerClient, spec: WorkloadSpec, threading: Threading, repeats: int = 3
+) -> StartupMeasurement:
+    """Start ``spec`` uncapped ``repeats`` times; its start-up time and CPU, each time.
+
+    The CPU at the start event is interpolated between the cgroup samples around it.
+
+    Raises:
+        BackendError: the workload reported no start event, or its cgroup cannot be read here
+            (start-up CPU needs the engine on this host).
+    """
+    seconds, cpu = [], []
+    for _ in range(max(1, repeats)):
+        called = time.time()
+        with _calibration_container(client, spec, None, threading) as container:
+            container.reload()
+            usage = find_cpu_usage_file(container.id, container.attrs["State"].get("Pid"))
+            if usage is None:
+                raise BackendError(
+                    "start-up CPU is read from the container's cgroup, which this host cannot "
+                    "see (the engine runs elsewhere); calibrate on the engine's host"
+                )
+            log = _EventLog(container)
+            try:
+                samples = _sample_until_start(usage, log, spec)
+            finally:
+                log.close()
+        start = next(event for event in log.events() if isinstance(event, StartEvent))
+        times, used = zip(*samples, strict=True)
+        seconds.append(start.time - called)
+        cpu.append(float(np.interp(start.time, times, used)))
+    return StartupMeasurement(tuple(seconds), tuple(cpu))
+
+
+def _sample_until_start(
+    usage: CpuUsageFile, log: _EventLog, spec: WorkloadSpec
+) -> list[tuple[float, float]]:
+    """``(time, CPU-seconds)`` of the container until just after its start event."""
+    deadline = time.time() + 300
+    samples: list[tuple[float, float]] = []
+    started = False
+    while time.time() < deadline:
+        seconds = usage.read_seconds()
+        if seconds is not None:
+            samples.append((time.time(), seconds))
+        if started:
+            return samples
+        started = any(isinstance(event, StartEvent) for event in log.events())
+        if log.ended.is_set() and not started:
+            break
+        time.sleep(_STARTUP_SAMPLE_S)
+    raise BackendError(
+        f"{spec.name} reported no start event within 300 s (did it fail? run `python -m "
+        f"dlsched_workloads {spec.name}` in the image)"
+    )
 
 
 def _follow_run(

@@ -7,13 +7,16 @@ progress per CPU-second it gets, and the replay model multiplies its progress by
 (:mod:`dlsched.envs.replay.contention`). This module measures what ``a`` is fitted to, and fits
 it; ``dlsched calibrate --contention`` is its command line.
 
-For one training workload and one threading (``tuned`` or ``stock``, see
+For one workload and one threading (``tuned`` or ``stock``, see
 :mod:`dlsched.envs.workloads.cpu_quota`) it runs, on one Docker engine:
 
-- the **solo curve**: one job alone at each of ``solo_limits``, its iterations per second
-  against the cores it used (its CPU-seconds over the window, from the cgroup);
+- the **solo curve**: one job alone at each of ``solo_limits``, its units (iterations or
+  batches) per second against the cores it used (its CPU-seconds over the window, from the
+  cgroup); or the solo curve of the workload's profile, which calibration measured that way;
 - the **grid**: ``n`` copies together for every ``n`` of ``job_counts`` under every allocation
-  of :data:`ALLOCATIONS`, each job's limit, cores used and iterations per second.
+  of :data:`ALLOCATIONS`, each job's limit, cores used and units per second. A service's rate is
+  one over the mean latency of the batches it answered in the window, since a window holds only
+  a few of them.
 
 A cell's **efficiency** is its jobs' summed rate over what the solo curve gives at the cores each
 used: 1 when co-location costs nothing beyond the CPU the others take, less under contention. It
@@ -31,6 +34,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +55,7 @@ from dlsched.envs.replay.contention import (
     contention_data,
     oversubscription,
 )
+from dlsched.envs.replay.profile import WorkloadProfile
 from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
 from dlsched.envs.telemetry import JobState, Telemetry
 from dlsched.envs.workloads.catalog import WORKLOADS
@@ -81,10 +86,13 @@ DEFAULT_SOLO_LIMITS: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 1.0)
 DEFAULT_JOB_COUNTS: tuple[int, ...] = (2, 3, 4)
 DEFAULT_WORKLOAD = "mlp-digits"
 
-#: The workloads a contention measurement can run: those that count iterations.
+#: The workloads the set-wide contention measurement runs: those that count iterations.
 TRAINING_WORKLOADS: tuple[str, ...] = tuple(
     sorted(name for name, spec in WORKLOADS.items() if spec.kind == "training")
 )
+#: The cells that fit one workload's own exponent (``dlsched calibrate``).
+WORKLOAD_JOB_COUNTS: tuple[int, ...] = (2, 3)
+WORKLOAD_ALLOCATIONS: tuple[str, ...] = ("free", "equal", "favoured")
 #: More iterations than any measurement runs, so that no job finishes during it.
 _ENDLESS_ITERATIONS = 10_000_000
 #: How long jobs may take to report their first iteration (torch's import included).
@@ -169,12 +177,12 @@ class ThreadingMeasurement:
         alone = sum(self.solo_rate(sample.cores) for sample in cell.samples)
         return sum(sample.rate for sample in cell.samples) / alone if alone > 0 else math.nan
 
-    def oversubscription(self, cell: GridCell, cores: float) -> float:
+    def oversubscription(self, cell: GridCell, cores: float, demand: float | None = None) -> float:
         """The replay model's ``R`` of the cell (:func:`dlsched.envs.replay.contention`)."""
         count = len(cell.samples)
         return oversubscription(
             np.array([sample.limit for sample in cell.samples]),
-            np.full(count, self.demand),
+            np.full(count, self.demand if demand is None else demand),
             np.full(count, self.threading == "stock"),
             cores,
         )
@@ -231,12 +239,13 @@ def measure_grid(
     """Measure the solo curve and the grid of one workload with one threading.
 
     Args:
-        workload: a training workload of the image.
+        workload: a workload of the image (training or inference).
         threading: ``"tuned"`` or ``"stock"``.
         cores: the engine's cores (the worker of the measurement).
         job_counts: how many jobs run together in the grid (each at least 2).
         allocations: keys of :data:`ALLOCATIONS`.
-        solo_limits: limits of the solo curve, fractions of the worker in ``(0, 1]``.
+        solo_limits: limits of the solo curve, fractions of the worker in ``(0, 1]``; empty to
+            measure only the grid (the solo curve then comes from the workload's profile).
         window_s: seconds each rate is measured over.
         settle_s: seconds waited after each change of limits before measuring.
         endpoint: the engine (``None``: the environment's).
@@ -251,19 +260,23 @@ def measure_grid(
     def report(message: str) -> None:
         (say or _to_stderr)(f"[contention, {workload}, {threading}] {message}")
 
+    inference = WORKLOADS[workload].kind == "inference"
     most = max(job_counts)
+    group = (
+        JobGroup(workloads=(workload,), count=most, arrival=ArrivalPattern(), targets_s=(60.0,))
+        if inference
+        else JobGroup(
+            workloads=(workload,),
+            count=most,
+            arrival=ArrivalPattern(),
+            iterations=_ENDLESS_ITERATIONS,
+        )
+    )
     scenario = Scenario(
         name="calibrate-contention",
-        kind=JobKind.TRAINING,
+        kind=JobKind.INFERENCE if inference else JobKind.TRAINING,
         workers=(WorkerSpec(cores=cores, endpoint=endpoint),),
-        groups=(
-            JobGroup(
-                workloads=(workload,),
-                count=most,
-                arrival=ArrivalPattern(),
-                iterations=_ENDLESS_ITERATIONS,
-            ),
-        ),
+        groups=(group,),
         slots_per_worker=most,
         profile_set="measured",
     )
@@ -272,14 +285,14 @@ def measure_grid(
     backend = DockerBackend(image=image, workload_threading=threading)
     try:
         backend.reset(scenario, specs, np.random.default_rng(0))
-        backend.apply({}, [Placement(ids[0], 0, 0)])
-        _wait_for_first_iterations(backend, ids[:1])
+        placed = 1 if solo_limits else min(job_counts)
+        backend.apply({}, [Placement(job_id, 0, slot) for slot, job_id in enumerate(ids[:placed])])
+        _wait_for_first_units(backend, ids[:placed])
         solo = []
         for limit in sorted(solo_limits):
             report(f"solo at limit {limit:g}")
-            solo.extend(_window(backend, {ids[0]: limit}, settle_s, window_s)[0])
+            solo.extend(_window(backend, {ids[0]: limit}, settle_s, window_s, inference)[0])
         grid = []
-        placed = 1
         for count in sorted(job_counts):
             members = ids[:count]
             if count > placed:
@@ -291,7 +304,7 @@ def measure_grid(
                         if slot >= placed
                     ],
                 )
-                _wait_for_first_iterations(backend, members)
+                _wait_for_first_units(backend, members)
                 placed = count
             for allocation in allocations:
                 limits = allocation_limits(allocation, count)
@@ -299,12 +312,49 @@ def measure_grid(
                     f"{count} jobs, {allocation}: limits {', '.join(f'{x:.3g}' for x in limits)}"
                 )
                 samples, other = _window(
-                    backend, dict(zip(members, limits, strict=True)), settle_s, window_s
+                    backend, dict(zip(members, limits, strict=True)), settle_s, window_s, inference
                 )
                 grid.append(GridCell(allocation, tuple(samples), other))
     finally:
         backend.close()
     return ThreadingMeasurement(threading, tuple(solo), tuple(grid))
+
+
+def measure_workload_exponent(
+    profile: WorkloadProfile,
+    cores: float,
+    window_s: float,
+    settle_s: float = 5.0,
+    endpoint: str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> tuple[float, list[CellResidual]]:
+    """Fit one workload's own contention exponent against its profile's solo curve.
+
+    Copies of the workload run together (:data:`WORKLOAD_JOB_COUNTS` under
+    :data:`WORKLOAD_ALLOCATIONS`) with the profile's threading; the solo curve is the
+    profile's, measured alone by the same calibration.
+
+    Returns:
+        The exponent and every cell's residual.
+    """
+    solo = tuple(
+        JobSample(limit=min(1.0, c / cores), cores=c, rate=r)
+        for c, r in zip(profile.throughput.cores, profile.throughput.units_per_s, strict=True)
+    )
+    grid = measure_grid(
+        profile.workload,
+        profile.threading,
+        cores,
+        job_counts=WORKLOAD_JOB_COUNTS,
+        allocations=WORKLOAD_ALLOCATIONS,
+        solo_limits=(),
+        window_s=window_s,
+        settle_s=settle_s,
+        endpoint=endpoint,
+        say=say,
+    )
+    measured = ThreadingMeasurement(profile.threading, solo, grid.grid)
+    return fit_exponent(measured, cores, demand=profile.demand_cores)
 
 
 def check_grid_arguments(
@@ -320,11 +370,8 @@ def check_grid_arguments(
     Raises:
         BackendError: the first bad argument, its value and what was expected.
     """
-    if workload not in TRAINING_WORKLOADS:
-        raise BackendError(
-            f"workload {workload!r} is not a training workload; use one of "
-            f"{list(TRAINING_WORKLOADS)}"
-        )
+    if workload not in WORKLOADS:
+        raise BackendError(f"workload {workload!r} is not one of {sorted(WORKLOADS)}")
     if threading not in THREADINGS:
         raise BackendError(f"threading {threading!r}: expected one of {list(THREADINGS)}")
     if not job_counts or min(job_counts) < 2:
@@ -332,14 +379,18 @@ def check_grid_arguments(
     unknown = [name for name in allocations if name not in ALLOCATIONS]
     if unknown or not allocations:
         raise BackendError(f"allocations {list(allocations)}: expected some of {list(ALLOCATIONS)}")
-    if not solo_limits or not all(0 < limit <= 1 for limit in solo_limits):
+    if not all(0 < limit <= 1 for limit in solo_limits):
         raise BackendError(f"solo limits {list(solo_limits)}: each must be in (0, 1]")
     if not window_s > 0:
         raise BackendError(f"window_s={window_s!r}: the window must be positive")
 
 
 def _window(
-    backend: DockerBackend, limits: Mapping[str, float], settle_s: float, window_s: float
+    backend: DockerBackend,
+    limits: Mapping[str, float],
+    settle_s: float,
+    window_s: float,
+    inference: bool,
 ) -> tuple[list[JobSample], float]:
     """Set ``limits``, wait ``settle_s``, then measure those jobs over ``window_s``.
 
@@ -349,7 +400,16 @@ def _window(
     backend.apply(dict(limits))
     before = backend.advance(settle_s)
     host_before = host_busy_seconds()
-    after = backend.advance(window_s)
+    latencies: dict[str, dict[int, float]] = {job_id: {} for job_id in limits}
+    after = before
+    while after.time_s - before.time_s < window_s:
+        # Services are polled every second to see each batch's latency; trainings at the end.
+        step = min(1.0, window_s - (after.time_s - before.time_s)) if inference else window_s
+        after = backend.advance(step)
+        for job_id in latencies:
+            job = after.job(job_id)
+            if job.latency_s is not None and job.batches > before.job(job_id).batches:
+                latencies[job_id][job.batches] = job.latency_s
     host_after = host_busy_seconds()
     _check_running(after, list(limits))
     elapsed = after.time_s - before.time_s
@@ -359,27 +419,29 @@ def _window(
         job_before, job_after = before.job(job_id), after.job(job_id)
         seconds = job_after.cpu_seconds - job_before.cpu_seconds
         used += seconds
-        samples.append(
-            JobSample(
-                limit=limit,
-                cores=seconds / elapsed,
-                rate=(job_after.iterations - job_before.iterations) / elapsed,
-            )
-        )
+        if inference:
+            answered = list(latencies[job_id].values())
+            rate = 1.0 / statistics.fmean(answered) if answered else 0.0
+        else:
+            rate = (job_after.iterations - job_before.iterations) / elapsed
+        samples.append(JobSample(limit=limit, cores=seconds / elapsed, rate=rate))
     return samples, max(0.0, (host_after - host_before - used) / elapsed)
 
 
-def _wait_for_first_iterations(backend: DockerBackend, job_ids: Sequence[str]) -> None:
-    """Advance until every job of ``job_ids`` has reported an iteration."""
+def _wait_for_first_units(backend: DockerBackend, job_ids: Sequence[str]) -> None:
+    """Advance until every job of ``job_ids`` has reported an iteration or a batch."""
     started = time.monotonic()
     while True:
         telemetry = backend.advance(1.0)
         _check_running(telemetry, job_ids)
-        if all(telemetry.job(job_id).iterations > 0 for job_id in job_ids):
+        if all(
+            telemetry.job(job_id).iterations > 0 or telemetry.job(job_id).batches > 0
+            for job_id in job_ids
+        ):
             return
         if time.monotonic() - started > _START_TIMEOUT_S:
             raise BackendError(
-                f"the measurement's jobs {list(job_ids)} reported no iteration within "
+                f"the measurement's jobs {list(job_ids)} reported no unit of work within "
                 f"{_START_TIMEOUT_S:g} s; is the host overloaded?"
             )
 
@@ -428,10 +490,18 @@ class CellResidual:
         )
 
 
-def fit_exponent(measured: ThreadingMeasurement, cores: float) -> tuple[float, list[CellResidual]]:
-    """The exponent of one threading, and every cell's residual (see the module docstring)."""
+def fit_exponent(
+    measured: ThreadingMeasurement, cores: float, demand: float | None = None
+) -> tuple[float, list[CellResidual]]:
+    """The exponent of one measurement, and every cell's residual (see the module docstring).
+
+    Args:
+        measured: the solo curve and the grid.
+        cores: the host's cores.
+        demand: the workload's uncapped demand (default: the solo curve's largest usage).
+    """
     points = [
-        (cell, measured.oversubscription(cell, cores), measured.efficiency(cell))
+        (cell, measured.oversubscription(cell, cores, demand), measured.efficiency(cell))
         for cell in measured.grid
     ]
     usable = [

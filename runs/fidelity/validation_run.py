@@ -14,8 +14,6 @@ profiles were measured on, and the host's load with a quiet host's.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import secrets
 import time
@@ -46,6 +44,7 @@ from dlsched.runs.fidelity.validation import (
     report_data,
 )
 from dlsched.runs.fidelity.validation_plots import plot_timelines, plot_twins
+from dlsched.runs.tracking.owners import end_run, owner_tags
 from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, first_line
 from dlsched.runs.tracking.tracked_evaluation import EvaluationRequest, evaluate_tracked
 from dlsched.runs.tracking.tracker import TAG_KIND, log_in_batches
@@ -280,8 +279,27 @@ def _log_validation(
     files: Sequence[Path],
 ) -> str:
     assert experiment_id is not None
-    run = client.create_run(experiment_id, run_name=validation_id, tags={TAG_KIND: "validation"})
+    run = client.create_run(
+        experiment_id, run_name=validation_id, tags={TAG_KIND: "validation", **owner_tags()}
+    )
     run_id = run.info.run_id
+    status = "FAILED"
+    try:
+        _log_report(client, run_id, request, report, evaluation_runs, files)
+        status = "FINISHED"
+    finally:
+        end_run(client, run_id, status)
+    return run_id
+
+
+def _log_report(
+    client: MlflowClient,
+    run_id: str,
+    request: ValidationRequest,
+    report: ValidationReport,
+    evaluation_runs: Sequence[str | None],
+    files: Sequence[Path],
+) -> None:
     for evaluation_run in evaluation_runs:
         if evaluation_run is not None:
             client.set_tag(evaluation_run, MLFLOW_PARENT_RUN_ID, run_id)
@@ -315,6 +333,3 @@ def _log_validation(
     log_in_batches(client, run_id, metrics, params)
     for path in files:
         client.log_artifact(run_id, str(path))
-    with contextlib.redirect_stdout(io.StringIO()):  # MLflow prints run links on stdout
-        client.set_terminated(run_id, "FINISHED")
-    return run_id
