@@ -337,7 +337,8 @@ def test_calibrate_writes_a_profile_the_replay_backend_can_load(
     args = ["calibrate", "--workload", "vgg-svc", "--limits", "1", "--duration", "2"]
     # --force: this checks what is written, not how quiet the (shared) test host is.
     options = ["--wait-quiet", "0", "--retries", "0", "--force", "--output-dir", str(tmp_path)]
-    assert cli.main([*args, *options]) == 0
+    # A service's contention cells are slow; the next test measures a training workload's.
+    assert cli.main([*args, *options, "--only", "throughput,startup"]) == 0
     profile = load_profile(tmp_path / "vgg-svc.json")
     assert profile.kind.value == "inference" and profile.batch_size == 100
     assert profile.throughput.cores == (profile.demand_cores,)
@@ -345,3 +346,27 @@ def test_calibrate_writes_a_profile_the_replay_backend_can_load(
     assert profile.units_per_s(profile.demand_cores) > 0
     assert "dlsched calibrate --workload vgg-svc" in profile.provenance.method
     assert profile.measured_on is not None and profile.threading == "tuned"
+    assert 0 < profile.startup_cpu_s <= profile.startup_s * docker_engine.info()["NCPU"]
+
+
+@pytest.mark.docker
+def test_calibrate_fits_a_workload_contention_exponent_into_its_profile(
+    docker_engine, workload_image, tmp_path
+):
+    def managed() -> set[str]:
+        found = docker_engine.containers.list(all=True, filters={"label": "dlsched.managed"})
+        return {container.id for container in found}
+
+    shipped = Path(load_profile.__code__.co_filename).parent / "profiles" / "measured"
+    shutil.copy(shipped / "mlp-digits.json", tmp_path / "mlp-digits.json")
+    already_there = managed()
+    args = ["calibrate", "--workload", "mlp-digits", "--only", "contention", "--duration", "3"]
+    options = ["--wait-quiet", "0", "--retries", "0", "--force", "--output-dir", str(tmp_path)]
+    assert cli.main([*args, *options]) == 0
+    profile = load_profile(tmp_path / "mlp-digits.json")
+    assert profile.contention_exponent is not None and 0 <= profile.contention_exponent < 5
+    # Six cells, 2 and 3 copies under free, equal and favoured limits, each with its residual.
+    cells = r"tuned [23] jobs (free|equal|favoured): R"
+    residuals = re.findall(cells, profile.provenance.derivation)
+    assert sorted(residuals) == sorted(["free", "equal", "favoured"] * 2)
+    assert managed() <= already_there

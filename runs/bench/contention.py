@@ -159,6 +159,11 @@ def measure_contention(
     Raises:
         BackendError: bad arguments, or a job that stopped running during the measurement.
     """
+    if workload not in TRAINING_WORKLOADS:
+        raise BackendError(
+            f"workload {workload!r} is not a training workload; expected one of "
+            f"{list(TRAINING_WORKLOADS)} (services: dlsched calibrate --only contention)"
+        )
     if jobs < 2:
         raise BackendError(f"jobs={jobs}: contention needs at least 2 jobs on the host")
     if not settle_s >= 0:

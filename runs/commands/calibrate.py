@@ -108,8 +108,9 @@ def register(subparsers: Any) -> None:
         type=_positive_seconds,
         default=None,
         help="seconds each capped run measures after warm-up (default: 60; the uncapped run of "
-        "a training workload trains its whole default job); with --contention the window of "
-        "each cell (default: 15)",
+        "a training workload trains its whole default job), and at most the window of each "
+        "co-location cell of a workload's contention exponent (15 s training, 40 s services); "
+        "with --contention the window of each cell (default: 15)",
     )
     parser.add_argument(
         "--settle",

@@ -108,8 +108,9 @@ class CalibrationSettings:
     Attributes:
         limits: CPU limits measured, as fractions of the host's cores; 1 (uncapped) is always
             added.
-        duration_s: seconds each capped run measures after warm-up; the uncapped run of a
-            training workload trains its whole default job.
+        duration_s: seconds each capped run measures after warm-up (the uncapped run of a
+            training workload trains its whole default job), and at most the seconds of each
+            contention cell (15 s for training, 40 s for a service's slower batches).
         wait_quiet_s: before each run, how long to wait for a quiet host (no other container,
             other processes using at most ``quiet_cores``).
         quiet_cores: cores other processes may use while the host counts as quiet.
@@ -205,7 +206,7 @@ def calibrate(
             exponent, residuals = measure_workload_exponent(
                 load_profile(path),
                 float(host.cores),
-                window_s=_EXPONENT_WINDOW_S[spec.kind],
+                window_s=min(_EXPONENT_WINDOW_S[spec.kind], settings.duration_s),
             )
             _set_derivation(
                 profile,
@@ -222,7 +223,8 @@ def calibrate(
     return written
 
 
-#: Seconds each co-location cell is measured over: a service answers a batch every few seconds.
+#: Longest seconds each co-location cell is measured over: a service answers a batch every few
+#: seconds.
 _EXPONENT_WINDOW_S = {"training": 15.0, "inference": 40.0}
 
 
