@@ -115,7 +115,7 @@ def test_a_side_refuses_a_profile_set_for_docker():
     ("arguments", "message"),
     [
         (["--held-out", "dqoes"], "--held-out dqoes is not among the policies validated"),
-        (["--against", "kubernetes"], "--against 'kubernetes': expected docker, or replay:SET"),
+        (["--against", "kubernetes"], "--against 'kubernetes': expected docker, replay:SET"),
         (
             ["--against", "replay:measured", "--workload-threading", "stock"],
             "--workload-threading stock applies to a docker reference",
@@ -177,6 +177,37 @@ def test_the_command_tracks_both_sides_under_one_validation_run(
     artifacts = {item.path for item in client.list_artifacts(validation.info.run_id)}
     assert {"validation.json", "validation.txt", "over-time.png"} <= artifacts
     assert {"twins-default-seed0.png", "twins-equal-seed0.png"} <= artifacts
+
+
+def test_replay_against_its_own_recording_reports_no_error_and_refuses_what_it_lacks(
+    tmp_path, monkeypatch, capsys, mlflow_store
+):
+    folder, uri = mlflow_store
+    monkeypatch.chdir(folder)
+    evaluate = ["evaluate", "--scenario", "docker-inference-3", "--policy", "default,equal"]
+    options = ["--episodes", "1", "--tracking-uri", uri, "--out", str(tmp_path), "--no-progress"]
+    assert cli_main([*evaluate, *options, "--experiment", f"recorded-{tmp_path.name}"]) == 0
+    (recording,) = [path for path in tmp_path.iterdir() if path.is_dir()]
+    capsys.readouterr()
+
+    def validate(*arguments: str) -> int:
+        against = ["--against", f"recorded:{recording}", "--no-tracking", "--no-progress"]
+        return cli_main(["validate", "--policy", "default,equal", *against, *arguments])
+
+    assert validate("--scenario", "docker-inference-3", "--episodes", "1", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    # Every latency sample read back from the trajectory table as it was written.
+    assert data["all_jobs"]["jobs"] == 6
+    assert data["all_jobs"]["median"] == 0.0 and data["all_jobs"]["max"] == 0.0
+    assert data["sides"] == ["replay", "replay, recorded"]
+    assert validate("--scenario", "docker-inference-3", "--episodes", "1", "--seed", "3") == 2
+    assert "no episode default-seed3 there (it holds default-seed0, equal-seed0)" in (
+        capsys.readouterr().err
+    )
+    assert validate("--scenario", "docker-inference-6", "--episodes", "1") == 2
+    assert "not 'docker-inference-6' as it is now" in capsys.readouterr().err
+    assert validate("--scenario", "docker-inference-3", "--against", f"recorded:{tmp_path}") == 2
+    assert "no recorded episode there" in capsys.readouterr().err
 
 
 _TWO_MLPS = """\

@@ -89,9 +89,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--against",
         default="docker",
-        metavar="docker|replay:SET",
-        help="the reference: the local engine (docker, the default) or replay on another "
-        "profile set (replay:DIR), e.g. to hold a recalibrated set against the shipped one",
+        metavar="docker|replay:SET|recorded:FOLDER",
+        help="the reference: the local engine (docker, the default), replay on another "
+        "profile set (replay:DIR), e.g. to hold a recalibrated set against the shipped one, or "
+        "the episodes an earlier evaluation recorded in FOLDER (recorded:FOLDER, e.g. the host "
+        "side of an earlier validation under --out), which runs nothing on the host",
     )
     parser.add_argument("--json", action="store_true", help="print only JSON on stdout")
     parser.add_argument(
@@ -120,13 +122,22 @@ def reference_side(against: str, workload_threading: str | None, default_threadi
     """The reference the command line names.
 
     Raises:
-        BackendError: ``--against`` is neither ``docker`` nor ``replay:SET``, or
-            ``--workload-threading`` is given with a replay reference.
+        BackendError: ``--against`` is none of ``docker``, ``replay:SET`` or
+            ``recorded:FOLDER``, or ``--workload-threading`` is given with a reference other
+            than docker.
+        TrackingError: ``recorded:FOLDER`` names a folder without recorded episodes.
     """
     if against == "docker":
         threading = workload_threading or default_threading
         return Side("docker", {"workload_threading": threading} if threading != "tuned" else {})
     backend, colon, profile_set = against.partition(":")
+    if backend == "recorded" and colon and profile_set:
+        if workload_threading is not None:
+            raise BackendError(
+                f"--workload-threading {workload_threading} applies to a docker reference, not "
+                f"--against {against}: a recording keeps the threading it ran with"
+            )
+        return Side.of_recording(Path(profile_set))
     if backend == "replay" and colon and profile_set:
         if workload_threading is not None:
             raise BackendError(
@@ -135,8 +146,9 @@ def reference_side(against: str, workload_threading: str | None, default_threadi
             )
         return Side("replay", {}, profile_set)
     raise BackendError(
-        f"--against {against!r}: expected docker, or replay:SET with SET a profile set "
-        f"({', '.join(profile_set_names())}) or a folder of profiles"
+        f"--against {against!r}: expected docker, replay:SET with SET a profile set "
+        f"({', '.join(profile_set_names())}) or a folder of profiles, or recorded:FOLDER with "
+        "FOLDER an evaluation's local records"
     )
 
 

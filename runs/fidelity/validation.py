@@ -22,6 +22,8 @@ or jobs finished (training), averaged over the seeds step by step, is compared t
 The reference need not be the host: any :class:`Side` (a backend, its options, and for replay
 another profile set) can stand on either side, so that a recalibrated set can be held against
 the shipped one, and so that replay against itself is a test of the comparison (zero error).
+A side may also be *recorded*: the episodes of an earlier evaluation read from its folder, so
+that a change of the replay model is held against yesterday's host run without running it again.
 """
 
 from __future__ import annotations
@@ -31,15 +33,23 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
-from dlsched.envs.errors import BackendError
+from dlsched.envs.errors import BackendError, TrackingError
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.telemetry import JobState
 from dlsched.policies.policy import Policy
-from dlsched.runs.evaluation import PRIMARY_METRIC, EpisodeResult, backend_label, metrics_for
+from dlsched.runs.evaluation import (
+    PRIMARY_METRIC,
+    EpisodeResult,
+    PolicyIdentity,
+    backend_label,
+    metrics_for,
+)
+from dlsched.runs.tracking.trajectory import EPISODE_FILE, EvaluationFolder, read_episode
 
 
 @dataclass(frozen=True)
@@ -50,11 +60,15 @@ class Side:
         backend: the backend's registered name.
         options: keyword arguments of its constructor (``workload_threading`` for Docker).
         profile_set: replay only: the profile set to use instead of the scenario's.
+        recorded: the local folder of an earlier evaluation whose episodes are this side's
+            (the host side of an earlier validation, or ``dlsched evaluate --out``): nothing
+            runs, so a changed replay model is held against one host recording in seconds.
     """
 
     backend: str
     options: Mapping[str, str] = dataclasses.field(default_factory=dict)
     profile_set: str | None = None
+    recorded: Path | None = None
 
     def __post_init__(self) -> None:
         if self.profile_set is not None and self.backend != "replay":
@@ -66,7 +80,73 @@ class Side:
     def label(self) -> str:
         """How reports name the side: ``replay``, ``docker[workload_threading=stock]``, ..."""
         base = backend_label(self.backend, self.options)
+        if self.recorded is not None:
+            return f"{base}, recorded"
         return base if self.profile_set is None else f"{base}[profile_set={self.profile_set}]"
+
+    @classmethod
+    def of_recording(cls, folder: Path) -> Side:
+        """The side an evaluation recorded in ``folder`` ran on (its backend and options).
+
+        Raises:
+            TrackingError: ``folder`` holds no recorded episode.
+        """
+        episodes = EvaluationFolder(folder).episode_dirs()
+        if not episodes:
+            raise TrackingError(
+                f"--against recorded:{folder}: no recorded episode there (expected "
+                "<policy>-seed<seed>/episode.json folders, as dlsched evaluate and validate "
+                "write under --out); name the folder of one evaluation"
+            )
+        first = read_episode(episodes[0])
+        return cls(first.backend, dict(first.backend_options), recorded=folder)
+
+    def recorded_episodes(
+        self, scenario: Scenario, policies: Sequence[Policy], seeds: Sequence[int]
+    ) -> list[EpisodeResult]:
+        """Every policy's episode of every seed, read from :attr:`recorded`.
+
+        Raises:
+            TrackingError: an episode is missing, or was recorded on another scenario, policy
+                parameters or backend than asked.
+        """
+        assert self.recorded is not None
+        folder = EvaluationFolder(self.recorded)
+        results = []
+        for policy in policies:
+            identity = PolicyIdentity.of(policy)
+            for seed in seeds:
+                path = folder.episode_dir(identity, seed)
+                if not (path / EPISODE_FILE).is_file():
+                    held = ", ".join(p.name for p in folder.episode_dirs()) or "nothing"
+                    raise TrackingError(
+                        f"--against recorded:{self.recorded}: no episode {path.name} there (it "
+                        f"holds {held}); validate the policies and seeds it recorded"
+                    )
+                result = read_episode(path, containers=True)
+                recorded, asked = result.scenario.content_hash(), scenario.content_hash()
+                if recorded != asked:
+                    raise TrackingError(
+                        f"{path} ran scenario {result.scenario.name!r} as it was then "
+                        f"(content {recorded}), not {scenario.name!r} as it is now (content "
+                        f"{asked}): do not match; record the host again with this scenario"
+                    )
+                if result.policy != identity:
+                    raise TrackingError(
+                        f"{path} ran {result.policy.name} with {dict(result.policy.params)}, "
+                        f"not with {dict(identity.params)}: do not match; pass the same --set"
+                    )
+                if (result.backend, dict(result.backend_options)) != (
+                    self.backend,
+                    dict(self.options),
+                ):
+                    raise TrackingError(
+                        f"{path} ran on {backend_label(result.backend, result.backend_options)}"
+                        f", not {backend_label(self.backend, self.options)}: one recording "
+                        "holds one backend's episodes"
+                    )
+                results.append(result)
+        return results
 
     def scenario_for(self, scenario: Scenario) -> Scenario:
         """``scenario`` as this side runs it."""
@@ -481,7 +561,9 @@ def run_validation(
     from dlsched.runs.evaluation import evaluate
 
     episodes = [
-        evaluate(
+        side.recorded_episodes(scenario, policies, seeds)
+        if side.recorded is not None
+        else evaluate(
             side.scenario_for(scenario),
             policies,
             seeds,

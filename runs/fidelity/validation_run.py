@@ -125,7 +125,7 @@ def host_warnings(scenario: Scenario, reference: Side) -> list[str]:
     scenario's profiles were measured on, profiles derived from papers rather than measured,
     workers whose cores differ from the engine's, and a host that is busy right now.
     """
-    if reference.backend != "docker":
+    if reference.backend != "docker" or reference.recorded is not None:
         return []
     endpoint = scenario.workers[0].endpoint if scenario.workers else None
     client = connect_engine(endpoint)
@@ -194,9 +194,15 @@ def validate_tracked(
         warn: where warnings go.
     """
     validation_id = new_validation_id(request.scenario)
-    sides = (request.model, request.reference)
-    evaluations = []
-    for side in sides:
+    episodes: list[list[EpisodeResult]] = []
+    evaluation_runs: list[str | None] = []
+    experiment_id: str | None = None
+    failure: TrackingError | None = None
+    for side in (request.model, request.reference):
+        if side.recorded is not None:
+            recorded = side.recorded_episodes(request.scenario, request.policies, request.seeds)
+            episodes.append(recorded)
+            continue
         outcome = evaluate_tracked(
             EvaluationRequest(
                 scenario=side.scenario_for(request.scenario),
@@ -213,29 +219,31 @@ def validate_tracked(
             progress=progress,
             warn=warn,
         )
-        evaluations.append(outcome)
-    model, reference = evaluations
+        episodes.append(list(outcome.results))
+        evaluation_runs.append(outcome.location.parent_run_id)
+        experiment_id = experiment_id or outcome.location.experiment_id
+        failure = failure or outcome.failure
+    model, reference = episodes
     report = build_report(
         request.scenario,
-        model.results,
-        reference.results,
+        model,
+        reference,
         request.held_out,
         warnings,
         (request.model.label(), request.reference.label()),
     )
     folder = out / validation_id
-    files = _write_files(folder, report, model.results, reference.results, plots)
-    failure = model.failure or reference.failure
+    files = _write_files(folder, report, model, reference, plots)
     run_id = None
     if failure is None:
         try:
             run_id = _log_validation(
                 client,
-                model.location.experiment_id,
+                experiment_id,
                 validation_id,
                 request,
                 report,
-                [e.location.parent_run_id for e in evaluations],
+                evaluation_runs,
                 files,
             )
         except STORE_ERRORS as error:

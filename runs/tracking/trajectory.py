@@ -22,13 +22,17 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
 from dlsched.envs.errors import TrackingError
 from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.telemetry import JobState, QoEClass
 from dlsched.runs.evaluation import (
+    ContainerSample,
     EpisodeMetrics,
     EpisodeResult,
     JobOutcome,
@@ -36,6 +40,8 @@ from dlsched.runs.evaluation import (
     StepRecord,
     to_jsonable,
 )
+
+_T = TypeVar("_T")
 
 #: Default parent folder of local evaluation records, relative to the working directory.
 DEFAULT_OUT = Path("dlsched-runs")
@@ -226,17 +232,49 @@ def episode_record(result: EpisodeResult) -> dict[str, object]:
     }
 
 
-def read_episode(folder: Path) -> EpisodeResult:
+def read_trajectory(path: Path) -> dict[int, tuple[ContainerSample, ...]]:
+    """The rows of a trajectory table (:func:`write_trajectory`), by step, in table order."""
+    rows: dict[int, list[ContainerSample]] = {}
+    with path.open(newline="") as stream:
+        for row in csv.DictReader(stream):
+            rows.setdefault(int(row["step"]), []).append(
+                ContainerSample(
+                    job_id=row["job_id"],
+                    workload=row["workload"],
+                    state=JobState(row["state"]),
+                    worker=_optional(row["worker"], int),
+                    limit=float(row["limit"]),
+                    limit_cores=float(row["limit_cores"]),
+                    cpu_usage=float(row["cpu_usage"]),
+                    latency_s=_optional(row["latency_s"], float),
+                    target_s=_optional(row["target_s"], float),
+                    tolerance=float(row["tolerance"]),
+                    qoe_class=_optional(row["qoe_class"], QoEClass),
+                    loss=_optional(row["loss"], float),
+                    iterations=int(row["iterations"]),
+                )
+            )
+    return {step: tuple(samples) for step, samples in rows.items()}
+
+
+def _optional(cell: str, parse: Callable[[str], _T]) -> _T | None:
+    return None if cell == "" else parse(cell)
+
+
+def read_episode(folder: Path, containers: bool = False) -> EpisodeResult:
     """An episode read back from its folder (what :meth:`EvaluationFolder.write_episode` wrote).
 
-    The steps carry their aggregates only (``containers`` is empty): the per-container rows stay
-    in ``trajectory.csv``.
+    Args:
+        folder: the episode's folder (``<evaluation>/<policy>-seed<seed>``).
+        containers: also read the per-container rows of ``trajectory.csv`` into each step's
+            ``containers``; without it the steps carry their aggregates only.
     """
     record = json.loads((folder / EPISODE_FILE).read_text())
     scenario = load_scenario(str(folder / SCENARIO_FILE))
+    rows = read_trajectory(folder / TRAJECTORY_FILE) if containers else {}
     step_fields = {f.name for f in dataclasses.fields(StepRecord)} - {"containers"}
     steps = tuple(
-        StepRecord(**{key: step[key] for key in step_fields}, containers=())
+        StepRecord(**{key: step[key] for key in step_fields}, containers=rows.get(step["step"], ()))
         for step in record["steps"]
     )
     jobs = tuple(
