@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -39,6 +39,7 @@ class TelemetryFeed(gym.Wrapper[np.ndarray, np.ndarray, np.ndarray, np.ndarray])
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         pending = self.policy.take_pending() if isinstance(self.policy, HandcraftedPolicy) else None
+        result: tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]
         if pending is not None:
             result = self.scheduling_env.step_decision(pending)
         else:

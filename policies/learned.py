@@ -206,7 +206,7 @@ class LearnedPolicy(Policy):
 
     # A learned policy is named after its model, so that two models can be evaluated together.
     @property
-    def name(self) -> str:
+    def name(self) -> str:  # type: ignore[override]  # per model, where baselines name a class
         return self._name
 
     def params(self) -> dict[str, ParamValue]:

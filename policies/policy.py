@@ -105,7 +105,7 @@ class HandcraftedPolicy(Policy):
                 "environment with dlsched.policies.TelemetryFeed(env, policy) before stepping it"
             )
         observation = np.asarray(observation)
-        batched = observation.ndim == len(self._env.observation_space.shape) + 1
+        batched = observation.ndim == len(self._env.observation_space.shape or ()) + 1
         if batched and observation.shape[0] != 1:
             raise PolicyError(
                 f"policy {self.name!r} reads one environment's telemetry, but predict() got "

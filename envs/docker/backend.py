@@ -76,7 +76,7 @@ from dlsched.envs.owner import ProcessOwner
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 from dlsched.envs.workloads.catalog import WORKLOADS
-from dlsched.envs.workloads.cpu_quota import THREADINGS
+from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 
 _log = logging.getLogger(__name__)
 
@@ -428,7 +428,8 @@ class DockerBackend(Backend):
         self._min_usage_window_s = float(min_usage_window_s)
         self._actuation_threads = actuation_threads
         self._workload_threading = workload_threading
-        self._threading = workload_threading or "tuned"  # the episode's, set at reset
+        # The episode's, set at reset.
+        self._threading: Threading = "stock" if workload_threading == "stock" else "tuned"
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._clients: dict[str | None, docker.DockerClient] = {}
         self._engines: tuple[_Engine, ...] = ()
@@ -1051,7 +1052,7 @@ def _exited(error: docker.errors.APIError) -> bool:
     return error.status_code == 409 or "is not running" in str(error)
 
 
-def _episode_threading(option: str | None, scenario: Scenario) -> str:
+def _episode_threading(option: str | None, scenario: Scenario) -> Threading:
     """The threading of an episode: the backend's option, else the scenario's, else tuned."""
     said = scenario.workload_threading
     if option is not None and said is not None and option != said:
@@ -1060,4 +1061,4 @@ def _episode_threading(option: str | None, scenario: Scenario) -> str:
             f"workloads run {said!r} (its replay twin is profiled so); drop the option "
             "(--workload-threading) or use a scenario of the other threading"
         )
-    return option or said or "tuned"
+    return "stock" if (option or said) == "stock" else "tuned"

@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
         wait_quiet_s=args.wait_quiet,
         quiet_cores=args.quiet_cores,
         retries=args.retries,
-        threading=threadings[0],
+        threading="stock" if threadings[0] == "stock" else "tuned",
         force=args.force,
         parts=args.only,
     )

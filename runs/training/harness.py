@@ -578,6 +578,8 @@ def _build_model(config: TrainingConfig, env: VecNormalize) -> BaseAlgorithm:
     if config.resolved_network == "slot":
         policy = OwnSlotPolicy if config.slot_agents else SlotActorCriticPolicy
     policy_kwargs = {"net_arch": list(config.net_arch), **dict(config.policy_kwargs)}
+    # Checked against the algorithm's constructor by the config; SB3 types each one apart.
+    hyperparams: dict[str, Any] = dict(config.hyperparams)
     try:
         return cls(
             policy,
@@ -586,7 +588,7 @@ def _build_model(config: TrainingConfig, env: VecNormalize) -> BaseAlgorithm:
             device="cpu",
             verbose=0,
             policy_kwargs=policy_kwargs,
-            **dict(config.hyperparams),
+            **hyperparams,
         )
     except TypeError as error:
         raise PolicyError(
