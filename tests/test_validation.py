@@ -210,6 +210,17 @@ def test_replay_against_its_own_recording_reports_no_error_and_refuses_what_it_l
     assert "no recorded episode there" in capsys.readouterr().err
 
 
+def test_a_model_is_held_out_by_the_path_that_names_it(capsys):
+    model = Path(__file__).parent / "fixtures" / "model-v0.1.0"
+    arguments = ["--scenario", "dqoes-varied-burst", "--policy", f"default,{model}"]
+    options = ["--held-out", str(model), "--against", "replay:paper", "--episodes", "1"]
+    code = cli_main(["validate", *arguments, *options, "--no-tracking", "--no-progress", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    data = json.loads(captured.out)
+    assert data["held_out_jobs"]["jobs"] == 10 and data["all_jobs"]["jobs"] == 20
+
+
 _TWO_MLPS = """\
 name: validate-probe
 description: two MLP trainings of about 10 s each at one core, together on one 2-core worker

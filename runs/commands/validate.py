@@ -74,7 +74,8 @@ def register(subparsers: Any) -> None:
         "--held-out",
         default="",
         metavar="P[,P...]",
-        help="policies that calibration did not see; their jobs' errors are reported apart",
+        help="policies that calibration did not see, as --policy names them or by their names "
+        "(a model's is printed in the report); their jobs' errors are reported apart",
     )
     parser.add_argument(
         "--episodes", type=positive_int, default=2, help="episodes (seeds) per policy (2)"
@@ -160,6 +161,9 @@ def run(args: argparse.Namespace) -> int:
     target = resolve_tracking_uri(args.tracking_uri)
     policies = tuple(build_policies(specs, parse_settings(args.set, specs), target.uri))
     names = [policy.name for policy in policies]
+    # A held-out policy may be named as --policy gave it (a model's path or runs:/ URI).
+    named = dict(zip(specs, names, strict=True))
+    held_out = tuple(named.get(name, name) for name in held_out)
     unknown = [name for name in held_out if name not in names]
     if unknown:
         raise PolicyError(
