@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from os import PathLike
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
+from dlsched.envs.arguments import check_env_arguments, check_seed
 from dlsched.envs.backend import Backend
 from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Decision, Placement
@@ -22,6 +24,7 @@ from dlsched.envs.errors import ActionError, ScenarioError
 from dlsched.envs.observation import ObservationLayout, encode
 from dlsched.envs.placement import Placer, SpreadPlacer
 from dlsched.envs.rewards import RewardFn, reward_function
+from dlsched.envs.scenarios.limits import check_scenario_limits
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, QoEClass, Telemetry, WorkerTelemetry
 
@@ -29,9 +32,11 @@ from dlsched.envs.telemetry import JobState, JobTelemetry, QoEClass, Telemetry, 
 DEFAULT_LIMIT_FLOOR = 0.02
 
 
-def resolve_scenario(scenario: str | Scenario, kind: JobKind, env_id: str) -> Scenario:
+def resolve_scenario(
+    scenario: str | PathLike[str] | Scenario, kind: JobKind, env_id: str
+) -> Scenario:
     """Load ``scenario`` by name or path if needed and check it is of the environment's kind."""
-    if isinstance(scenario, str):
+    if isinstance(scenario, str | PathLike):
         from dlsched.envs.scenarios.file_format import load_scenario
 
         scenario = load_scenario(scenario)
@@ -60,21 +65,30 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def __init__(
         self,
-        scenario: str | Scenario | None = None,
+        scenario: str | PathLike[str] | Scenario | None = None,
         backend: str | Backend = "replay",
         reward: str | RewardFn | None = None,
         interval_s: float | None = None,
         placer: Placer | None = None,
         limit_floor: float = DEFAULT_LIMIT_FLOOR,
         backend_options: Mapping[str, Any] | None = None,
+        **unknown: object,  # refused, with the closest name: gym.make passes misspellings here
     ) -> None:
+        check_env_arguments(
+            self.env_id,
+            scenario=scenario,
+            backend=backend,
+            reward=reward,
+            interval_s=interval_s,
+            placer=placer,
+            limit_floor=limit_floor,
+            backend_options=backend_options,
+            unknown=unknown,
+        )
         resolved = resolve_scenario(scenario or self.default_scenario, self.kind, self.env_id)
         if interval_s is not None:
-            if not interval_s > 0:
-                raise ScenarioError(f"interval_s={interval_s!r} must be a number of seconds > 0")
             resolved = dataclasses.replace(resolved, interval_s=float(interval_s))
-        if not 0.0 < limit_floor <= 1.0:
-            raise ActionError(f"limit_floor={limit_floor!r} must be in (0, 1]")
+        check_scenario_limits(resolved)
         self.scenario: Scenario = resolved
         self.backend: Backend = (
             make_backend(backend, **dict(backend_options or {}))
@@ -106,7 +120,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
+        super().reset(seed=check_seed(seed))
         jobs_rng, backend_rng = self.np_random.spawn(2)
         self._jobs = self.scenario.realise(jobs_rng)
         self._pending = list(self._jobs)
