@@ -109,7 +109,7 @@ Name = Annotated[
 ProfileSet = Annotated[
     str,
     Field(min_length=1, max_length=MAX_PATH_LENGTH),
-    Expected("the name of a profile set (e.g. paper, measured) or the path of a folder of them"),
+    Expected("a string: a profile set's name (e.g. paper, measured) or a folder's path"),
 ]
 Endpoint = Annotated[
     str,
