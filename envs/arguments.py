@@ -25,7 +25,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from dlsched.envs.backend import Backend
 from dlsched.envs.backends import backend_class
@@ -89,7 +89,7 @@ def check_env_arguments(
         _refuse("interval_s", interval_s, "a number of seconds > 0, e.g. interval_s=10")
     if placer is not None and not isinstance(placer, Placer):
         _refuse("placer", placer, "a dlsched.envs.Placer, e.g. SpreadPlacer()")
-    if not (_positive_number(limit_floor) and float(limit_floor) <= 1.0):  # type: ignore[arg-type]
+    if not (_positive_number(limit_floor) and _at_most_one(limit_floor)):
         _refuse("limit_floor", limit_floor, "a fraction of a worker in (0, 1], e.g. 0.02")
     _check_backend_options(backend, backend_options)
 
@@ -130,8 +130,9 @@ def check_value(name: str, value: object, annotation: object, where: str) -> Non
     if any(_allows(member, value) for member in members):
         return
     expected = " or ".join(dict.fromkeys(_describe(member) for member in members))
-    shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-    raise ArgumentError(f"{name}={shown} ({type(value).__name__}) for {where}: expected {expected}")
+    raise ArgumentError(
+        f"{name}={shown(value)} ({type(value).__name__}) for {where}: expected {expected}"
+    )
 
 
 def _allows(member: object, value: object) -> bool:
@@ -219,21 +220,27 @@ def _union_members(annotation: object) -> tuple[object, ...]:
     return (annotation,)
 
 
-def _is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[numbers.Real]:
+    """Whether ``value`` is a real number of Python or numpy (a bool is not one)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def _is_whole(value: object) -> bool:
+def is_whole(value: object) -> TypeGuard[numbers.Integral]:
+    """Whether ``value`` is a whole number of Python or numpy (a bool is not one)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _positive_number(value: object) -> bool:
-    return _is_number(value) and math.isfinite(float(value)) and float(value) > 0  # type: ignore[arg-type]
+    return is_number(value) and math.isfinite(float(value)) and float(value) > 0
+
+
+def _at_most_one(value: object) -> bool:
+    return is_number(value) and float(value) <= 1.0
 
 
 _SIMPLE: Mapping[object, tuple[Callable[[object], bool], str]] = {
-    int: (_is_whole, "a whole number"),
-    float: (_is_number, "a number"),
+    int: (is_whole, "a whole number"),
+    float: (is_number, "a number"),
     bool: (lambda value: isinstance(value, bool), "true or false"),
     str: (lambda value: isinstance(value, str), "a string"),
     Path: (lambda value: isinstance(value, str | os.PathLike), "a path"),
@@ -242,11 +249,17 @@ _SIMPLE: Mapping[object, tuple[Callable[[object], bool], str]] = {
 
 
 def _refuse(name: str, value: object, expected: str) -> typing.NoReturn:
-    shown = repr(value)
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    raise ArgumentError(f"{name}={shown} ({type(value).__name__}): expected {expected}")
+    raise ArgumentError(f"{name}={shown(value)} ({type(value).__name__}): expected {expected}")
+
+
+def shown(value: object, width: int = 60) -> str:
+    """``value``'s repr, cut to ``width`` characters: a message shows what was given, not all
+    of an array of thousands."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` with the name of ``known`` closest to ``name``, or nothing."""
     close = difflib.get_close_matches(name, known, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
