@@ -12,7 +12,7 @@ import json
 import sys
 from datetime import UTC, datetime
 
-from dlsched.envs.errors import OutputError, UnknownNameError
+from dlsched.envs.errors import OutputError
 from dlsched.runs.commands.arguments import image_file, tracking_uri
 from dlsched.runs.tracking.compare import (
     FORMATS,
@@ -70,12 +70,7 @@ def run(args: argparse.Namespace) -> int:
     print(target.describe(), file=sys.stderr)
     client = connect(target)
     end_orphaned_runs(client, lambda line: print(line, file=sys.stderr))
-    episodes = load_episodes(client, args.experiment, args.scenario)
-    if not episodes and args.scenario is not None:
-        stored = {episode.scenario for episode in load_episodes(client, args.experiment)}
-        if stored:  # a scenario no episode ran (misspelt?), not an empty store
-            raise UnknownNameError("scenario", args.scenario, stored)
-    comparisons = compare_stored(episodes)
+    comparisons = compare_stored(load_episodes(client, args.experiment, args.scenario))
     if not comparisons:
         where = "".join(
             f", {flag} {value!r}"
