@@ -225,7 +225,7 @@ def is_number(value: object) -> TypeGuard[numbers.Real]:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def is_whole(value: object) -> TypeGuard[numbers.Integral]:
+def is_whole(value: object) -> bool:
     """Whether ``value`` is a whole number of Python or numpy (a bool is not one)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 

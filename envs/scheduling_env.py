@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from os import PathLike
+from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -39,7 +40,7 @@ def resolve_scenario(
     if isinstance(scenario, str | PathLike):
         from dlsched.envs.scenarios.file_format import load_scenario
 
-        scenario = load_scenario(scenario)
+        scenario = load_scenario(scenario if isinstance(scenario, str) else Path(scenario))
     if scenario.kind is not kind:
         other = (
             "dlsched/Training-v0" if scenario.kind is JobKind.TRAINING else ("dlsched/Inference-v0")
@@ -240,7 +241,8 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
                     f"decision sets a limit for job {job_id!r}, which has not arrived; jobs "
                     f"present: {sorted(placed)}"
                 )
-            if not is_number(limit) or not np.isfinite(limit):
+            number = is_number(limit)  # kept apart: is_number would narrow limit to Real
+            if not number or not np.isfinite(limit):
                 raise ActionError(
                     f"limit of job {job_id!r} is {limit!r} ({type(limit).__name__}); expected a "
                     "finite number, a fraction of a worker in [0, 1]"
