@@ -15,14 +15,23 @@ from dlsched.envs.errors import UnknownNameError
 BACKENDS: tuple[str, ...] = ("replay", "docker")
 
 
-def make_backend(name: str, **kwargs: Any) -> Backend:
-    """Build a backend by its registered name (``replay`` or ``docker``)."""
+def backend_class(name: str) -> type[Backend]:
+    """The class of the backend registered as ``name`` (``replay`` or ``docker``).
+
+    Raises:
+        UnknownNameError: no backend has that name.
+    """
     if name == "replay":
         from dlsched.envs.replay.backend import ReplayBackend
 
-        return ReplayBackend(**kwargs)
+        return ReplayBackend
     if name == "docker":
         from dlsched.envs.docker.backend import DockerBackend
 
-        return DockerBackend(**kwargs)
+        return DockerBackend
     raise UnknownNameError("backend", name, BACKENDS)
+
+
+def make_backend(name: str, **kwargs: Any) -> Backend:
+    """Build a backend by its registered name (``replay`` or ``docker``)."""
+    return backend_class(name)(**kwargs)

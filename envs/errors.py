@@ -33,6 +33,14 @@ class UnknownNameError(DlschedError, KeyError):
         return self.message
 
 
+class ArgumentError(DlschedError, ValueError):
+    """An argument given to dlsched has the wrong name, type or value: a keyword argument of
+    ``gym.make``, a ``reset`` seed, a command-line option such as ``--hp``.
+
+    It is a :class:`ValueError` for wrong types too, so that ``gym.make`` passes it on as it is
+    (it rewrites a :class:`TypeError` raised by an environment's constructor)."""
+
+
 class ActionError(DlschedError, ValueError):
     """An action or decision that the environment refuses (NaN, wrong shape, unknown job)."""
 
@@ -59,6 +67,16 @@ class ProfileError(DlschedError, ValueError):
 
 class PolicyError(DlschedError, ValueError):
     """A policy cannot be built or loaded (bad parameter, incompatible model, ...)."""
+
+
+class ModelError(PolicyError):
+    """A trained model that cannot be used: a file that is not a dlsched model (truncated, of
+    another program), or a model made for another environment (job kind, observation layout)."""
+
+
+class OutputError(DlschedError, OSError):
+    """A file or folder given for dlsched's output cannot be written there (it lies under a
+    file, is a folder where a file is expected, or its folder is read-only)."""
 
 
 class TrackingError(DlschedError, RuntimeError):

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from os import PathLike
+from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
+from dlsched.envs.arguments import check_env_arguments, check_seed, is_number, is_whole, shown
 from dlsched.envs.backend import Backend
 from dlsched.envs.backends import make_backend
-from dlsched.envs.decision import Decision, Placement
+from dlsched.envs.decision import Decision, Migration, Placement
 from dlsched.envs.errors import ActionError, ScenarioError
 from dlsched.envs.observation import ObservationLayout, encode
 from dlsched.envs.placement import Placer, SpreadPlacer
 from dlsched.envs.rewards import RewardFn, reward_function
+from dlsched.envs.scenarios.limits import check_scenario_limits
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, QoEClass, Telemetry, WorkerTelemetry
 
@@ -29,12 +33,14 @@ from dlsched.envs.telemetry import JobState, JobTelemetry, QoEClass, Telemetry, 
 DEFAULT_LIMIT_FLOOR = 0.02
 
 
-def resolve_scenario(scenario: str | Scenario, kind: JobKind, env_id: str) -> Scenario:
+def resolve_scenario(
+    scenario: str | PathLike[str] | Scenario, kind: JobKind, env_id: str
+) -> Scenario:
     """Load ``scenario`` by name or path if needed and check it is of the environment's kind."""
-    if isinstance(scenario, str):
+    if isinstance(scenario, str | PathLike):
         from dlsched.envs.scenarios.file_format import load_scenario
 
-        scenario = load_scenario(scenario)
+        scenario = load_scenario(scenario if isinstance(scenario, str) else Path(scenario))
     if scenario.kind is not kind:
         other = (
             "dlsched/Training-v0" if scenario.kind is JobKind.TRAINING else ("dlsched/Inference-v0")
@@ -60,21 +66,30 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def __init__(
         self,
-        scenario: str | Scenario | None = None,
+        scenario: str | PathLike[str] | Scenario | None = None,
         backend: str | Backend = "replay",
         reward: str | RewardFn | None = None,
         interval_s: float | None = None,
         placer: Placer | None = None,
         limit_floor: float = DEFAULT_LIMIT_FLOOR,
         backend_options: Mapping[str, Any] | None = None,
+        **unknown: object,  # refused, with the closest name: gym.make passes misspellings here
     ) -> None:
+        check_env_arguments(
+            self.env_id,
+            scenario=scenario,
+            backend=backend,
+            reward=reward,
+            interval_s=interval_s,
+            placer=placer,
+            limit_floor=limit_floor,
+            backend_options=backend_options,
+            unknown=unknown,
+        )
         resolved = resolve_scenario(scenario or self.default_scenario, self.kind, self.env_id)
         if interval_s is not None:
-            if not interval_s > 0:
-                raise ScenarioError(f"interval_s={interval_s!r} must be a number of seconds > 0")
             resolved = dataclasses.replace(resolved, interval_s=float(interval_s))
-        if not 0.0 < limit_floor <= 1.0:
-            raise ActionError(f"limit_floor={limit_floor!r} must be in (0, 1]")
+        check_scenario_limits(resolved)
         self.scenario: Scenario = resolved
         self.backend: Backend = (
             make_backend(backend, **dict(backend_options or {}))
@@ -106,7 +121,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
+        super().reset(seed=check_seed(seed))
         jobs_rng, backend_rng = self.np_random.spawn(2)
         self._jobs = self.scenario.realise(jobs_rng)
         self._pending = list(self._jobs)
@@ -138,7 +153,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def action_to_limits(self, action: np.ndarray) -> dict[str, float]:
         """Limits by job id from an action array, by the clipping rule of the class docstring."""
-        array = np.asarray(action, dtype=np.float64)
+        array = _action_array(action)
         if array.shape != self.action_space.shape:
             raise ActionError(
                 f"action shape {array.shape} does not match the action space "
@@ -175,6 +190,15 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Step with a typed decision: limits by job id, and migrations."""
         before = self.telemetry
+        if not (
+            isinstance(decision, Decision)
+            and isinstance(decision.limits, Mapping)
+            and isinstance(decision.migrations, Sequence)
+        ):
+            raise ActionError(
+                f"step_decision takes a Decision(limits={{job id: limit}}, migrations=(...)), "
+                f"not {shown(decision)}; use step() for an action array"
+            )
         limits = self._checked_limits(decision.limits, before)
         migrations = self._migrate(decision, before)
         self.backend.apply(limits, (), migrations)
@@ -217,8 +241,12 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
                     f"decision sets a limit for job {job_id!r}, which has not arrived; jobs "
                     f"present: {sorted(placed)}"
                 )
-            if not np.isfinite(limit):
-                raise ActionError(f"limit of job {job_id!r} is {limit!r}; expected a number")
+            number = is_number(limit)  # kept apart: is_number would narrow limit to Real
+            if not number or not np.isfinite(limit):
+                raise ActionError(
+                    f"limit of job {job_id!r} is {limit!r} ({type(limit).__name__}); expected a "
+                    "finite number, a fraction of a worker in [0, 1]"
+                )
             if limit < 0:
                 raise ActionError(
                     f"limit of job {job_id!r} is {limit!r}; limits are fractions of a worker "
@@ -231,6 +259,11 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def _migrate(self, decision: Decision, before: Telemetry) -> list[Placement]:
         moves = []
         for migration in decision.migrations:
+            if not isinstance(migration, Migration) or not is_whole(migration.worker):
+                raise ActionError(
+                    f"decision's migrations hold {shown(migration)}; expected "
+                    "Migration(job_id, worker) items, the worker a whole number"
+                )
             try:
                 job = before.job(migration.job_id)
             except KeyError:
@@ -380,3 +413,35 @@ def _with_placed(telemetry: Telemetry, job: JobSpec, worker: int, slot: int) -> 
     )
     others: Sequence[JobTelemetry] = [j for j in telemetry.jobs if j.job_id != job.job_id]
     return dataclasses.replace(telemetry, jobs=(*others, placed))
+
+
+def _action_array(action: object) -> np.ndarray:
+    """``action`` as an array of float64, if it holds only real numbers: a numpy array of
+    integers or floats, a (nested) list or tuple of Python or numpy numbers, a tensor.
+
+    Raises:
+        ActionError: a ragged sequence, or values that are not real numbers (strings, None,
+            booleans, complex numbers, objects); numpy would convert ``"0.5"`` and ``True``
+            without a word, or fail deep inside with a ``TypeError``.
+    """
+    try:
+        array = np.asarray(action)
+    except (ValueError, TypeError) as error:
+        raise ActionError(
+            f"action {shown(action)} is not an array of numbers ({error}); expected a flat "
+            "array of limits in [0, 1], one per slot"
+        ) from None
+    if array.dtype.kind == "O" and all(is_number(value) for value in array.flat):
+        try:  # an object array of numbers (Python ints beyond int64 make one) is numbers
+            array = array.astype(np.float64)
+        except OverflowError:
+            raise ActionError(
+                f"action {shown(action)} holds a number beyond a float's range; expected "
+                "limits in [0, 1], one per slot"
+            ) from None
+    if array.dtype.kind not in "iuf":
+        raise ActionError(
+            f"action {shown(action)} holds {array.dtype} values; expected numbers (limits in "
+            "[0, 1], one per slot), e.g. a float32 array"
+        )
+    return array.astype(np.float64, copy=False)

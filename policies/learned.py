@@ -21,6 +21,8 @@ the model was trained on.
 from __future__ import annotations
 
 import json
+import pickle
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,11 +35,11 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecNormalize
 from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
 
-from dlsched.envs.errors import PolicyError, UnknownNameError
+from dlsched.envs.errors import ModelError, PolicyError, UnknownNameError
 from dlsched.envs.observation import ObservationLayout
-from dlsched.envs.scenarios.model import JobKind
+from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.telemetry import Telemetry
-from dlsched.policies.agent_actions import ActionMapping
+from dlsched.policies.agent_actions import AGENT_HIGH, AGENT_LOW, ActionMapping
 from dlsched.policies.normalization import load_normalizer, save_normalizer
 from dlsched.policies.policy import ParamValue, Policy
 from dlsched.policies.slot_network import own_rows_first
@@ -136,13 +138,13 @@ class ModelCard:
         except (KeyError, TypeError, ValueError) as error:
             raise _malformed(origin, error) from error
         if version > CARD_FORMAT:
-            raise PolicyError(
+            raise ModelError(
                 f"model card {origin} has format {version}, newer than this dlsched reads "
                 f"({CARD_FORMAT}); upgrade dlsched"
             )
         try:
             layout = data["layout"]
-            return cls(
+            card = cls(
                 algo=str(data["algo"]),
                 kind=JobKind(data["kind"]),
                 layout=ObservationLayout(
@@ -160,12 +162,60 @@ class ModelCard:
             )
         except (KeyError, TypeError, ValueError) as error:
             if isinstance(error, PolicyError):  # the action mapping's own check
-                raise
+                raise ModelError(f"model card {origin}: {error}") from error
             raise _malformed(origin, error) from error
+        problems = card._problems()
+        if problems:
+            raise _malformed(origin, ValueError("; ".join(problems)))
+        return card
+
+    def _problems(self) -> list[str]:
+        """What makes this card one no model of dlsched has."""
+        problems = []
+        if self.algo not in ALGORITHMS:
+            problems.append(f"algo {self.algo!r} is not one of {', '.join(ALGORITHMS)}")
+        if self.layout.workers < 1 or self.layout.slots_per_worker < 1:
+            problems.append(
+                f"layout of {self.layout.workers} worker(s) x {self.layout.slots_per_worker} "
+                "slots: both must be >= 1"
+            )
+        if not self.layout.features:
+            problems.append("layout has no features")
+        if self.frame_stack < 1:
+            problems.append(f"frame_stack {self.frame_stack} must be >= 1")
+        return problems
+
+    def check_scenario(self, scenario: Scenario, source: str) -> None:
+        """Refuse a scenario whose environment is not the one the model was trained for.
+
+        Args:
+            scenario: the scenario the model is asked to schedule.
+            source: the model, as the message names it.
+
+        Raises:
+            ModelError: the scenario's jobs are of another kind than the model's, or its
+                observation layout (workers, slots) differs from the model's.
+        """
+        if scenario.kind is not self.kind:
+            raise ModelError(
+                f"model {source!r} schedules {self.kind.value} jobs (its {CARD_FILE} says kind: "
+                f"{self.kind.value}) but scenario {scenario.name!r} has {scenario.kind.value} "
+                f"jobs; evaluate it on {self.kind.value} scenarios, or train a "
+                f"{scenario.kind.value} model"
+            )
+        layout = ObservationLayout(len(scenario.workers), scenario.slots_per_worker)
+        if layout != self.layout:
+            raise ModelError(
+                f"model {source!r} was trained on observation layout "
+                f"[{describe_layout(self.layout)}] but scenario {scenario.name!r} gives "
+                f"[{describe_layout(layout)}]; evaluate it on a scenario with "
+                f"{self.layout.workers} worker(s) and {self.layout.slots_per_worker} slots per "
+                "worker, or train a model on this one"
+            )
 
 
-def _malformed(origin: str, error: Exception) -> PolicyError:
-    return PolicyError(
+def _malformed(origin: str, error: Exception) -> ModelError:
+    return ModelError(
         f"model card {origin} is malformed ({type(error).__name__}: {error}); expected the "
         f"{CARD_FILE} that `dlsched train` writes beside {MODEL_FILE}"
     )
@@ -190,11 +240,21 @@ class LearnedPolicy(Policy):
     ) -> None:
         slots = card.layout.workers * card.layout.slots_per_worker
         expected = (1,) if card.slot_agents else (slots,)
-        if model.action_space.shape != expected:
-            raise PolicyError(
-                f"model acts on {model.action_space.shape} but its card's layout "
-                f"({describe_layout(card.layout)}) needs actions of shape {expected}; the card "
-                "does not belong to this model"
+        sees = (slots, len(card.layout.features) * card.frame_stack)
+        space = model.action_space
+        bounds = (AGENT_LOW, AGENT_HIGH)
+        if space.shape != expected or model.observation_space.shape != sees:
+            raise ModelError(
+                f"model acts on {space.shape} and sees {model.observation_space.shape}, but "
+                f"its card's layout ({describe_layout(card.layout)}, {card.frame_stack} "
+                f"frame(s)) needs actions of shape {expected} and observations of shape {sees}; "
+                "the card does not belong to this model"
+            )
+        if not isinstance(space, gym.spaces.Box) or (space.low.min(), space.high.max()) != bounds:
+            raise ModelError(
+                f"model acts in {space}, but its card's {card.actions.mode.value} actions are "
+                f"mapped from [{AGENT_LOW:g}, {AGENT_HIGH:g}] per slot; the card does not belong "
+                "to this model"
             )
         self.model = model
         self.card = card
@@ -222,14 +282,23 @@ class LearnedPolicy(Policy):
         """Forget the frames of the last episode."""
         self._frames = None
 
+    def check_scenario(self, scenario: Scenario) -> None:
+        """Refuse a scenario of another job kind or observation layout than the model's
+        (:meth:`ModelCard.check_scenario`)."""
+        self.card.check_scenario(scenario, self.source or self.name)
+
+    def bind(self, env: SchedulingEnv) -> None:
+        """Refuse, before its first reset, an environment the model was not trained for."""
+        self.check_scenario(env.scenario)
+
     def observe(self, telemetry: Telemetry, env: SchedulingEnv) -> None:
         """Check, once the environment is known, that it has the model's layout."""
         self.check_layout(env.layout)
 
     def check_layout(self, layout: ObservationLayout) -> None:
-        """Raise :class:`PolicyError` naming both layouts unless ``layout`` is the model's."""
+        """Raise :class:`ModelError` naming both layouts unless ``layout`` is the model's."""
         if layout != self.card.layout:
-            raise PolicyError(
+            raise ModelError(
                 f"model {self.source or self.name!r} was trained on observation layout "
                 f"[{describe_layout(self.card.layout)}] but the environment's is "
                 f"[{describe_layout(layout)}]; evaluate it on a scenario with "
@@ -326,8 +395,8 @@ def load_model(path: Path, source: str = "") -> LearnedPolicy:
     card_path = folder / CARD_FILE
     try:
         card_text = card_path.read_text(encoding="utf-8")
-    except OSError:
-        raise PolicyError(
+    except (OSError, UnicodeDecodeError):
+        raise ModelError(
             f"model {str(model_path)!r} has no {CARD_FILE} beside it; the card holds the "
             "observation layout the model was trained on, and a model is not used without it "
             "(copy the whole model folder that `dlsched train` wrote)"
@@ -339,13 +408,51 @@ def load_model(path: Path, source: str = "") -> LearnedPolicy:
     return LearnedPolicy(model, card, normalizer, source=source or str(path))
 
 
+#: What SB3's ``save`` writes into a model's zip; a zip without these is no SB3 model.
+SB3_ZIP_ENTRIES: tuple[str, ...] = ("data", "policy.pth")
+
+
 def _load_sb3(algo: str, path: Path) -> BaseAlgorithm:
+    _check_zip(path)
     cls = algorithm_class(algo)
     try:
         loaded: Any = cls.load(str(path), device="cpu")
-    except (OSError, ValueError, KeyError, RuntimeError) as error:
-        raise PolicyError(
-            f"cannot load {algo} model {str(path)!r}: {type(error).__name__}: {error}"
+    # SB3 asserts what it finds in the zip and unpickles parts of it: whatever it raises on a
+    # damaged file means the file is not a model it can read
+    except (
+        OSError,
+        ValueError,
+        KeyError,
+        RuntimeError,
+        AssertionError,
+        EOFError,
+        pickle.UnpicklingError,
+        zipfile.BadZipFile,
+    ) as error:
+        raise _not_a_model(
+            path, f"{algo} cannot load it ({type(error).__name__}: {error})"
         ) from error
     assert isinstance(loaded, BaseAlgorithm)
     return loaded
+
+
+def _check_zip(path: Path) -> None:
+    """Refuse a file that is not a whole zip of an SB3 model, before SB3 reads it."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+            missing = [name for name in SB3_ZIP_ENTRIES if name not in names]
+            if missing:
+                raise _not_a_model(path, f"a zip without {', '.join(missing)}")
+            damaged = archive.testzip()  # reads every entry and checks its CRC
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as error:
+        raise _not_a_model(path, f"not a whole zip file ({error})") from error
+    if damaged is not None:
+        raise _not_a_model(path, f"the zip's entry {damaged!r} is damaged")
+
+
+def _not_a_model(path: Path, reason: str) -> ModelError:
+    return ModelError(
+        f"{str(path)!r} is not a dlsched model: {reason}; expected the {MODEL_FILE} that "
+        "`dlsched train` writes (copy the whole model folder, or download it again)"
+    )

@@ -20,6 +20,7 @@ from dlsched.envs.placement import Placer
 from dlsched.envs.telemetry import Telemetry
 
 if TYPE_CHECKING:
+    from dlsched.envs.scenarios.model import Scenario
     from dlsched.envs.scheduling_env import SchedulingEnv
 
 ParamValue = float | int | str | bool
@@ -52,6 +53,14 @@ class Policy(ABC):
 
     def observe(self, telemetry: Telemetry, env: SchedulingEnv) -> None:  # noqa: B027
         """Receive the newest telemetry of ``env``; learned policies need only the observation."""
+
+    def check_scenario(self, scenario: Scenario) -> None:  # noqa: B027
+        """Refuse a scenario this policy cannot schedule, before any episode of it runs.
+
+        Raises:
+            PolicyError: naming the policy, the scenario and why (a learned policy refuses
+                another job kind or observation layout than its model's).
+        """
 
     @abstractmethod
     def predict(

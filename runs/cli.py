@@ -2,10 +2,11 @@
 
 Each subcommand lives in its own module of :mod:`dlsched.runs.commands` and exposes
 ``register(subparsers)``, which adds its parser and sets ``handler`` to a function of the parsed
-arguments returning the exit code. Errors dlsched raises on purpose are printed as one message
-(exit 2) naming the log file that holds the traceback; anything else is a bug and keeps its
-traceback. MLflow's own log messages go to that file too, unless ``--verbose``
-(:mod:`dlsched.runs.command_log`).
+arguments returning the exit code. Errors dlsched raises on purpose (a user's mistake, or a
+store or engine that fails) are printed as one message (exit 2) naming the log file that holds
+the traceback; anything else is a bug of dlsched, said as such in one message naming the log
+file (exit 1), with its traceback in the terminal too under ``--verbose``. MLflow's own log
+messages go to that file too, unless ``--verbose`` (:mod:`dlsched.runs.command_log`).
 
 SIGINT and SIGTERM stop a command the same way (:mod:`dlsched.runs.interruption`): containers are
 removed and runs ended ``KILLED``, repeated signals do not cut that cleanup short, and the exit
@@ -80,6 +81,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return exit_code_of(interruption)
+        except Exception as error:  # a bug: its traceback is for a report, not for the user
+            log.record_exception(error)
+            if args.verbose:
+                raise
+            print(
+                f"dlsched {args.command}: internal error (a bug of dlsched, not of your input): "
+                f"{type(error).__name__}: {error}\n(traceback: {log.path}; please report it with "
+                "that file, or rerun with --verbose to see it here)",
+                file=sys.stderr,
+            )
+            return 1
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dlsched.envs.errors import PolicyError
+from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.learned import MODEL_FILE, load_model
 from dlsched.policies.policy import ParamValue, Policy
 
@@ -95,6 +96,7 @@ def build_policies(
     specs: Sequence[str],
     params: Mapping[str, Mapping[str, ParamValue]],
     tracking_uri: str | None = None,
+    scenarios: Sequence[Scenario] = (),
 ) -> list[Policy]:
     """Build each policy ``--policy`` names, with its ``--set`` parameters.
 
@@ -105,10 +107,13 @@ def build_policies(
         specs: what ``--policy`` lists.
         params: parameters by spec.
         tracking_uri: the MLflow store of ``runs:/`` models.
+        scenarios: the scenarios the policies will run on; each policy is checked against
+            them (:meth:`~dlsched.policies.Policy.check_scenario`), so that a model trained
+            for another environment is refused before any episode runs.
 
     Raises:
-        PolicyError: no policy, one listed twice, or two that share a name (their runs and
-            folders are named after it).
+        PolicyError: no policy, one listed twice, two that share a name (their runs and
+            folders are named after it), or one that cannot schedule one of ``scenarios``.
         UnknownNameError: a baseline name that is not registered.
     """
     if not specs:
@@ -117,6 +122,9 @@ def build_policies(
     if repeated:
         raise PolicyError(f"--policy lists {', '.join(repeated)} more than once; list each once")
     policies = [resolve_policy(spec, params.get(spec), tracking_uri) for spec in specs]
+    for policy in policies:
+        for scenario in scenarios:
+            policy.check_scenario(scenario)
     names = [policy.name for policy in policies]
     shared = sorted({name for name in names if names.count(name) > 1})
     if shared:

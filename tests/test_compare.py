@@ -111,12 +111,13 @@ def test_evaluations_run_apart_are_compared_without_rerunning_and_never_pooled(
     assert r"| \|S\| end |" in markdown  # a pipe in a header must not split the column
 
 
-def test_compare_with_nothing_stored_says_so(capsys, store):
+def test_compare_with_nothing_stored_says_so(capsys, store, monkeypatch, tmp_path):
+    code, _, err = cli(capsys, "compare", "--experiment", f"none-{store}", "--no-plot")
+    assert code == 2 and f"no experiment 'none-{store}'" in err
+    monkeypatch.setenv(ENV_VAR, f"sqlite:///{tmp_path / 'empty.db'}")
     code, out, err = cli(capsys, "compare", "--scenario", f"none-{store}", "--no-plot")
     assert code == 1 and out == ""
     assert "no finished dlsched episodes" in err and "dlsched evaluate first" in err
-    code, _, err = cli(capsys, "compare", "--experiment", f"none-{store}", "--no-plot")
-    assert code == 2 and f"no experiment 'none-{store}'" in err
 
 
 def _stored(evaluation: str, started: int, policy: str, seed: int, value: float):

@@ -1,24 +1,29 @@
 """Random YAML into the scenario reader: it returns a Scenario or raises a ScenarioError, nothing
-else (no TypeError, KeyError, RecursionError, pydantic error, ...).
+else (no TypeError, KeyError, RecursionError, MemoryError, pydantic error, ...); and a scenario
+it returns runs: ``gym.make``, ``reset`` and a few steps give a result or a project error.
 
-Three sources of input, each bounded so that an example takes milliseconds: random nested data;
-the shipped scenarios mutated (a field deleted, renamed, or its value replaced by a random one);
-and random YAML text, read from a file as ``load_scenario`` reads a user's file. Integers stay
-within a million: a count beyond what memory holds (``workers: {count: 10**20, ...}``) is for
-the reader's limits on counts, not for this test.
+Three sources of input: random nested data; the shipped scenarios mutated (a field deleted,
+renamed, or its value replaced by a random one); and random YAML text, read from a file as
+``load_scenario`` reads a user's file. Integers and floats are unbounded (``count: 10**40``):
+the reader's limits (:mod:`dlsched.envs.scenarios.limits`) keep every example small, and the
+examples that run are held to lower limits still (:data:`SMALL`), set as a user would set them.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import tempfile
 from pathlib import Path
+from unittest import mock
 
+import gymnasium as gym
+import numpy as np
 import yaml
-from hypothesis import example, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from dlsched.envs.errors import ScenarioError
+from dlsched.envs.errors import DlschedError, ScenarioError
 from dlsched.envs.scenarios import (
     Scenario,
     load_scenario,
@@ -41,7 +46,8 @@ SHIPPED = {
 scalars = st.one_of(
     st.none(),
     st.booleans(),
-    st.integers(min_value=-(10**6), max_value=10**6),
+    st.integers(),
+    st.sampled_from([2**31, 2**63, 10**40, -(2**63), 73218310, 204907264580]),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(alphabet="abcrstu019 .:-_/", max_size=8),
     st.sampled_from(["burst", "fixed", "random", "explicit", "training", "inference", "tuned",
@@ -58,23 +64,59 @@ values = st.recursive(
 )
 
 
+SMALL = {
+    "DLSCHED_MAX_WORKERS": "16",
+    "DLSCHED_MAX_SLOTS": "256",
+    "DLSCHED_MAX_JOBS": "64",
+    "DLSCHED_MAX_STEPS": "5000",
+}
+"""Limits of the examples that run, so that each takes milliseconds."""
+ENV_IDS = {"inference": "dlsched/Inference-v0", "training": "dlsched/Training-v0"}
+SCALE = int(os.environ.get("DLSCHED_FUZZ_SCALE", "1"))
+"""Examples per test, times the CI's; ``pytest --hypothesis-show-statistics`` counts them by
+outcome (the events below)."""
+
+
 def assert_loads_or_refuses(data: object) -> None:
+    with mock.patch.dict(os.environ, SMALL):
+        try:
+            scenario = parse_scenario(data, "fuzzed")
+        except ScenarioError:
+            event("refused: ScenarioError")
+            return
+        assert isinstance(scenario, Scenario)
+        assert_runs_or_refuses(scenario)
+
+
+def assert_runs_or_refuses(scenario: Scenario) -> None:
+    """A valid scenario through ``gym.make``, ``reset`` and three steps (replay backend)."""
     try:
-        scenario = parse_scenario(data, "fuzzed")
-    except ScenarioError:
+        env = gym.make(ENV_IDS[scenario.kind.value], scenario=scenario)
+        try:
+            env.reset(seed=0)
+            action = np.full(env.action_space.shape, 0.5, dtype=np.float32)
+            for _ in range(3):
+                env.step(action)
+        finally:
+            env.close()
+    except DlschedError as error:
+        event(f"loaded, refused by the environment: {type(error).__name__}")
         return
-    assert isinstance(scenario, Scenario)
+    event("loaded and ran")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * SCALE, deadline=None)
 @given(data=st.dictionaries(keys, values, max_size=8))
 @example(data={"jobs": [{"arrival": {"kind": "burst", 0: 1}}]})
 @example(data={"workers": {"count": 10**6, "cores": 1}, "jobs": [{"worker": 10**6}]})
+@example(data={**SHIPPED["dqoes-varied-burst"], "workers": {"count": 2**63, "cores": 8}})
+@example(data={**SHIPPED["dqoes-varied-burst"], "horizon_s": 1e12})
+@example(data={**SHIPPED["flowcon-10-random"], "jobs": [{"workload": "vae", "count": 10**40}]})
 def test_random_mappings_load_or_are_refused(data: dict[object, object]) -> None:
     assert_loads_or_refuses(data)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100 * SCALE, deadline=None)
 @given(data=values)
 def test_random_values_load_or_are_refused(data: object) -> None:
     assert_loads_or_refuses(data)
@@ -118,7 +160,7 @@ def mutated_scenarios(draw: st.DrawFn) -> object:
     return data
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * SCALE, deadline=None)
 @given(data=mutated_scenarios())
 @example(data={**SHIPPED["specon-7"], "kind": "inference"})
 @example(data={**SHIPPED["train-training-mix"], "workers": {"count": 1, "cores": 8, "x": None}})
@@ -129,7 +171,7 @@ def test_mutated_shipped_scenarios_load_or_are_refused(data: object) -> None:
 yaml_text = st.text(alphabet="abknrs012389 :-,[]{}&*!|>'\"#.\n\t", max_size=60)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * SCALE, deadline=None)
 @given(text=st.one_of(yaml_text, mutated_scenarios().map(yaml.safe_dump)))
 @example(text="a: &x [*x]\n")
 @example(text="[" * 2000)
@@ -140,8 +182,11 @@ def test_random_yaml_files_load_or_are_refused(text: str) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "fuzzed.yaml"
         path.write_text(text, encoding="utf-8")
-        try:
-            scenario = load_scenario(path)
-        except ScenarioError:
-            return
-        assert isinstance(scenario, Scenario)
+        with mock.patch.dict(os.environ, SMALL):
+            try:
+                scenario = load_scenario(path)
+            except ScenarioError:
+                event("refused: ScenarioError")
+                return
+            assert isinstance(scenario, Scenario)
+            assert_runs_or_refuses(scenario)

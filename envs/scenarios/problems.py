@@ -269,11 +269,14 @@ def _report_one(details: ErrorDetails, report: Report) -> None:
     elif kind == RULE_ERROR:
         report.bad(node.path, value, details["msg"])
     else:
-        report.bad(node.path, value, _expected_value(node, kind, value))
+        report.bad(node.path, value, _expected_value(node, details, value))
 
 
-def _expected_value(node: _Node, kind: str, value: object) -> str:
+def _expected_value(node: _Node, details: ErrorDetails, value: object) -> str:
     expected = node.expected
+    kind = details["type"]
+    if kind == "string_too_long":
+        return f"{expected}, of at most {(details.get('ctx') or {}).get('max_length')} characters"
     if kind == "finite_number":
         return expected.replace("a number", "a finite number", 1)
     if kind in ("enum", "literal_error"):

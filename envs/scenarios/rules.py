@@ -1,10 +1,11 @@
 """The rules of a scenario file that no schema says: each relates a field to another one.
 
 The schema (:mod:`.schema`) checks every value on its own. These rules check values against the
-rest of the scenario: the fields only one kind of scenario takes, the workloads a job group names
-against the scenario's profile set and kind, the keys that exclude each other (``workload`` and
-``workloads``, ``arrival`` and ``arrival_choices``, ``targets_s`` and ``target_range_s``), worker
-indices against the workers, arrivals against the horizon.
+rest of the scenario: the counts against their limits (:mod:`.limits`: workers, slots, jobs,
+steps, the lists of a job group), the fields only one kind of scenario takes, the workloads a
+job group names against the scenario's profile set and kind, the keys that exclude each other
+(``workload`` and ``workloads``, ``arrival`` and ``arrival_choices``, ``targets_s`` and
+``target_range_s``), worker indices against the workers, arrivals against the horizon.
 
 They run on the file's data whether or not the schema accepted all of it, so that one report holds
 every problem: a rule reads each value it needs through the schema's own type for it, and a value
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from dlsched.envs.errors import ProfileError, UnknownNameError
 from dlsched.envs.replay.profile import load_profile_set, profile_names
+from dlsched.envs.scenarios.limits import Counts, check_counts
 from dlsched.envs.scenarios.model import ArrivalPattern, IntRange, JobKind
 from dlsched.envs.scenarios.problems import Report, join, suggest
 from dlsched.envs.scenarios.schema import (
@@ -31,7 +33,7 @@ from dlsched.envs.scenarios.schema import (
     JobGroupFile,
     ScenarioFile,
     to_count,
-    to_workers,
+    worker_count,
 )
 
 _STRICT = ConfigDict(strict=True)
@@ -70,15 +72,60 @@ def check_rules(data: object, report: Report) -> None:
     context = _Context(
         kind=_value(ScenarioFile, data, "kind"),
         horizon_s=horizon_s,
-        worker_count=len(to_workers(workers)) if workers is not None else None,
+        worker_count=worker_count(workers) if workers is not None else None,
         profile_set=profile_set,
         workload_kinds=_workload_kinds(profile_set, report) if profile_set is not None else None,
     )
+    _check_counts(data, context, interval_s, report)
     groups = data.get("jobs")
     if isinstance(groups, list):
         for index, group in enumerate(groups):
             if isinstance(group, Mapping):
                 _check_group(group, f"jobs[{index}]", context, report)
+
+
+def _check_counts(
+    data: Mapping[Any, Any], context: _Context, interval_s: float | None, report: Report
+) -> None:
+    """The counts of the file against their limits (:mod:`.limits`), before anything is built
+    from them."""
+    group_counts: list[tuple[str, int]] = []
+    lists: list[tuple[str, int]] = []
+    groups = data.get("jobs")
+    if isinstance(groups, list):
+        lists.append(("jobs", len(groups)))
+        for index, group in enumerate(groups):
+            if not isinstance(group, Mapping):
+                continue
+            path = f"jobs[{index}]"
+            count = _value(JobGroupFile, group, "count")
+            if count is not None:
+                drawn = to_count(count)
+                group_counts.append((path, drawn.high if isinstance(drawn, IntRange) else drawn))
+            for key, value in _per_job_lists(group):
+                lists.append((join(path, key), len(value)))
+    workers = data.get("workers")
+    check_counts(
+        Counts(
+            workers=context.worker_count,
+            slots_per_worker=_value(ScenarioFile, data, "slots_per_worker"),
+            horizon_s=context.horizon_s,
+            interval_s=interval_s,
+            group_counts=group_counts,
+            lists=lists,
+        ),
+        report,
+        workers_path="workers.count" if isinstance(workers, Mapping) else "workers",
+    )
+
+
+def _per_job_lists(group: Mapping[Any, Any]) -> list[tuple[str, list[Any]]]:
+    """The lists of a job group that hold (at most) one item per job, by their key."""
+    found = [(key, group.get(key)) for key in ("workloads", "targets_s", "arrival_choices")]
+    arrival = group.get("arrival")
+    if isinstance(arrival, Mapping):
+        found.append(("arrival.times_s", arrival.get("times_s")))
+    return [(key, value) for key, value in found if isinstance(value, list)]
 
 
 def _value(model: type[BaseModel], data: Mapping[Any, Any], key: str) -> Any:
@@ -112,6 +159,13 @@ def _workload_kinds(profile_set: str, report: Report) -> dict[str, JobKind] | No
         profiles = load_profile_set(profile_set)
     except (UnknownNameError, ProfileError) as error:
         report.add("profile_set", f"profile_set = {profile_set!r}: {error}")
+        return None
+    except OSError as error:  # a name the file system refuses (too long, say)
+        report.bad(
+            "profile_set",
+            profile_set,
+            f"a shipped profile set or a readable folder of profiles ({error.strerror or error})",
+        )
         return None
     return {name: profiles[name].kind for name in names}
 

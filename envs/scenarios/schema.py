@@ -40,6 +40,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from dlsched.envs.scenarios import model
+from dlsched.envs.scenarios.limits import MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_TEXT_LENGTH
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.workloads.cpu_quota import Threading
 
@@ -92,18 +93,27 @@ Tolerance = Annotated[
 ]
 PositiveInt = Annotated[int, Field(ge=1), Expected("a whole number >= 1")]
 Index = Annotated[int, Field(ge=0), Expected("a whole number >= 0")]
-Text = Annotated[str, Expected("a string (quote it if it contains ': ' or starts with a symbol)")]
+Text = Annotated[
+    str,
+    Field(max_length=MAX_TEXT_LENGTH),
+    Expected("a string (quote it if it contains ': ' or starts with a symbol)"),
+]
 Name = Annotated[
     str,
-    Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$"),
+    Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=MAX_NAME_LENGTH),
     Expected(
         "a name of letters, digits, '.', '_' and '-' starting with a letter or digit, "
         "e.g. my-burst-test"
     ),
 ]
+ProfileSet = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_PATH_LENGTH),
+    Expected("a string: a profile set's name (e.g. paper, measured) or a folder's path"),
+]
 Endpoint = Annotated[
     str,
-    Field(pattern="://"),
+    Field(pattern="://", max_length=MAX_TEXT_LENGTH),
     Expected(
         "a Docker endpoint URL such as tcp://host:2375, ssh://user@host or "
         "unix:///var/run/docker.sock (leave it out for the local engine)"
@@ -195,6 +205,11 @@ Workers = Annotated[
     Discriminator(_container),
     Expected(_WORKERS),
 ]
+
+
+def worker_count(workers: WorkerPool | list[Worker]) -> int:
+    """How many workers a ``workers:`` field describes (without building them)."""
+    return workers.count if isinstance(workers, WorkerPool) else len(workers)
 
 
 def to_workers(workers: WorkerPool | list[Worker]) -> tuple[model.WorkerSpec, ...]:
@@ -447,7 +462,7 @@ class ScenarioFile(_FileMapping):
         default=_DEFAULTS.slots_per_worker,
         description="positions per worker in the observation and action arrays",
     )
-    profile_set: Text = Field(
+    profile_set: ProfileSet = Field(
         default=_DEFAULTS.profile_set,
         description="the set of replay workload profiles (its workloads are the ones a job may "
         "name)",

@@ -1,9 +1,15 @@
 """Scenario YAML text to data, with the line of every field.
 
 Reading goes in three steps, so that a check of the input's size can stand before each
-allocation it bounds: the raw text; the node tree PyYAML composes from it (nodes, anchors and
-aliases, not yet Python values), from which the line of each field path is taken and duplicate
-keys are found; and the Python data constructed from that tree.
+allocation it bounds: the raw text (its size is bounded by
+:data:`~dlsched.envs.scenarios.limits.MAX_FILE_BYTES` before it is read); the node tree PyYAML
+composes from it (nodes, anchors and aliases, not yet Python values), from which the line of
+each field path is taken and duplicate keys are found, and whose values, aliases expanded, are
+counted against :data:`~dlsched.envs.scenarios.limits.MAX_YAML_VALUES`; and the Python data
+constructed from that tree.
+
+Aliases are allowed: PyYAML builds an alias as a reference to its anchor's value, but everything
+after it (validation, messages, copies) walks the data as a tree, where each use is a copy.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from dataclasses import dataclass
 import yaml
 
 from dlsched.envs.errors import ScenarioError
+from dlsched.envs.scenarios.limits import MAX_YAML_VALUES
 from dlsched.envs.scenarios.problems import show
 
 
@@ -38,8 +45,10 @@ def read_yaml(text: str, origin: str) -> YamlDocument:
         origin: the file's path, named in error messages.
 
     Raises:
-        ScenarioError: the text is empty, not YAML, holds several documents, or gives a key
-            twice in one mapping (which plain YAML loading silently collapses to the last).
+        ScenarioError: the text is empty, not YAML, holds several documents, expands to more
+            values than :data:`~dlsched.envs.scenarios.limits.MAX_YAML_VALUES` (or endlessly,
+            through an alias inside its own anchor), or gives a key twice in one mapping (which
+            plain YAML loading silently collapses to the last).
     """
     loader = yaml.SafeLoader(text)
     try:
@@ -50,6 +59,7 @@ def read_yaml(text: str, origin: str) -> YamlDocument:
                 f"name, kind, horizon_s, workers and jobs (see `dlsched scenarios NAME` for an "
                 f"example)"
             )
+        _check_expanded_size(node, origin)
         lines: dict[str, int] = {}
         duplicates: list[str] = []
         _index_lines(node, "", lines, duplicates, set())
@@ -76,6 +86,49 @@ def read_yaml(text: str, origin: str) -> YamlDocument:
     finally:
         loader.dispose()
     return YamlDocument(data=data, lines=lines)
+
+
+def _check_expanded_size(root: yaml.Node, origin: str) -> None:
+    """Refuse a document whose values, each alias expanded where it is used, are more than the
+    limit, before any of them is built."""
+    limit = MAX_YAML_VALUES.value
+    sizes: dict[int, int] = {}  # expanded size of each node, by id; -1 while it is walked
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known == -1:
+            raise ScenarioError(
+                f"{origin}: line {node.start_mark.line + 1}: an alias (*name) used inside the "
+                f"value its anchor (&name) marks repeats that value endlessly; write the value "
+                f"out instead"
+            )
+        if known is not None:
+            return known
+        sizes[id(node)] = -1
+        total = 1
+        for child in _children(node):
+            total += size(child)
+            if total > limit:
+                break  # an alias bomb doubles at every level: stop counting past the limit
+        sizes[id(node)] = total
+        return total
+
+    expanded = size(root)
+    if expanded > limit:
+        aliases = " (through its aliases, *name)" if expanded > len(sizes) else ""
+        raise ScenarioError(
+            f"{origin}: the YAML holds more than {limit:,} values{aliases}; expected "
+            f"{MAX_YAML_VALUES.expected()}. A scenario holds a few hundred: write repeated "
+            f"parts once per use rather than as aliases of aliases"
+        )
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
 
 
 def _construct(loader: yaml.SafeLoader, node: yaml.Node, origin: str) -> object:
@@ -108,12 +161,7 @@ def _unreadable_scalar(
         except (ValueError, OverflowError):
             return node
         return None
-    children: list[yaml.Node] = []
-    if isinstance(node, yaml.MappingNode):
-        children = [part for pair in node.value for part in pair]
-    elif isinstance(node, yaml.SequenceNode):
-        children = list(node.value)
-    for child in children:
+    for child in _children(node):
         found = _unreadable_scalar(loader, child, seen)
         if found is not None:
             return found

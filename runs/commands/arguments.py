@@ -1,13 +1,95 @@
-"""Argument types shared by the subcommands."""
+"""Argument types shared by the subcommands.
+
+Each is an ``argparse`` type: it returns the value, or raises ``argparse.ArgumentTypeError``
+with what was expected, which argparse prints after the option's name with the usage line
+(exit code 2) before the command does anything.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of at least 1."""
-    value = int(text)
+    value = _whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not positive; expected 1 or more")
     return value
+
+
+def seed(text: str) -> int:
+    """An argparse type: a seed, a whole number of at least 0 (Gymnasium's seeds)."""
+    value = _whole_number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"{value} is negative; expected a seed, a whole number >= 0 (e.g. --seed 0)"
+        )
+    return value
+
+
+def tracking_uri(text: str) -> str:
+    """An argparse type: an MLflow tracking URI, not empty."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is empty; expected an MLflow tracking URI such as sqlite:///mlflow.db or "
+            "http://127.0.0.1:5000 (leave the option out for the default)"
+        )
+    return text.strip()
+
+
+def output_file(text: str) -> Path:
+    """An argparse type: the path of a file to write, in a folder that exists or can be made."""
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; expected a file's path")
+    _check_creatable(path.parent, text)
+    return path
+
+
+def image_file(text: str) -> Path:
+    """An argparse type: the path of an image to write, its format one matplotlib writes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    formats = FigureCanvasAgg.get_supported_filetypes()
+    suffix = Path(text).suffix.lower().lstrip(".")
+    if suffix not in formats:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} does not end in an image format; expected one of "
+            f"{', '.join('.' + name for name in sorted(formats))} (e.g. comparison.png)"
+        )
+    return output_file(text)
+
+
+def output_folder(text: str) -> Path:
+    """An argparse type: a folder to write into, that exists or can be made."""
+    path = Path(text).expanduser()
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file; expected a folder")
+    _check_creatable(path, text)
+    return path
+
+
+def _check_creatable(folder: Path, text: str) -> None:
+    """Refuse ``folder`` unless it exists, or its nearest existing ancestor is a folder that
+    this user may write in (so that it can be made)."""
+    existing = folder.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"cannot write under {text!r}: {str(existing)!r} is a file, not a folder"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(
+            f"cannot write under {text!r}: folder {str(existing)!r} is not writable"
+        )
+
+
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None

@@ -19,7 +19,7 @@ from dlsched.runs.bench.replay import measure_replay_speed
 from dlsched.runs.bench.tracking import DEFAULT_POLICIES as TRACKING_POLICIES
 from dlsched.runs.bench.tracking import DEFAULT_SCENARIO as TRACKING_SCENARIO
 from dlsched.runs.bench.tracking import bench_tracking
-from dlsched.runs.commands.arguments import positive_int
+from dlsched.runs.commands.arguments import positive_int, tracking_uri
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -97,9 +97,11 @@ def _register_tracking(
         metavar="P[,P...]",
         help=f"({','.join(TRACKING_POLICIES)})",
     )
-    parser.add_argument("--episodes", type=int, default=3, help="seeds per policy (3)")
+    parser.add_argument("--episodes", type=positive_int, default=3, help="seeds per policy (3)")
     parser.add_argument(
-        "--tracking-uri", help="the store to time (default: a new sqlite file in a temp folder)"
+        "--tracking-uri",
+        type=tracking_uri,
+        help="the store to time (default: a new sqlite file in a temp folder)",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.set_defaults(handler=run_tracking)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from dlsched.envs.docker.engine import connect
 from dlsched.envs.errors import UnknownNameError
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
+from dlsched.runs.commands.arguments import output_folder
 from dlsched.runs.fidelity.calibration import (
     DEFAULT_LIMITS,
     DEFAULT_OUTPUT_DIR,
@@ -148,7 +148,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--output-dir",
-        type=Path,
+        type=output_folder,
         default=DEFAULT_OUTPUT_DIR,
         help=f"the profile set's folder: <workload>.json or contention.json is written there "
         f"(default: ./{DEFAULT_OUTPUT_DIR})",

@@ -11,8 +11,9 @@ import argparse
 import json
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
+from dlsched.envs.errors import OutputError
+from dlsched.runs.commands.arguments import image_file, tracking_uri
 from dlsched.runs.tracking.compare import (
     FORMATS,
     compare_stored,
@@ -44,12 +45,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--format", choices=FORMATS, default="table", help="(table)")
     parser.add_argument(
         "--tracking-uri",
+        type=tracking_uri,
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
         "(default sqlite:///mlflow.db)",
     )
     parser.add_argument(
         "--plot",
-        type=Path,
+        type=image_file,
         help=f"where to write the plot (default {DEFAULT_OUT}/compare-<UTC time>.png)",
     )
     parser.add_argument("--no-plot", action="store_true", help="write no plot")
@@ -57,7 +59,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``dlsched compare`` as ``args`` say; the exit code (1: nothing to compare)."""
+    """Run ``dlsched compare`` as ``args`` say; the exit code (1: nothing to compare).
+
+    Raises:
+        UnknownNameError: ``--scenario`` names no scenario of the stored episodes (the message
+            lists those, with the closest name).
+        OutputError: the plot's folder cannot be made.
+    """
     target = resolve_tracking_uri(args.tracking_uri)
     print(target.describe(), file=sys.stderr)
     client = connect(target)
@@ -86,7 +94,13 @@ def run(args: argparse.Namespace) -> int:
         if path is None:
             stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
             path = DEFAULT_OUT / f"compare-{stamp}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        plot_comparison(comparison_panels(comparisons), path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            plot_comparison(comparison_panels(comparisons), path)
+        except OSError as error:
+            raise OutputError(
+                f"cannot write the plot {str(path)!r}: {error}; give --plot a path in a "
+                "writable folder, or --no-plot"
+            ) from error
         print(f"plot: {path}", file=sys.stderr)
     return 0

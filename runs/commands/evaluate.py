@@ -11,7 +11,6 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import yaml
 
@@ -20,7 +19,7 @@ from dlsched.envs.errors import BackendError, PolicyError
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.policies.policy import ParamValue
-from dlsched.runs.commands.arguments import positive_int
+from dlsched.runs.commands.arguments import output_folder, positive_int, seed, tracking_uri
 from dlsched.runs.policy_specs import build_policies
 from dlsched.runs.tracking.compare import (
     ScenarioComparison,
@@ -70,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--episodes", type=positive_int, default=5, help="episodes (seeds) per policy (5)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the first episode (0)")
     parser.add_argument("--backend", choices=BACKENDS, default="replay", help="(replay)")
     parser.add_argument(
         "--workload-threading",
@@ -81,6 +80,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--json", action="store_true", help="print only JSON on stdout")
     parser.add_argument(
         "--tracking-uri",
+        type=tracking_uri,
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
         "(default sqlite:///mlflow.db)",
     )
@@ -89,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--out",
-        type=Path,
+        type=output_folder,
         default=DEFAULT_OUT,
         help=f"folder of the local episode records ({DEFAULT_OUT}/<evaluation id>/...)",
     )
@@ -109,9 +109,11 @@ def run(args: argparse.Namespace) -> int:
     """Run ``dlsched evaluate`` as ``args`` say; the exit code."""
     specs = [spec.strip() for spec in args.policy.split(",") if spec.strip()]
     target = resolve_tracking_uri(args.tracking_uri)
+    scenario = load_scenario(args.scenario)
+    settings = parse_settings(args.set, specs)
     request = EvaluationRequest(
-        scenario=load_scenario(args.scenario),
-        policies=tuple(build_policies(specs, parse_settings(args.set, specs), target.uri)),
+        scenario=scenario,
+        policies=tuple(build_policies(specs, settings, target.uri, [scenario])),
         seeds=tuple(range(args.seed, args.seed + args.episodes)),
         backend=args.backend,
         backend_options=backend_options(args.backend, args.workload_threading),

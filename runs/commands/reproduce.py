@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dlsched.runs.commands.arguments import positive_int
+from dlsched.runs.commands.arguments import output_folder, positive_int, seed, tracking_uri
 from dlsched.runs.reproduce.claims import CLAIMS_FILE, load_claims
 from dlsched.runs.reproduce.publish import DEFAULT_OUT, reproduce_and_publish
 from dlsched.runs.reproduce.report import format_estimate
@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=positive_int,
         help="episodes (seeds) per claim (default: each claim's own, 10 on replay)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the first episode (0)")
     parser.add_argument(
         "--readings",
         action=argparse.BooleanOptionalAction,
@@ -73,12 +73,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--out",
-        type=Path,
+        type=output_folder,
         default=DEFAULT_OUT,
         help=f"parent folder of the report ({DEFAULT_OUT}/reproduce-<backend>-<time>/)",
     )
     parser.add_argument(
         "--tracking-uri",
+        type=tracking_uri,
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
         "(default sqlite:///mlflow.db)",
     )

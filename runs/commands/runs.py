@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from dlsched.runs.commands.arguments import tracking_uri
 from dlsched.runs.tracking.owners import end_orphaned_runs, orphaned_runs
 from dlsched.runs.tracking.store import connect, resolve_tracking_uri
 from dlsched.runs.tracking.sync import describe, sync_folder
@@ -37,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     repair.add_argument("--dry-run", action="store_true", help="list them, change nothing")
     repair.add_argument(
         "--tracking-uri",
+        type=tracking_uri,
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
         "(default sqlite:///mlflow.db)",
     )

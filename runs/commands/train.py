@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import yaml
 
@@ -15,6 +14,7 @@ from dlsched.envs.errors import PolicyError
 from dlsched.envs.rewards import REWARDS
 from dlsched.policies.agent_actions import ActionMode
 from dlsched.policies.learned import ALGORITHMS
+from dlsched.runs.commands.arguments import output_folder, seed, tracking_uri
 from dlsched.runs.tracking.owners import end_orphaned_runs
 from dlsched.runs.tracking.store import connect, resolve_tracking_uri
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--timesteps", type=int, required=True, help="environment steps")
     parser.add_argument("--n-envs", type=int, default=defaults.n_envs, help="(%(default)s)")
-    parser.add_argument("--seed", type=int, default=defaults.seed, help="(%(default)s)")
+    parser.add_argument("--seed", type=seed, default=defaults.seed, help="(%(default)s)")
     parser.add_argument(
         "--eval-scenario",
         action="append",
@@ -149,13 +149,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--tracking-uri",
+        type=tracking_uri,
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
         "(default sqlite:///mlflow.db)",
     )
     parser.add_argument("--experiment", help="MLflow experiment (default <scenario>-training)")
     parser.add_argument(
         "--out",
-        type=Path,
+        type=output_folder,
         default=DEFAULT_OUT,
         help=f"parent folder of the run's local files ({DEFAULT_OUT}/<training id>/)",
     )

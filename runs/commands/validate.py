@@ -16,7 +16,7 @@ from dlsched.envs.errors import BackendError, PolicyError
 from dlsched.envs.replay.profile import profile_set_names
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
-from dlsched.runs.commands.arguments import positive_int
+from dlsched.runs.commands.arguments import output_folder, positive_int, seed, tracking_uri
 from dlsched.runs.commands.evaluate import parse_settings
 from dlsched.runs.fidelity.validation import Side, render_report, report_data, run_validation
 from dlsched.runs.fidelity.validation_run import (
@@ -80,7 +80,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--episodes", type=positive_int, default=2, help="episodes (seeds) per policy (2)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed of the first episode (0)")
     parser.add_argument(
         "--workload-threading",
         choices=THREADINGS,
@@ -99,6 +99,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print only JSON on stdout")
     parser.add_argument(
         "--tracking-uri",
+        type=tracking_uri,
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
         "(default sqlite:///mlflow.db)",
     )
@@ -107,7 +108,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--out",
-        type=Path,
+        type=output_folder,
         default=DEFAULT_OUT,
         help=f"folder of the local records ({DEFAULT_OUT}/<id>/...)",
     )
@@ -159,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     specs = [spec.strip() for spec in args.policy.split(",") if spec.strip()]
     held_out = tuple(name.strip() for name in args.held_out.split(",") if name.strip())
     target = resolve_tracking_uri(args.tracking_uri)
-    policies = tuple(build_policies(specs, parse_settings(args.set, specs), target.uri))
+    policies = tuple(build_policies(specs, parse_settings(args.set, specs), target.uri, [scenario]))
     names = [policy.name for policy in policies]
     # A held-out policy may be named as --policy gave it (a model's path or runs:/ URI).
     named = dict(zip(specs, names, strict=True))

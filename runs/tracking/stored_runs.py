@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from mlflow import MlflowClient
 from mlflow.entities import Experiment, Run, ViewType
 
-from dlsched.envs.errors import TrackingError
+from dlsched.envs.errors import TrackingError, UnknownNameError
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.evaluation import (
     EpisodeMetrics,
@@ -59,6 +59,9 @@ def load_episodes(
 
     Raises:
         TrackingError: if ``experiment`` does not exist.
+        UnknownNameError: ``scenario`` is given, no episode ran it, and episodes of other
+            scenarios are stored (a misspelt name: the message lists them, with the closest);
+            an empty store gives an empty list.
     """
     experiments = {str(e.experiment_id): e.name for e in _all_experiments(client)}
     if experiment is not None:
@@ -74,19 +77,24 @@ def load_episodes(
         return []
     filters = [f"tags.`{TAG_KIND}` = 'episode'", "attributes.status = 'FINISHED'"]
     episodes = []
+    others: set[str] = set()  # the scenarios of the episodes left out
     token: str | None = None
     while True:
         page = client.search_runs(
             ids, " and ".join(filters), ViewType.ACTIVE_ONLY, max_results=1000, page_token=token
         )
-        episodes += [
-            _stored(run, experiments[run.info.experiment_id])
-            for run in page
-            if scenario is None or run.data.params.get("scenario") == scenario
-        ]
+        for run in page:
+            ran = run.data.params.get("scenario")
+            if scenario is None or ran == scenario:
+                episodes.append(_stored(run, experiments[run.info.experiment_id]))
+            elif ran:
+                others.add(ran)
         token = page.token
         if not token:
-            return episodes
+            break
+    if scenario is not None and not episodes and others:
+        raise UnknownNameError("scenario", scenario, others)
+    return episodes
 
 
 def _all_experiments(client: MlflowClient) -> list[Experiment]:

@@ -59,6 +59,7 @@ from dlsched.envs.errors import PolicyError, TrackingError
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.agent_actions import ActionMapping, ActionMode
+from dlsched.policies.hyperparameters import hyperparameter_problems
 from dlsched.policies.learned import ModelCard, algorithm_class, save_model
 from dlsched.policies.normalization import slot_normalizer
 from dlsched.policies.slot_network import OwnSlotPolicy, SlotActorCriticPolicy
@@ -211,12 +212,7 @@ class TrainingConfig:
             problems.append(f"frame_stack={self.frame_stack} must be at least 1")
         if self.torch_threads < 1:
             problems.append(f"torch_threads={self.torch_threads} must be at least 1")
-        reserved = {"env", "policy", "seed", "device", "verbose", "policy_kwargs"}
-        for key, _ in self.hyperparams:
-            if key in reserved:
-                problems.append(
-                    f"hyperparameter {key!r} is set by dlsched; use the matching option instead"
-                )
+        problems += hyperparameter_problems(self.algo, dict(self.hyperparams))
         overlap = set(self.training_seeds) & set(self.validation_seeds)
         if self.eval_every and overlap:
             problems.append(
@@ -590,7 +586,8 @@ def _build_model(config: TrainingConfig, env: VecNormalize) -> BaseAlgorithm:
             policy_kwargs=policy_kwargs,
             **hyperparams,
         )
-    except TypeError as error:
+    # SB3 asserts some of its constraints (PPO: n_steps * n_envs > 1) as it builds the model
+    except (TypeError, ValueError, AssertionError) as error:
         raise PolicyError(
             f"{config.algo} refused the hyperparameters {dict(config.hyperparams)} or policy "
             f"keywords {policy_kwargs}: {error}; see the {cls.__name__} arguments in the "

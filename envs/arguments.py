@@ -1,0 +1,265 @@
+"""The arguments of the dlsched environments, checked where they enter.
+
+``gym.make("dlsched/Inference-v0", **kwargs)`` hands its keyword arguments to the environment's
+constructor, which checks them here before it uses any: a misspelt name gets the closest one, a
+value of the wrong type or range names what was expected, and ``backend_options`` are held
+against the backend's own constructor. ``reset(seed=)`` is checked here too. Each refusal is an
+:class:`~dlsched.envs.errors.ArgumentError` (or an
+:class:`~dlsched.envs.errors.UnknownNameError` for an unknown backend or reward), never a
+``TypeError`` or ``AttributeError`` from inside.
+
+:func:`check_value` holds a value against a simple type annotation (numbers, strings, paths,
+``X | None``); the options of a backend and the hyperparameters of an SB3 algorithm are checked
+with it.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import difflib
+import inspect
+import math
+import numbers
+import os
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from dlsched.envs.backend import Backend
+from dlsched.envs.backends import backend_class
+from dlsched.envs.errors import ArgumentError
+from dlsched.envs.placement import Placer
+from dlsched.envs.scenarios.model import Scenario
+
+#: The keyword arguments the environments take.
+ENV_ARGUMENTS: tuple[str, ...] = (
+    "scenario",
+    "backend",
+    "reward",
+    "interval_s",
+    "placer",
+    "limit_floor",
+    "backend_options",
+)
+
+
+def check_env_arguments(
+    env_id: str,
+    *,
+    scenario: object,
+    backend: object,
+    reward: object,
+    interval_s: object,
+    placer: object,
+    limit_floor: object,
+    backend_options: object,
+    unknown: Mapping[str, object],
+) -> None:
+    """Refuse keyword arguments of ``env_id`` that it cannot take, before any is used.
+
+    Args:
+        env_id: the environment's registered id, for messages.
+        scenario, backend, reward, interval_s, placer, limit_floor, backend_options: the
+            environment's keyword arguments (see :class:`~dlsched.envs.InferenceEnv`).
+        unknown: any other keyword arguments it was given.
+
+    Raises:
+        ArgumentError: an unknown keyword, or a value of the wrong type or range.
+        UnknownNameError: an unknown backend name.
+    """
+    for name in unknown:
+        raise ArgumentError(
+            f"{env_id} takes no keyword argument {name!r}{did_you_mean(name, ENV_ARGUMENTS)}; "
+            f"its keyword arguments are {', '.join(ENV_ARGUMENTS)}"
+        )
+    if scenario is not None and not isinstance(scenario, str | os.PathLike | Scenario):
+        _refuse(
+            "scenario",
+            scenario,
+            "a shipped scenario's name (`dlsched scenarios` lists them), the path of a scenario "
+            "YAML file, or a dlsched.envs.scenarios.Scenario",
+        )
+    if not isinstance(backend, str | Backend):
+        _refuse("backend", backend, "a backend name (replay or docker) or a Backend object")
+    if reward is not None and not isinstance(reward, str) and not callable(reward):
+        _refuse("reward", reward, "a reward name or a function (now, before) -> float")
+    if interval_s is not None and not _positive_number(interval_s):
+        _refuse("interval_s", interval_s, "a number of seconds > 0, e.g. interval_s=10")
+    if placer is not None and not isinstance(placer, Placer):
+        _refuse("placer", placer, "a dlsched.envs.Placer, e.g. SpreadPlacer()")
+    if not (_positive_number(limit_floor) and _at_most_one(limit_floor)):
+        _refuse("limit_floor", limit_floor, "a fraction of a worker in (0, 1], e.g. 0.02")
+    _check_backend_options(backend, backend_options)
+
+
+def check_seed(seed: object) -> int | None:
+    """The ``reset`` seed as Gymnasium takes it (a Python int), or None.
+
+    Raises:
+        ArgumentError: not None nor a whole number >= 0.
+    """
+    if seed is None:
+        return None
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and int(seed) >= 0:
+        return int(seed)
+    raise ArgumentError(
+        f"seed={seed!r} ({type(seed).__name__}): expected None or a whole number >= 0, e.g. "
+        f"reset(seed=0)"
+    )
+
+
+def check_value(name: str, value: object, annotation: object, where: str) -> None:
+    """Refuse ``value`` for the parameter ``name`` unless it is of a type ``annotation`` allows.
+
+    Numbers, strings, booleans, paths and None are told apart (``True`` is not a number, a
+    numpy number is one); a class allows its instances, ``Callable`` a callable, ``Literal`` its
+    values; a union allows what any of its members does; anything else allows any value.
+
+    Args:
+        name: the parameter's name.
+        value: the value given.
+        annotation: the parameter's type annotation (resolved, not a string).
+        where: what takes the parameter, for the message (``"the docker backend"``).
+
+    Raises:
+        ArgumentError: no member of ``annotation`` allows ``value``.
+    """
+    members = _union_members(annotation)
+    if any(_allows(member, value) for member in members):
+        return
+    expected = " or ".join(dict.fromkeys(_describe(member) for member in members))
+    raise ArgumentError(
+        f"{name}={shown(value)} ({type(value).__name__}) for {where}: expected {expected}"
+    )
+
+
+def _allows(member: object, value: object) -> bool:
+    if member in _SIMPLE:
+        return _SIMPLE[member][0](value)
+    origin = typing.get_origin(member) or member
+    if origin is typing.Literal:
+        return value in typing.get_args(member)
+    if origin is collections.abc.Callable:
+        return callable(value)
+    if isinstance(origin, type):
+        return isinstance(value, origin)
+    return True  # Any, a TypeVar, a forward reference: nothing to hold it against
+
+
+def _describe(member: object) -> str:
+    if member in _SIMPLE:
+        return _SIMPLE[member][1]
+    origin = typing.get_origin(member) or member
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(member)))
+    if origin is collections.abc.Callable:
+        return "a function"
+    return f"a {getattr(origin, '__name__', origin)}"
+
+
+def _check_backend_options(backend: object, options: object) -> None:
+    if options is None:
+        return
+    if not isinstance(options, Mapping) or not all(isinstance(key, str) for key in options):
+        _refuse(
+            "backend_options",
+            options,
+            'a mapping of option names to values, e.g. {"workload_threading": "stock"}',
+        )
+    if not options:
+        return
+    if not isinstance(backend, str):
+        raise ArgumentError(
+            f"backend_options={dict(options)!r} apply to a backend given by name; configure "
+            f"the {type(backend).__name__} object itself instead"
+        )
+    cls = backend_class(backend)
+    names = parameters(cls.__init__)
+    hints = type_hints(cls.__init__)
+    for key, value in options.items():
+        if key not in names:
+            raise ArgumentError(
+                f"backend_options: the {backend} backend takes no option {key!r}"
+                f"{did_you_mean(key, names)}; its options are {', '.join(names) or 'none'}"
+            )
+        check_value(key, value, hints.get(key, Any), f"the {backend} backend")
+
+
+def parameters(function: Callable[..., object]) -> list[str]:
+    """The keyword parameters of ``function`` (not ``self`` nor ``*args``/``**kwargs``)."""
+    return [
+        name
+        for name, parameter in inspect.signature(function).parameters.items()
+        if name != "self"
+        and parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    ]
+
+
+def type_hints(function: Callable[..., object]) -> dict[str, Any]:
+    """The annotations of ``function``'s parameters, resolved; a name its module imports only
+    for type checkers (``if TYPE_CHECKING:``) resolves to ``Any``, which accepts anything."""
+    unresolved: dict[str, Any] = {}
+    for _ in range(100):
+        try:
+            return typing.get_type_hints(function, localns=unresolved)
+        except NameError as error:
+            if error.name is None or error.name in unresolved:
+                break
+            unresolved[error.name] = Any
+        except TypeError:
+            break
+    return {}
+
+
+def _union_members(annotation: object) -> tuple[object, ...]:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def is_number(value: object) -> TypeGuard[numbers.Real]:
+    """Whether ``value`` is a real number of Python or numpy (a bool is not one)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def is_whole(value: object) -> bool:
+    """Whether ``value`` is a whole number of Python or numpy (a bool is not one)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _positive_number(value: object) -> bool:
+    return is_number(value) and math.isfinite(float(value)) and float(value) > 0
+
+
+def _at_most_one(value: object) -> bool:
+    return is_number(value) and float(value) <= 1.0
+
+
+_SIMPLE: Mapping[object, tuple[Callable[[object], bool], str]] = {
+    int: (is_whole, "a whole number"),
+    float: (is_number, "a number"),
+    bool: (lambda value: isinstance(value, bool), "true or false"),
+    str: (lambda value: isinstance(value, str), "a string"),
+    Path: (lambda value: isinstance(value, str | os.PathLike), "a path"),
+    type(None): (lambda value: value is None, "None"),
+}
+
+
+def _refuse(name: str, value: object, expected: str) -> typing.NoReturn:
+    raise ArgumentError(f"{name}={shown(value)} ({type(value).__name__}): expected {expected}")
+
+
+def shown(value: object, width: int = 60) -> str:
+    """``value``'s repr, cut to ``width`` characters: a message shows what was given, not all
+    of an array of thousands."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """`` (did you mean 'x'?)`` with the name of ``known`` closest to ``name``, or nothing."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
