@@ -161,6 +161,24 @@ class SlotActionHead(nn.Module):
         return self.linear(rows).squeeze(-1)
 
 
+def _slot_rows(observation_space: spaces.Space, who_needs: str, hint: str = "") -> tuple[int, int]:
+    """The (slots, features) shape of ``observation_space``, which ``who_needs``."""
+    shape = observation_space.shape
+    if shape is None or len(shape) != 2:
+        raise PolicyError(f"{who_needs} observations of shape (slots, features), got {shape}{hint}")
+    return (shape[0], shape[1])
+
+
+def _hidden_widths(net_arch: list[int] | None, who: str) -> list[int]:
+    """The row encoders' hidden widths ``net_arch`` asks of ``who`` (default ``[64, 64]``)."""
+    hidden = list(net_arch) if net_arch else list(DEFAULT_HIDDEN)
+    if not all(isinstance(width, int) and width > 0 for width in hidden):
+        raise PolicyError(
+            f"net_arch {net_arch!r} of {who} must be a list of positive widths, e.g. [64, 64]"
+        )
+    return hidden
+
+
 class SlotActorCriticPolicy(ActorCriticPolicy):
     """SB3's actor-critic policy with the slot-shared network of the module docstring.
 
@@ -177,12 +195,11 @@ class SlotActorCriticPolicy(ActorCriticPolicy):
         net_arch: list[int] | None = None,
         **kwargs: Any,
     ) -> None:
-        shape = observation_space.shape
-        if shape is None or len(shape) != 2:
-            raise PolicyError(
-                f"the slot network needs observations of shape (slots, features), got {shape}; "
-                "use network 'mlp' for other environments"
-            )
+        shape = _slot_rows(
+            observation_space,
+            "the slot network needs",
+            "; use network 'mlp' for other environments",
+        )
         if action_space.shape != (shape[0],):
             raise PolicyError(
                 f"the slot network needs one action per slot: action shape "
@@ -190,12 +207,7 @@ class SlotActorCriticPolicy(ActorCriticPolicy):
             )
         if kwargs.get("use_sde"):
             raise PolicyError("the slot network does not support gSDE (use_sde); leave it off")
-        hidden = list(net_arch) if net_arch else list(DEFAULT_HIDDEN)
-        if not all(isinstance(width, int) and width > 0 for width in hidden):
-            raise PolicyError(
-                f"net_arch {net_arch!r} of the slot network must be a list of positive widths, "
-                "e.g. [64, 64]"
-            )
+        hidden = _hidden_widths(net_arch, "the slot network")
         super().__init__(observation_space, action_space, lr_schedule, net_arch=hidden, **kwargs)
 
     def _build_mlp_extractor(self) -> None:
@@ -237,16 +249,12 @@ class OwnSlotPolicy(ActorCriticPolicy):
         net_arch: list[int] | None = None,
         **kwargs: Any,
     ) -> None:
-        shape = observation_space.shape
-        if shape is None or len(shape) != 2:
-            raise PolicyError(
-                f"per-slot agents need observations of shape (slots, features), got {shape}"
-            )
+        _slot_rows(observation_space, "per-slot agents need")
         if action_space.shape != (1,):
             raise PolicyError(
                 f"a per-slot agent sets one limit: action shape {action_space.shape} != (1,)"
             )
-        hidden = list(net_arch) if net_arch else list(DEFAULT_HIDDEN)
+        hidden = _hidden_widths(net_arch, "per-slot agents")
         super().__init__(observation_space, action_space, lr_schedule, net_arch=hidden, **kwargs)
 
     def _build_mlp_extractor(self) -> None:

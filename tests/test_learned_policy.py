@@ -402,3 +402,15 @@ def test_per_slot_rewards_split_own_and_shared_parts() -> None:
         assert shared_rewards.tolist() == [float(len(satisfied_slots))] * SLOTS
         seen |= satisfied_slots
     assert seen  # some job was satisfied, so the own parts were tested
+
+
+@pytest.mark.parametrize(
+    ("policy_class", "action_shape", "who"),
+    [(SlotActorCriticPolicy, (4,), "the slot network"), (OwnSlotPolicy, (1,), "per-slot agents")],
+)
+def test_both_slot_policies_refuse_the_same_bad_networks(policy_class, action_shape, who):
+    actions = gym.spaces.Box(0.0, 1.0, action_shape)
+    with pytest.raises(PolicyError, match=r"observations of shape \(slots, features\), got \(4,\)"):
+        policy_class(gym.spaces.Box(0.0, 1.0, (4,)), actions, lambda _: 1e-3)
+    with pytest.raises(PolicyError, match=rf"net_arch \[0\] of {who} must be a list of positive"):
+        policy_class(gym.spaces.Box(0.0, 1.0, (4, 3)), actions, lambda _: 1e-3, net_arch=[0])
