@@ -235,8 +235,13 @@ def test_the_fit_recovers_an_exponent_from_synthetic_measurements():
 
 
 def _set_with(tmp_path: Path, source: str, contention: dict | None) -> str:
+    """A copy of profile set ``source`` whose only contention term is ``contention``'s."""
     directory = tmp_path / f"{source}-{'with' if contention else 'without'}"
     shutil.copytree(PROFILES_DIR / source, directory)
+    for path in directory.glob("*.json"):
+        profile = json.loads(path.read_text())
+        if profile.pop("contention_exponent", None) is not None:  # a workload's own term
+            path.write_text(json.dumps(profile))
     target = directory / "contention.json"
     target.unlink(missing_ok=True)
     if contention is not None:
