@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from os import PathLike
-from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -21,35 +20,14 @@ from dlsched.envs.arguments import check_env_arguments, check_seed, is_number, i
 from dlsched.envs.backend import Backend
 from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Decision, Migration, Placement
-from dlsched.envs.errors import ActionError, ScenarioError
+from dlsched.envs.errors import ActionError
 from dlsched.envs.observation import ObservationLayout, encode
 from dlsched.envs.placement import Placer, SpreadPlacer
 from dlsched.envs.rewards import RewardFn, reward_function
 from dlsched.envs.scenarios.limits import check_scenario_limits
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
+from dlsched.envs.scenarios.resolution import DEFAULT_LIMIT_FLOOR, resolve_scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, QoEClass, Telemetry, WorkerTelemetry
-
-#: Default lowest limit, as a fraction of a worker: 2% keeps a starved job alive and measurable.
-DEFAULT_LIMIT_FLOOR = 0.02
-
-
-def resolve_scenario(
-    scenario: str | PathLike[str] | Scenario, kind: JobKind, env_id: str
-) -> Scenario:
-    """Load ``scenario`` by name or path if needed and check it is of the environment's kind."""
-    if isinstance(scenario, str | PathLike):
-        from dlsched.envs.scenarios.file_format import load_scenario
-
-        scenario = load_scenario(scenario if isinstance(scenario, str) else Path(scenario))
-    if scenario.kind is not kind:
-        other = (
-            "dlsched/Training-v0" if scenario.kind is JobKind.TRAINING else ("dlsched/Inference-v0")
-        )
-        raise ScenarioError(
-            f"scenario {scenario.name!r} has {scenario.kind.value} jobs, but {env_id} runs "
-            f"{kind.value} jobs; make {other} with it instead"
-        )
-    return scenario
 
 
 class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
