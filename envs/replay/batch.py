@@ -51,6 +51,8 @@ __all__ = ["ACTIVE_PHASES", "ReplayBatch"]
 
 #: Phases in which a job holds its slot (the environment's ``active`` jobs).
 ACTIVE_PHASES = (_STARTING, _RUNNING, _MIGRATING, _BOOTING)
+#: Unit bounds (and losses) of each job kept in arrays for the vectorised completions.
+_WINDOW = 64
 
 
 class ReplayBatch:
@@ -153,6 +155,11 @@ class ReplayBatch:
         self._job_rngs: list[dict[int, np.random.Generator]] = [{} for _ in range(episodes)]
         self._bounds: list[list[np.ndarray]] = [[] for _ in range(episodes)]
         self._losses: list[list[np.ndarray]] = [[] for _ in range(episodes)]
+        # A window of every job's cumulative unit bounds (and losses) from unit ``window_start``,
+        # so that completing units is array work; refilled from the lists above when it runs low.
+        self.window_start = np.zeros(shape, dtype=np.int64)
+        self.bound_window = np.full((*shape, _WINDOW), math.inf)
+        self.loss_window = np.full((*shape, _WINDOW), math.nan)
 
     # ------------------------------------------------------------------ episodes
 
@@ -207,6 +214,9 @@ class ReplayBatch:
         self._job_rngs[row] = {}
         self._bounds[row] = [np.empty(0)] * self.jobs
         self._losses[row] = [np.empty(0)] * self.jobs
+        self.window_start[row] = 0
+        self.bound_window[row] = math.inf
+        self.loss_window[row] = math.nan
 
     # ------------------------------------------------------------------ actuation
 
@@ -235,6 +245,30 @@ class ReplayBatch:
             bounds = np.cumsum(_lognormal(job_rng, profile.noise_cv, _BATCH_DRAWS))
         self._bounds[row][job] = bounds
         self.next_bound[row, job] = bounds[0]
+        self._refill(row, job)
+
+    def _refill(self, row: int, job: int) -> None:
+        """Window the bounds (and losses) of a job from the unit before its current one.
+
+        A service's bounds are drawn further ahead if needed, 32 at a time from its own stream,
+        exactly the numbers the reference draws when it reaches them.
+        """
+        start = max(int(self.units[row, job]) - 1, 0)
+        bounds = self._bounds[row][job]
+        if not self.training:
+            noise_cv = self.profiles[self.profile_of[row, job]].noise_cv
+            while len(bounds) < start + _WINDOW:
+                extra = np.cumsum(_lognormal(self._job_rngs[row][job], noise_cv, _BATCH_DRAWS))
+                bounds = np.concatenate((bounds, bounds[-1] + extra))
+            self._bounds[row][job] = bounds
+        part = bounds[start : start + _WINDOW]
+        self.window_start[row, job] = start
+        self.bound_window[row, job] = math.inf
+        self.bound_window[row, job, : len(part)] = part
+        if self.training:
+            losses = self._losses[row][job][start : start + _WINDOW]
+            self.loss_window[row, job] = math.nan
+            self.loss_window[row, job, : len(losses)] = losses
 
     def migrate(self, row: int, job: int, worker: int, slot: int) -> None:
         """Move running job ``job`` of ``row``; it pauses for the migration cost."""
@@ -428,8 +462,58 @@ class ReplayBatch:
         if booting.any():
             self.startup_left[booting] -= (self.share * span)[booting]
         crossed = moving[:, None] & (self.work >= self.next_bound - _WORK_EPS)
-        for row, job in zip(*np.nonzero(crossed), strict=True):
-            self._complete_units(int(row), int(job), float(work_before[row, job]), until)
+        if crossed.any():
+            self._complete(crossed, work_before, until)
+
+    def _complete(self, crossed: np.ndarray, work_before: np.ndarray, until: np.ndarray) -> None:
+        """Record the units the ``crossed`` jobs completed: ``ReplayBackend._complete_units``
+        for all of them at once from their windows, per job where a window falls short."""
+        rows, jobs = np.nonzero(crossed)
+        window = self.bound_window[rows, jobs]
+        work = self.work[rows, jobs]
+        count = (window <= (work + _WORK_EPS)[:, None]).sum(axis=1)
+        start = self.window_start[rows, jobs]
+        completed = start + count
+        first_new = self.units[rows, jobs]
+        # A window that ends before the last unit completed, or that lacks the unit before a
+        # service's last one when it needs it, leaves the job to the reference's per-job code.
+        short = count >= _WINDOW
+        if not self.training:
+            short |= (completed - 1 != first_new) & (completed - 2 < start)
+        for row, job in zip(rows[short].tolist(), jobs[short].tolist(), strict=True):
+            self._complete_units(row, job, float(work_before[row, job]), until)
+            self._refill(row, job)
+        fast = ~short
+        rows, jobs, window = rows[fast], jobs[fast], window[fast]
+        start, completed, first_new = start[fast], completed[fast], first_new[fast]
+        pick = np.arange(len(rows))
+        self.units[rows, jobs] = completed
+        end_s = until[rows]
+        if self.training:
+            self.loss[rows, jobs] = self.loss_window[rows, jobs][pick, completed - 1 - start]
+            finished = completed >= self.total[rows, jobs]
+            done_rows, done_jobs = rows[finished], jobs[finished]
+            self.phase[done_rows, done_jobs] = _DONE
+            self.completed[done_rows, done_jobs] = end_s[finished]
+            self.next_bound[done_rows, done_jobs] = math.inf
+            going = ~finished
+            self.next_bound[rows[going], jobs[going]] = window[going, (completed - start)[going]]
+        else:
+            now = self.now[rows]
+            rate = self.rate[rows, jobs]
+            before = work_before[rows, jobs]
+            last = window[pick, completed - 1 - start]
+            finish = np.minimum(end_s, now + np.maximum(last - before, 0.0) / rate)
+            previous = window[pick, np.maximum(completed - 2 - start, 0)]
+            reached = np.minimum(end_s, now + np.maximum(previous - before, 0.0) / rate)
+            began = np.where(completed - 1 == first_new, self.unit_start[rows, jobs], reached)
+            self.latency[rows, jobs] = finish - began
+            self.unit_start[rows, jobs] = finish
+            self.next_bound[rows, jobs] = window[pick, completed - start]
+        low = completed - start > _WINDOW // 2
+        for row, job in zip(rows[low].tolist(), jobs[low].tolist(), strict=True):
+            if self.phase[row, job] != _DONE:
+                self._refill(row, job)
 
     def _complete_units(self, row: int, job: int, work_before: float, until: np.ndarray) -> None:
         """Record the units a job completed (``ReplayBackend._complete_units``)."""

@@ -599,7 +599,7 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             worker_usage=worker_usage,
             worker_jobs=self._active_counts(),
         )
-        if previous is not None:
+        if previous is not None and not rows.all():
             # Rows not measured now keep the columns they had.
             for field in dataclasses.fields(columns):
                 value = getattr(columns, field.name)
