@@ -27,7 +27,14 @@ from dlsched.envs.rewards import RewardFn, reward_function
 from dlsched.envs.scenarios.limits import check_scenario_limits
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.scenarios.resolution import DEFAULT_LIMIT_FLOOR, resolve_scenario
-from dlsched.envs.telemetry import JobState, JobTelemetry, QoEClass, Telemetry, WorkerTelemetry
+from dlsched.envs.telemetry import (
+    JobState,
+    JobTelemetry,
+    QoEClass,
+    Telemetry,
+    WorkerTelemetry,
+    waiting_job,
+)
 
 
 class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
@@ -322,7 +329,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def _with_waiting(self, telemetry: Telemetry) -> Telemetry:
         """Add arrived jobs still waiting for a slot, which no backend knows of yet."""
         waiting = [
-            _waiting_job(job, telemetry.time_s)
+            waiting_job(job, telemetry.time_s)
             for job in self._pending
             if job.arrival_s <= telemetry.time_s + 1e-9
         ]
@@ -364,30 +371,10 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         }
 
 
-def _waiting_job(job: JobSpec, now_s: float) -> JobTelemetry:
-    return JobTelemetry(
-        job_id=job.job_id,
-        workload=job.workload,
-        kind=job.kind,
-        state=JobState.WAITING,
-        worker=None,
-        slot=None,
-        arrival_s=job.arrival_s,
-        age_s=now_s - job.arrival_s,
-        limit=1.0,
-        cpu_usage=0.0,
-        cpu_seconds=0.0,
-        target_s=job.target_s,
-        tolerance=job.tolerance,
-        total_iterations=job.iterations,
-        loss_targets=job.loss_targets,
-    )
-
-
 def _with_placed(telemetry: Telemetry, job: JobSpec, worker: int, slot: int) -> Telemetry:
     """The placer's view after ``job`` was placed, so a burst spreads over the workers."""
     placed = dataclasses.replace(
-        _waiting_job(job, telemetry.time_s), state=JobState.RUNNING, worker=worker, slot=slot
+        waiting_job(job, telemetry.time_s), state=JobState.RUNNING, worker=worker, slot=slot
     )
     others: Sequence[JobTelemetry] = [j for j in telemetry.jobs if j.job_id != job.job_id]
     return dataclasses.replace(telemetry, jobs=(*others, placed))

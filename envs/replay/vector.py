@@ -52,7 +52,7 @@ from dlsched.envs.replay.columns import TelemetryColumns, column_reward, encode_
 from dlsched.envs.scenarios.limits import check_scenario_limits
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.scenarios.resolution import DEFAULT_LIMIT_FLOOR, resolve_scenario
-from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
+from dlsched.envs.telemetry import JobTelemetry, Telemetry, WorkerTelemetry, waiting_job
 
 __all__ = ["InferenceVectorEnv", "ReplayVectorEnv", "TrainingVectorEnv"]
 
@@ -307,25 +307,7 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             if phase == _UNPLACED:
                 if not columns.waiting[index, job]:
                     continue
-                jobs.append(
-                    JobTelemetry(
-                        job_id=spec.job_id,
-                        workload=spec.workload,
-                        kind=spec.kind,
-                        state=JobState.WAITING,
-                        worker=None,
-                        slot=None,
-                        arrival_s=spec.arrival_s,
-                        age_s=now - spec.arrival_s,
-                        limit=1.0,
-                        cpu_usage=0.0,
-                        cpu_seconds=0.0,
-                        target_s=spec.target_s,
-                        tolerance=spec.tolerance,
-                        total_iterations=spec.iterations,
-                        loss_targets=spec.loss_targets,
-                    )
-                )
+                jobs.append(waiting_job(spec, now))
                 continue
             training = spec.kind is JobKind.TRAINING
             units = int(batch.units[index, job])
