@@ -44,15 +44,19 @@ from dlsched.envs.training_env import TrainingEnv
 # Without Gymnasium's passive checker: it marks its first reset as checked before the reset runs,
 # so a first reset refused for its seed left it holding no observation, and the next step
 # failed inside it. The tests run Gymnasium's full check_env on both environments instead.
+# vector_entry_point: gym.make_vec(...) returns the natively batched replay environment
+# (dlsched.envs.replay.vector); vectorization_mode="sync" or "async" still steps single ones.
 register(
     id="dlsched/Inference-v0",
     entry_point="dlsched.envs.inference_env:InferenceEnv",
     disable_env_checker=True,
+    vector_entry_point="dlsched.envs.replay.vector:InferenceVectorEnv",
 )
 register(
     id="dlsched/Training-v0",
     entry_point="dlsched.envs.training_env:TrainingEnv",
     disable_env_checker=True,
+    vector_entry_point="dlsched.envs.replay.vector:TrainingVectorEnv",
 )
 
 __all__ = [

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from os import PathLike
-from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -21,35 +20,21 @@ from dlsched.envs.arguments import check_env_arguments, check_seed, is_number, i
 from dlsched.envs.backend import Backend
 from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Decision, Migration, Placement
-from dlsched.envs.errors import ActionError, ScenarioError
+from dlsched.envs.errors import ActionError
 from dlsched.envs.observation import ObservationLayout, encode
 from dlsched.envs.placement import Placer, SpreadPlacer
 from dlsched.envs.rewards import RewardFn, reward_function
 from dlsched.envs.scenarios.limits import check_scenario_limits
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
-from dlsched.envs.telemetry import JobState, JobTelemetry, QoEClass, Telemetry, WorkerTelemetry
-
-#: Default lowest limit, as a fraction of a worker: 2% keeps a starved job alive and measurable.
-DEFAULT_LIMIT_FLOOR = 0.02
-
-
-def resolve_scenario(
-    scenario: str | PathLike[str] | Scenario, kind: JobKind, env_id: str
-) -> Scenario:
-    """Load ``scenario`` by name or path if needed and check it is of the environment's kind."""
-    if isinstance(scenario, str | PathLike):
-        from dlsched.envs.scenarios.file_format import load_scenario
-
-        scenario = load_scenario(scenario if isinstance(scenario, str) else Path(scenario))
-    if scenario.kind is not kind:
-        other = (
-            "dlsched/Training-v0" if scenario.kind is JobKind.TRAINING else ("dlsched/Inference-v0")
-        )
-        raise ScenarioError(
-            f"scenario {scenario.name!r} has {scenario.kind.value} jobs, but {env_id} runs "
-            f"{kind.value} jobs; make {other} with it instead"
-        )
-    return scenario
+from dlsched.envs.scenarios.resolution import DEFAULT_LIMIT_FLOOR, resolve_scenario
+from dlsched.envs.telemetry import (
+    JobState,
+    JobTelemetry,
+    QoEClass,
+    Telemetry,
+    WorkerTelemetry,
+    waiting_job,
+)
 
 
 class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
@@ -344,7 +329,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def _with_waiting(self, telemetry: Telemetry) -> Telemetry:
         """Add arrived jobs still waiting for a slot, which no backend knows of yet."""
         waiting = [
-            _waiting_job(job, telemetry.time_s)
+            waiting_job(job, telemetry.time_s)
             for job in self._pending
             if job.arrival_s <= telemetry.time_s + 1e-9
         ]
@@ -386,30 +371,10 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         }
 
 
-def _waiting_job(job: JobSpec, now_s: float) -> JobTelemetry:
-    return JobTelemetry(
-        job_id=job.job_id,
-        workload=job.workload,
-        kind=job.kind,
-        state=JobState.WAITING,
-        worker=None,
-        slot=None,
-        arrival_s=job.arrival_s,
-        age_s=now_s - job.arrival_s,
-        limit=1.0,
-        cpu_usage=0.0,
-        cpu_seconds=0.0,
-        target_s=job.target_s,
-        tolerance=job.tolerance,
-        total_iterations=job.iterations,
-        loss_targets=job.loss_targets,
-    )
-
-
 def _with_placed(telemetry: Telemetry, job: JobSpec, worker: int, slot: int) -> Telemetry:
     """The placer's view after ``job`` was placed, so a burst spreads over the workers."""
     placed = dataclasses.replace(
-        _waiting_job(job, telemetry.time_s), state=JobState.RUNNING, worker=worker, slot=slot
+        waiting_job(job, telemetry.time_s), state=JobState.RUNNING, worker=worker, slot=slot
     )
     others: Sequence[JobTelemetry] = [j for j in telemetry.jobs if j.job_id != job.job_id]
     return dataclasses.replace(telemetry, jobs=(*others, placed))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from dlsched.envs.scenarios.model import JobKind
+from dlsched.envs.scenarios.model import JobKind, JobSpec
 
 
 class JobState(StrEnum):
@@ -144,3 +144,24 @@ class Telemetry:
     def count(self, qoe_class: QoEClass) -> int:
         """How many active inference jobs are in a DQoES set."""
         return sum(1 for job in self.active_jobs if job.qoe_class is qoe_class)
+
+
+def waiting_job(job: JobSpec, now_s: float) -> JobTelemetry:
+    """The telemetry of ``job``, arrived and waiting for a slot at ``now_s``."""
+    return JobTelemetry(
+        job_id=job.job_id,
+        workload=job.workload,
+        kind=job.kind,
+        state=JobState.WAITING,
+        worker=None,
+        slot=None,
+        arrival_s=job.arrival_s,
+        age_s=now_s - job.arrival_s,
+        limit=1.0,
+        cpu_usage=0.0,
+        cpu_seconds=0.0,
+        target_s=job.target_s,
+        tolerance=job.tolerance,
+        total_iterations=job.iterations,
+        loss_targets=job.loss_targets,
+    )

@@ -4,13 +4,29 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from dlsched.runs import cli
 
 
 def test_replay_bench_reports_whole_episodes(capsys):
     assert (
         cli.main(
-            ["bench", "replay", "--scenario", "dqoes-varied-burst", "--episodes", "2", "--json"]
+            [
+                "bench",
+                "replay",
+                "--scenario",
+                "dqoes-varied-burst",
+                "--episodes",
+                "2",
+                "--num-envs",
+                "1,4",
+                "--containers",
+                "10,40",
+                "--seconds",
+                "0.05",
+                "--json",
+            ]
         )
         == 0
     )
@@ -19,3 +35,37 @@ def test_replay_bench_reports_whole_episodes(capsys):
     assert figures["steps"] == 120
     assert figures["simulated_s"] == 1200.0
     assert figures["real_time_ratio"] == figures["simulated_s"] / figures["wall_s"]
+    # CartPole-v1, the single env, the batched one at N = 1 and 4, then single and batched at
+    # 10 and 40 containers, each as a ratio to CartPole-v1's steps per second in the same run.
+    throughput = figures["throughput"]
+    assert [(f["label"], f["num_envs"], f["containers"]) for f in throughput] == [
+        ("CartPole-v1", 1, 1),
+        ("single", 1, 10),
+        ("batched", 1, 10),
+        ("batched", 4, 10),
+        ("single", 1, 10),
+        ("batched", 16, 10),
+        ("single", 1, 40),
+        ("batched", 16, 40),
+    ]
+    assert throughput[0]["cartpole_ratio"] == 1.0
+    for figure in throughput:
+        assert figure["env_steps"] >= figure["num_envs"]
+        ratio = figure["env_steps_per_s"] / throughput[0]["env_steps_per_s"]
+        assert figure["cartpole_ratio"] == ratio
+
+
+def test_replay_bench_refuses_a_bad_batch_size(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["bench", "replay", "--num-envs", "1,0"])
+    assert stop.value.code == 2
+    assert "expected one or more whole numbers of at least 1" in capsys.readouterr().err
+
+
+def test_training_bench_times_ppo_on_cartpole_and_both_replay_paths(capsys):
+    arguments = ["--timesteps", "256", "--n-envs", "2", "--n-steps", "64", "--json"]
+    assert cli.main(["bench", "train", *arguments]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    for name in ("cartpole", "batched", "dummy"):
+        assert figures[name]["timesteps"] == 256
+        assert figures[f"{name}_steps_per_s"] == 256 / figures[name]["wall_s"]

@@ -93,3 +93,29 @@ def _whole_number(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def positive_ints(text: str) -> tuple[int, ...]:
+    """An argparse type: a comma-separated list of whole numbers of at least 1."""
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a list of whole numbers; expected e.g. 1,16,256"
+        ) from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected one or more whole numbers of at least 1, e.g. 1,16,256"
+        )
+    return values
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; expected e.g. 2.5") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"{value} is not a finite number above 0")
+    return value

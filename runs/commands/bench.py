@@ -14,12 +14,24 @@ from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.runs.bench.contention import TRAINING_WORKLOADS, measure_contention
 from dlsched.runs.bench.docker_steps import DOCKER_STEP_TARGET_S, bench_docker
+from dlsched.runs.bench.replay import (
+    DEFAULT_CONTAINERS,
+    DEFAULT_NUM_ENVS,
+    measure_replay_speed,
+    measure_vector_speed,
+)
 from dlsched.runs.bench.replay import DEFAULT_SCENARIO as REPLAY_SCENARIO
-from dlsched.runs.bench.replay import measure_replay_speed
 from dlsched.runs.bench.tracking import DEFAULT_POLICIES as TRACKING_POLICIES
 from dlsched.runs.bench.tracking import DEFAULT_SCENARIO as TRACKING_SCENARIO
 from dlsched.runs.bench.tracking import bench_tracking
-from dlsched.runs.commands.arguments import positive_int, tracking_uri
+from dlsched.runs.bench.training import DEFAULT_SCENARIO as TRAINING_SCENARIO
+from dlsched.runs.bench.training import bench_training
+from dlsched.runs.commands.arguments import (
+    positive_float,
+    positive_int,
+    positive_ints,
+    tracking_uri,
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_docker(benchmarks)
     _register_tracking(benchmarks)
     _register_replay(benchmarks)
+    _register_training(benchmarks)
     _register_contention(benchmarks)
 
 
@@ -119,24 +132,57 @@ def _register_replay(benchmarks: argparse._SubParsersAction[argparse.ArgumentPar
     """Add ``dlsched bench replay`` to the ``bench`` subcommands."""
     parser = benchmarks.add_parser(
         "replay",
-        help="environment steps per second on the replay backend, against real time",
+        help="replay environment steps per second, against real time and CartPole-v1",
         description=(
             "Run EPISODES seeded episodes of SCENARIO on the replay backend at equal shares; "
-            "print steps per second and simulated seconds per wall-clock second."
+            "print steps per second and simulated seconds per wall-clock second. Then time, in "
+            "the same process for SECONDS each, Gymnasium's CartPole-v1, the single replay "
+            "environment and the natively batched one at each NUM_ENVS (dqoes-varied-burst), "
+            "and both at each CONTAINERS per environment; print steps per second as ratios to "
+            "CartPole-v1's and container-steps per second."
         ),
     )
     parser.add_argument("--scenario", default=REPLAY_SCENARIO, help=f"({REPLAY_SCENARIO})")
     parser.add_argument("--episodes", type=positive_int, default=20, help="episodes (20)")
+    parser.add_argument(
+        "--num-envs",
+        type=positive_ints,
+        default=DEFAULT_NUM_ENVS,
+        metavar="N[,N...]",
+        help=f"batch sizes ({','.join(map(str, DEFAULT_NUM_ENVS))})",
+    )
+    parser.add_argument(
+        "--containers",
+        type=positive_ints,
+        default=DEFAULT_CONTAINERS,
+        metavar="C[,C...]",
+        help=f"containers per environment to scale to ({','.join(map(str, DEFAULT_CONTAINERS))})",
+    )
+    parser.add_argument(
+        "--seconds", type=positive_float, default=2.0, help="seconds per timed run (2)"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.set_defaults(handler=run_replay)
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    """Run the replay benchmarks as ``args`` say; print the figures; the exit code (0)."""
     speed = measure_replay_speed(args.scenario, args.episodes)
+    vector = measure_vector_speed(args.num_envs, args.containers, args.seconds)
     if args.json:
+        throughput = [
+            asdict(figure)
+            | {
+                "env_steps_per_s": figure.env_steps_per_s,
+                "container_steps_per_s": figure.container_steps_per_s,
+                "cartpole_ratio": vector.ratio(figure),
+            }
+            for figure in (vector.cartpole, vector.single, *vector.batched, *vector.scaling)
+        ]
         figures = asdict(speed) | {
             "steps_per_s": speed.steps_per_s,
             "real_time_ratio": speed.real_time_ratio,
+            "throughput": throughput,
         }
         print(json.dumps(figures, indent=2))
         return 0
@@ -145,6 +191,41 @@ def run_replay(args: argparse.Namespace) -> int:
         f"{speed.wall_s:.2f} s: {speed.steps_per_s:,.0f} steps/s, "
         f"{speed.real_time_ratio:,.0f}x real time"
     )
+    print(vector.report())
+    return 0
+
+
+def _register_training(benchmarks: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``dlsched bench train`` to the ``bench`` subcommands."""
+    parser = benchmarks.add_parser(
+        "train",
+        help="PPO training steps per second on replay, against PPO on CartPole-v1",
+        description=(
+            "Time TIMESTEPS steps of PPO (N_ENVS environments, N_STEPS per rollout, the same "
+            "settings each) on CartPole-v1 and on SCENARIO by dlsched train's two replay paths "
+            "(the batched environment, single ones in a DummyVecEnv); print steps per second "
+            "and their ratios to CartPole-v1's."
+        ),
+    )
+    parser.add_argument("--scenario", default=TRAINING_SCENARIO, help=f"({TRAINING_SCENARIO})")
+    parser.add_argument("--timesteps", type=positive_int, default=16384, help="(16384)")
+    parser.add_argument("--n-envs", type=positive_int, default=8, help="(8)")
+    parser.add_argument("--n-steps", type=positive_int, default=256, help="(256)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.set_defaults(handler=run_training)
+
+
+def run_training(args: argparse.Namespace) -> int:
+    """Run the training benchmark as ``args`` say; print the figures; the exit code (0)."""
+    result = bench_training(args.scenario, args.timesteps, args.n_envs, args.n_steps)
+    if args.json:
+        figures = asdict(result) | {
+            f"{name}_steps_per_s": getattr(result, name).steps_per_s
+            for name in ("cartpole", "batched", "dummy")
+        }
+        print(json.dumps(figures, indent=2))
+        return 0
+    print(result.report())
     return 0
 
 

@@ -142,7 +142,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--vec-env",
         choices=[kind.value for kind in VecEnvKind],
         default=defaults.vec_env.value,
-        help="step the environments in this process or in one subprocess each (%(default)s)",
+        help=(
+            "how the environments are stepped: batched (replay: one natively batched "
+            "environment), dummy (one after the other in this process, the path before the "
+            "batched one), subproc (one process each), auto (batched on replay with one "
+            "scenario, else dummy on replay and subproc on Docker) (%(default)s)"
+        ),
     )
     parser.add_argument(
         "--torch-threads", type=int, default=defaults.torch_threads, help="(%(default)s)"

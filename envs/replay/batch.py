@@ -1,0 +1,549 @@
+"""The replay model of many episodes at once: the physics of :mod:`.backend`, held in arrays.
+
+:class:`ReplayBatch` holds ``episodes x jobs`` arrays (one row per episode, one column per job of
+that episode, in the backend's order: by arrival, then id) and advances any subset of its rows
+in one call. It is the state behind :class:`dlsched.envs.replay.vector.ReplayVectorEnv`.
+
+The single :class:`~dlsched.envs.replay.backend.ReplayBackend` is the reference: this module
+applies the same formulas in the same order (water-filling per worker, the largest fixed point of
+the runnable threads, ``R ** -a``, start-up on the CPU it gets, exact integration between events)
+and draws every job's noise from a stream seeded the same way, so an episode here and the same
+episode there agree to the last bits where the arithmetic is the same, and to 1e-9 where only the
+order of a sum differs (``tests/test_replay_vector.py`` holds them to it). What the reference does
+per job in Python is done here for all rows and jobs at once:
+
+- shares: every worker of every episode is water-filled at once over a ``(episodes, workers,
+  slots)`` array, empty slots counting as jobs capped at 0 (which changes no level);
+- contention: the fixed point of every oversubscribed worker is found by evaluating all segments
+  of its piecewise-linear function at once and taking the first that holds it;
+- events: each row runs to its own next event (a start-up or migration pause ending, a training
+  job finishing), and a step loops until every row has reached its end.
+
+Only what happens once per job is per job in Python: placing it (its noise is drawn then, from
+its own generator), a service drawing its next batches of work, a migration.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from dlsched.envs.errors import ScenarioError, UnknownNameError
+from dlsched.envs.replay.backend import (
+    _BATCH_DRAWS,
+    _BOOTING,
+    _DONE,
+    _MIGRATING,
+    _RUNNING,
+    _STARTING,
+    _UNPLACED,
+    _WORK_EPS,
+    _boot_demand,
+    _lognormal,
+    _total_iterations,
+)
+from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set, load_set_contention
+from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
+
+__all__ = ["ACTIVE_PHASES", "ReplayBatch"]
+
+#: Phases in which a job holds its slot (the environment's ``active`` jobs).
+ACTIVE_PHASES = (_STARTING, _RUNNING, _MIGRATING, _BOOTING)
+#: Unit bounds (and losses) of each job kept in arrays for the vectorised completions.
+_WINDOW = 64
+
+
+class ReplayBatch:
+    """The replay model of ``episodes`` episodes of one scenario, as arrays.
+
+    Arrays are ``(episodes, jobs)`` with ``jobs = scenario.max_jobs``; the columns beyond an
+    episode's drawn jobs are padding (``exists`` False) and never take part.
+
+    Args:
+        scenario: the scenario every row runs (its workers, slots, profile set, costs).
+        episodes: rows.
+        loss_noise_cv: as :class:`~dlsched.envs.replay.backend.ReplayBackend`'s.
+
+    Raises:
+        UnknownNameError: a workload of the scenario is not in its profile set.
+        ScenarioError: a workload's kind or threading differs from the scenario's.
+    """
+
+    def __init__(self, scenario: Scenario, episodes: int, loss_noise_cv: float) -> None:
+        profiles = load_profile_set(scenario.profile_set)
+        contention = load_set_contention(scenario.profile_set)
+        names = sorted({name for group in scenario.groups for name in group.workloads})
+        for name in names:
+            if name not in profiles:
+                raise UnknownNameError(
+                    f"workload (profile set {scenario.profile_set!r})", name, profiles
+                )
+            profile = profiles[name]
+            if scenario.workload_threading not in (None, profile.threading):
+                raise ScenarioError(
+                    f"scenario {scenario.name!r} runs {scenario.workload_threading} workloads "
+                    f"but workload {name!r} is profiled with {profile.threading} threading in "
+                    f"set {scenario.profile_set!r}; use a set profiled with "
+                    f"{scenario.workload_threading} threading"
+                )
+            if profile.kind is not scenario.kind:
+                raise ScenarioError(
+                    f"workload {name!r} is a {profile.kind.value} profile in set "
+                    f"{scenario.profile_set!r} but scenario {scenario.name!r} runs "
+                    f"{scenario.kind.value} jobs; use a {scenario.kind.value} workload"
+                )
+        self.scenario = scenario
+        self.loss_noise_cv = float(loss_noise_cv)
+        self.episodes = episodes
+        self.jobs = max(scenario.max_jobs, 1)
+        self.training = scenario.kind is JobKind.TRAINING
+        self.cores = np.array([worker.cores for worker in scenario.workers], dtype=np.float64)
+        self.workers = len(self.cores)
+        self.slots = scenario.slots_per_worker
+        self._whole = np.maximum(1.0, np.floor(self.cores))
+        self.profile_names = names
+        self.profiles: list[WorkloadProfile] = [profiles[name] for name in names]
+        self._curves = [
+            (np.array((0.0, *p.throughput.cores)), np.array((0.0, *p.throughput.units_per_s)))
+            for p in self.profiles
+        ]
+        exponents = [
+            p.contention_exponent
+            if p.contention_exponent is not None
+            else contention.exponents.get(p.threading, 0.0)
+            for p in self.profiles
+        ]
+        max_cores = float(self.cores.max())
+        self._by_profile = {
+            "demand": np.array([p.demand_cores for p in self.profiles] + [0.0]),
+            "stock": np.array([p.threading == "stock" for p in self.profiles] + [False]),
+            "exponent": np.array([*exponents, 0.0]),
+            "boot": np.array([_boot_demand(p, max_cores) for p in self.profiles] + [0.0]),
+        }
+        shape = (episodes, self.jobs)
+        self.specs: list[tuple[JobSpec, ...]] = [() for _ in range(episodes)]
+        self.exists = np.zeros(shape, dtype=bool)
+        self.arrival = np.full(shape, math.inf)
+        self.profile_of = np.full(shape, len(self.profiles), dtype=np.int64)
+        self.total = np.zeros(shape, dtype=np.int64)
+        self.demand = np.zeros(shape)
+        self.stock = np.zeros(shape, dtype=bool)
+        self.exponent = np.zeros(shape)
+        self.boot_demand = np.zeros(shape)
+        self.phase = np.full(shape, _UNPLACED, dtype=np.int8)
+        self.worker = np.zeros(shape, dtype=np.int64)
+        self.slot = np.zeros(shape, dtype=np.int64)
+        self.limit = np.ones(shape)
+        self.resume_s = np.full(shape, math.inf)
+        self.startup_left = np.zeros(shape)
+        self.unit_start = np.full(shape, math.nan)
+        self.work = np.zeros(shape)
+        self.next_bound = np.full(shape, math.inf)
+        self.final_bound = np.full(shape, math.inf)
+        self.units = np.zeros(shape, dtype=np.int64)
+        self.latency = np.full(shape, math.nan)
+        self.loss = np.full(shape, math.nan)
+        self.completed = np.full(shape, math.nan)
+        self.cpu_seconds = np.zeros(shape)
+        self.usage = np.zeros(shape)
+        self.share = np.zeros(shape)
+        self.rate = np.zeros(shape)
+        self.now = np.zeros(episodes)
+        self._rngs: list[np.random.Generator | None] = [None] * episodes
+        self._job_rngs: list[dict[int, np.random.Generator]] = [{} for _ in range(episodes)]
+        self._bounds: list[list[np.ndarray]] = [[] for _ in range(episodes)]
+        self._losses: list[list[np.ndarray]] = [[] for _ in range(episodes)]
+        # A window of every job's cumulative unit bounds (and losses) from unit ``window_start``,
+        # so that completing units is array work; refilled from the lists above when it runs low.
+        self.window_start = np.zeros(shape, dtype=np.int64)
+        self.bound_window = np.full((*shape, _WINDOW), math.inf)
+        self.loss_window = np.full((*shape, _WINDOW), math.nan)
+
+    # ------------------------------------------------------------------ episodes
+
+    def reset_row(self, row: int, jobs: Sequence[JobSpec], rng: np.random.Generator) -> None:
+        """Start an empty episode at time 0 in ``row`` (as ``ReplayBackend.reset``)."""
+        ordered = tuple(sorted(jobs, key=lambda job: (job.arrival_s, job.job_id)))
+        if len(ordered) > self.jobs:
+            raise ScenarioError(
+                f"episode has {len(ordered)} jobs but scenario {self.scenario.name!r} allows at "
+                f"most {self.jobs}"
+            )
+        if len({job.job_id for job in ordered}) != len(ordered):
+            raise ScenarioError(f"job ids must be unique; got {[job.job_id for job in ordered]}")
+        count = len(ordered)
+        index = {name: i for i, name in enumerate(self.profile_names)}
+        profile_of = np.full(self.jobs, len(self.profiles), dtype=np.int64)
+        profile_of[:count] = [index[job.workload] for job in ordered]
+        self.specs[row] = ordered
+        self.exists[row] = False
+        self.exists[row, :count] = True
+        self.arrival[row] = math.inf
+        self.arrival[row, :count] = [job.arrival_s for job in ordered]
+        self.profile_of[row] = profile_of
+        self.total[row] = 0
+        self.total[row, :count] = [
+            _total_iterations(job, self.profiles[index[job.workload]]) for job in ordered
+        ]
+        self.demand[row] = self._by_profile["demand"][profile_of]
+        self.stock[row] = self._by_profile["stock"][profile_of]
+        self.exponent[row] = self._by_profile["exponent"][profile_of]
+        self.boot_demand[row] = self._by_profile["boot"][profile_of]
+        self.phase[row] = _UNPLACED
+        self.worker[row] = 0
+        self.slot[row] = 0
+        self.limit[row] = 1.0
+        self.resume_s[row] = math.inf
+        self.startup_left[row] = 0.0
+        self.unit_start[row] = math.nan
+        self.work[row] = 0.0
+        self.next_bound[row] = math.inf
+        self.final_bound[row] = math.inf
+        self.units[row] = 0
+        self.latency[row] = math.nan
+        self.loss[row] = math.nan
+        self.completed[row] = math.nan
+        self.cpu_seconds[row] = 0.0
+        self.usage[row] = 0.0
+        self.share[row] = 0.0
+        self.rate[row] = 0.0
+        self.now[row] = 0.0
+        self._rngs[row] = rng
+        self._job_rngs[row] = {}
+        self._bounds[row] = [np.empty(0)] * self.jobs
+        self._losses[row] = [np.empty(0)] * self.jobs
+        self.window_start[row] = 0
+        self.bound_window[row] = math.inf
+        self.loss_window[row] = math.nan
+
+    # ------------------------------------------------------------------ actuation
+
+    def place(self, row: int, job: int, worker: int, slot: int) -> None:
+        """Start job ``job`` of ``row`` on ``worker``/``slot`` (as ``ReplayBackend._place``)."""
+        profile = self.profiles[self.profile_of[row, job]]
+        self.worker[row, job] = worker
+        self.slot[row, job] = slot
+        if self.boot_demand[row, job] > 0:
+            self.phase[row, job] = _BOOTING
+            self.startup_left[row, job] = profile.startup_cpu_s
+        else:
+            self.phase[row, job] = _STARTING
+            self.resume_s[row, job] = self.now[row] + profile.startup_s
+        rng = self._rngs[row]
+        assert rng is not None
+        job_rng = np.random.default_rng(int(rng.integers(2**63)))
+        self._job_rngs[row][job] = job_rng
+        if self.training:
+            total = int(self.total[row, job])
+            bounds = np.cumsum(_lognormal(job_rng, profile.noise_cv, total))
+            self.final_bound[row, job] = bounds[-1]
+            curve = np.asarray(profile.loss_at(np.arange(1, total + 1, dtype=np.float64)))
+            self._losses[row][job] = curve * _lognormal(job_rng, self.loss_noise_cv, total)
+        else:
+            bounds = np.cumsum(_lognormal(job_rng, profile.noise_cv, _BATCH_DRAWS))
+        self._bounds[row][job] = bounds
+        self.next_bound[row, job] = bounds[0]
+        self._refill(row, job)
+
+    def _refill(self, row: int, job: int) -> None:
+        """Window the bounds (and losses) of a job from the unit before its current one.
+
+        A service's bounds are drawn further ahead if needed, 32 at a time from its own stream,
+        exactly the numbers the reference draws when it reaches them.
+        """
+        start = max(int(self.units[row, job]) - 1, 0)
+        bounds = self._bounds[row][job]
+        if not self.training:
+            noise_cv = self.profiles[self.profile_of[row, job]].noise_cv
+            while len(bounds) < start + _WINDOW:
+                extra = np.cumsum(_lognormal(self._job_rngs[row][job], noise_cv, _BATCH_DRAWS))
+                bounds = np.concatenate((bounds, bounds[-1] + extra))
+            self._bounds[row][job] = bounds
+        part = bounds[start : start + _WINDOW]
+        self.window_start[row, job] = start
+        self.bound_window[row, job] = math.inf
+        self.bound_window[row, job, : len(part)] = part
+        if self.training:
+            losses = self._losses[row][job][start : start + _WINDOW]
+            self.loss_window[row, job] = math.nan
+            self.loss_window[row, job, : len(losses)] = losses
+
+    def migrate(self, row: int, job: int, worker: int, slot: int) -> None:
+        """Move running job ``job`` of ``row``; it pauses for the migration cost."""
+        self.worker[row, job] = worker
+        self.slot[row, job] = slot
+        self.phase[row, job] = _MIGRATING
+        resume = self.now[row] + self.scenario.migration_cost_s
+        if math.isnan(self.unit_start[row, job]):
+            resume = max(resume, float(self.resume_s[row, job]))
+        self.resume_s[row, job] = resume
+
+    # ------------------------------------------------------------------ time
+
+    def advance(self, rows: np.ndarray, seconds: np.ndarray) -> None:
+        """Let ``seconds[r]`` of simulated time pass in every row ``r`` where ``rows`` is set.
+
+        Args:
+            rows: boolean mask of the rows to advance.
+            seconds: per row, seconds to let pass (finite, >= 0); ignored where ``rows`` is not.
+        """
+        end = np.where(rows, self.now + seconds, self.now)
+        cpu_before = self.cpu_seconds.copy()
+        self._wake(rows)
+        moving = rows & (self.now < end)
+        while moving.any():
+            self._allocate()
+            until = self._next_event(end, moving)
+            self._integrate(until, moving)
+            self.now = np.where(moving, until, self.now)
+            self._wake(moving)
+            moving &= self.now < end
+        self.now = np.where(rows, end, self.now)
+        timed = rows & (seconds > 0)
+        if timed.any():
+            spent = (self.cpu_seconds - cpu_before)[timed]
+            self.usage[timed] = spent / seconds[timed][:, None]
+
+    def _wake(self, rows: np.ndarray) -> None:
+        """Start jobs whose start-up ended, resume migrated ones (``ReplayBackend._wake``)."""
+        mask = rows[:, None]
+        booted = mask & (self.phase == _BOOTING) & (self.startup_left <= _WORK_EPS)
+        if booted.any():
+            self.startup_left[booted] = 0.0
+            self.unit_start[booted] = np.broadcast_to(self.now[:, None], booted.shape)[booted]
+            self.phase[booted] = _RUNNING
+        paused = (self.phase == _STARTING) | (self.phase == _MIGRATING)
+        waking = mask & paused & (self.resume_s <= self.now[:, None])
+        if not waking.any():
+            return
+        rebooting = waking & (self.startup_left > 0)
+        resumed = waking & (self.startup_left <= 0)
+        first = resumed & np.isnan(self.unit_start)
+        self.unit_start[first] = self.resume_s[first]
+        self.phase[resumed] = _RUNNING
+        self.phase[rebooting] = _BOOTING
+        self.resume_s[waking] = math.inf
+
+    def _dense(self, values: np.ndarray, using: np.ndarray, fill: float) -> np.ndarray:
+        """``values`` of the ``using`` jobs laid out as ``(episodes, workers, slots)``."""
+        dense = np.full((self.episodes, self.workers * self.slots), fill)
+        rows, jobs = np.nonzero(using)
+        dense[rows, self.worker[rows, jobs] * self.slots + self.slot[rows, jobs]] = values[
+            rows, jobs
+        ]
+        return dense.reshape(self.episodes, self.workers, self.slots)
+
+    def _allocate(self) -> None:
+        """CPU shares by water-filling every worker, then rates (``ReplayBackend._allocate``)."""
+        booting = self.phase == _BOOTING
+        using = (self.phase == _RUNNING) | booting
+        demand = np.where(booting, self.boot_demand, self.demand)
+        cores = self.cores[None, :, None]
+        caps = np.minimum(self.limit * self.cores[self.worker], demand)
+        dense = self._dense(caps, using, 0.0)
+        over = dense.sum(axis=2) > self.cores[None, :]
+        if over.any():
+            crowded = dense[over]
+            ordered = np.sort(crowded, axis=1)
+            met_before = np.concatenate(
+                (np.zeros((len(ordered), 1)), np.cumsum(ordered[:, :-1], axis=1)), axis=1
+            )
+            capacity = np.broadcast_to(self.cores[None, :], over.shape)[over]
+            levels = (capacity[:, None] - met_before) / np.arange(self.slots, 0, -1)
+            first = np.argmax(levels <= ordered, axis=1)
+            level = levels[np.arange(len(levels)), first]
+            dense[over] = np.minimum(crowded, np.maximum(level, 0.0)[:, None])
+        rows, jobs = np.nonzero(using)
+        flat = dense.reshape(self.episodes, -1)
+        self.share = np.zeros_like(self.share)
+        self.share[rows, jobs] = flat[
+            rows, self.worker[rows, jobs] * self.slots + self.slot[rows, jobs]
+        ]
+        self.rate = np.zeros_like(self.rate)
+        for profile, (cores_points, rate_points) in enumerate(self._curves):
+            members = self.profile_of == profile
+            self.rate[members] = np.interp(self.share[members], cores_points, rate_points)
+        self.rate[booting] = 0.0
+        self._contend(using, booting, demand, cores)
+
+    def _contend(
+        self, using: np.ndarray, booting: np.ndarray, demand: np.ndarray, cores: np.ndarray
+    ) -> None:
+        """Slow every oversubscribed worker's jobs by ``R ** -a`` (``ReplayBackend._contend``).
+
+        Per worker the runnable threads ``N`` are the largest fixed point of the piecewise-linear
+        function of :func:`~dlsched.envs.replay.contention.runnable_threads`; here every segment
+        of every crowded worker is evaluated at once and the first one holding it is taken, the
+        segment the reference's loop stops at.
+        """
+        worker_cores = self.cores[self.worker]
+        whole = self._whole[self.worker]
+        stock = self.stock & ~booting
+        following = np.clip(np.ceil(self.limit * worker_cores - 1e-9), 1.0, whole)
+        threads = np.where(stock | (self.limit >= 1.0), whole, following)
+        busy = np.minimum(threads, demand)
+        quotas = np.where(self.limit >= 1.0, math.inf, self.limit * worker_cores)
+        busy_d = self._dense(busy, using, 0.0)
+        total = busy_d.sum(axis=2)
+        over = total > self.cores[None, :]
+        if not over.any():
+            return
+        quota_d = self._dense(quotas, using, 0.0)[over]
+        busy_o = busy_d[over]
+        present = self._dense(np.ones_like(busy), using, 0.0)[over] > 0
+        capacity = np.broadcast_to(self.cores[None, :], over.shape)[over][:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            breaks = np.where(
+                np.isfinite(quota_d), capacity * busy_o / np.where(quota_d > 0, quota_d, 1.0), 0.0
+            )
+            # Empty slots sort after every job, so the segments are the reference's.
+            breaks = np.where(present, breaks, -1.0)
+            order = np.argsort(-breaks, axis=1, kind="stable")
+            breaks_s = np.take_along_axis(breaks, order, axis=1)
+            busy_s = np.take_along_axis(busy_o, order, axis=1)
+            quota_s = np.take_along_axis(np.where(present, quota_d, 0.0), order, axis=1)
+            count = present.sum(axis=1)
+            positions = np.arange(self.slots + 1)[None, :]
+            zero = np.zeros((len(busy_s), 1))
+            saturated = total[over][:, None] - np.concatenate(
+                (zero, np.cumsum(busy_s, axis=1)), axis=1
+            )
+            bound_quota = np.concatenate((zero, np.cumsum(quota_s, axis=1)), axis=1)
+            upper = np.concatenate((np.full((len(busy_s), 1), math.inf), breaks_s), axis=1)
+            lower = np.concatenate((breaks_s, zero), axis=1)
+            lower = np.where(positions >= count[:, None], -math.inf, lower)
+            fixed = saturated / (1.0 - bound_quota / capacity)
+            saturates = bound_quota >= capacity
+            holds = (saturates | (fixed >= lower)) & (positions <= count[:, None])
+            first = np.argmax(holds, axis=1)
+            pick = np.arange(len(first))
+            runnable = np.where(
+                saturates[pick, first],
+                np.maximum(upper[pick, first], capacity[:, 0]),
+                np.maximum(np.minimum(fixed[pick, first], upper[pick, first]), capacity[:, 0]),
+            )
+        ratio = np.ones(over.shape)
+        ratio[over] = np.maximum(1.0, runnable / capacity[:, 0])
+        job_ratio = np.take_along_axis(ratio, self.worker, axis=1)
+        slowed = using & (job_ratio > 1.0)
+        self.rate[slowed] *= job_ratio[slowed] ** -self.exponent[slowed]
+
+    def _next_event(self, end: np.ndarray, moving: np.ndarray) -> np.ndarray:
+        """Per row, the earliest time before its end at which the shares change."""
+        until = np.minimum(end, self.resume_s.min(axis=1))
+        booting = (self.phase == _BOOTING) & (self.share > 0)
+        if booting.any():
+            with np.errstate(divide="ignore", invalid="ignore"):
+                left = np.where(booting, self.startup_left / self.share, math.inf).min(axis=1)
+            until = np.minimum(until, np.where(booting.any(axis=1), self.now + left, math.inf))
+        if self.training:
+            finishing = (self.phase == _RUNNING) & (self.rate > 0)
+            if finishing.any():
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    remaining = np.where(
+                        finishing,
+                        (self.final_bound - self.work).clip(min=0.0) / self.rate,
+                        math.inf,
+                    ).min(axis=1)
+                until = np.minimum(
+                    until, np.where(finishing.any(axis=1), self.now + remaining, math.inf)
+                )
+        return np.where(moving, until, self.now)
+
+    def _integrate(self, until: np.ndarray, moving: np.ndarray) -> None:
+        """Let each moving row's constant shares run to ``until``; complete finished units."""
+        span = np.where(moving, until - self.now, 0.0)[:, None]
+        work_before = self.work.copy()
+        self.cpu_seconds += self.share * span
+        self.work += self.rate * span
+        booting = self.phase == _BOOTING
+        if booting.any():
+            self.startup_left[booting] -= (self.share * span)[booting]
+        crossed = moving[:, None] & (self.work >= self.next_bound - _WORK_EPS)
+        if crossed.any():
+            self._complete(crossed, work_before, until)
+
+    def _complete(self, crossed: np.ndarray, work_before: np.ndarray, until: np.ndarray) -> None:
+        """Record the units the ``crossed`` jobs completed: ``ReplayBackend._complete_units``
+        for all of them at once from their windows, per job where a window falls short."""
+        rows, jobs = np.nonzero(crossed)
+        window = self.bound_window[rows, jobs]
+        work = self.work[rows, jobs]
+        count = (window <= (work + _WORK_EPS)[:, None]).sum(axis=1)
+        start = self.window_start[rows, jobs]
+        completed = start + count
+        first_new = self.units[rows, jobs]
+        # A window that ends before the last unit completed, or that lacks the unit before a
+        # service's last one when it needs it, leaves the job to the reference's per-job code.
+        short = count >= _WINDOW
+        if not self.training:
+            short |= (completed - 1 != first_new) & (completed - 2 < start)
+        for row, job in zip(rows[short].tolist(), jobs[short].tolist(), strict=True):
+            self._complete_units(row, job, float(work_before[row, job]), until)
+            self._refill(row, job)
+        fast = ~short
+        rows, jobs, window = rows[fast], jobs[fast], window[fast]
+        start, completed, first_new = start[fast], completed[fast], first_new[fast]
+        pick = np.arange(len(rows))
+        self.units[rows, jobs] = completed
+        end_s = until[rows]
+        if self.training:
+            self.loss[rows, jobs] = self.loss_window[rows, jobs][pick, completed - 1 - start]
+            finished = completed >= self.total[rows, jobs]
+            done_rows, done_jobs = rows[finished], jobs[finished]
+            self.phase[done_rows, done_jobs] = _DONE
+            self.completed[done_rows, done_jobs] = end_s[finished]
+            self.next_bound[done_rows, done_jobs] = math.inf
+            going = ~finished
+            self.next_bound[rows[going], jobs[going]] = window[going, (completed - start)[going]]
+        else:
+            now = self.now[rows]
+            rate = self.rate[rows, jobs]
+            before = work_before[rows, jobs]
+            last = window[pick, completed - 1 - start]
+            finish = np.minimum(end_s, now + np.maximum(last - before, 0.0) / rate)
+            previous = window[pick, np.maximum(completed - 2 - start, 0)]
+            reached = np.minimum(end_s, now + np.maximum(previous - before, 0.0) / rate)
+            began = np.where(completed - 1 == first_new, self.unit_start[rows, jobs], reached)
+            self.latency[rows, jobs] = finish - began
+            self.unit_start[rows, jobs] = finish
+            self.next_bound[rows, jobs] = window[pick, completed - start]
+        low = completed - start > _WINDOW // 2
+        for row, job in zip(rows[low].tolist(), jobs[low].tolist(), strict=True):
+            if self.phase[row, job] != _DONE:
+                self._refill(row, job)
+
+    def _complete_units(self, row: int, job: int, work_before: float, until: np.ndarray) -> None:
+        """Record the units a job completed (``ReplayBackend._complete_units``)."""
+        end_s = float(until[row])
+        now = float(self.now[row])
+        work = float(self.work[row, job])
+        bounds = self._bounds[row][job]
+        if not self.training:
+            noise_cv = self.profiles[self.profile_of[row, job]].noise_cv
+            while bounds[-1] <= work + _WORK_EPS:
+                extra = np.cumsum(_lognormal(self._job_rngs[row][job], noise_cv, _BATCH_DRAWS))
+                bounds = np.concatenate((bounds, bounds[-1] + extra))
+            self._bounds[row][job] = bounds
+        completed = int(np.searchsorted(bounds, work + _WORK_EPS, side="right"))
+        first_new = int(self.units[row, job])
+        self.units[row, job] = completed
+        if self.training:
+            self.loss[row, job] = self._losses[row][job][completed - 1]
+            if completed >= len(bounds):
+                self.phase[row, job] = _DONE
+                self.completed[row, job] = end_s
+                self.next_bound[row, job] = math.inf
+                return
+        else:
+            last_two = bounds[max(completed - 2, 0) : completed]
+            reached = np.minimum(
+                end_s, now + np.maximum(last_two - work_before, 0.0) / self.rate[row, job]
+            )
+            finish = float(reached[-1])
+            start = float(self.unit_start[row, job] if completed - 1 == first_new else reached[0])
+            self.latency[row, job] = finish - start
+            self.unit_start[row, job] = finish
+        self.next_bound[row, job] = bounds[completed]

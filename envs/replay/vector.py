@@ -1,0 +1,643 @@
+"""The natively batched replay environments: N episodes in arrays, one step for all.
+
+``gym.make_vec("dlsched/Inference-v0", num_envs=256, vectorization_mode="vector_entry_point",
+scenario=...)`` (and the same for ``dlsched/Training-v0``) returns an
+:class:`InferenceVectorEnv` (:class:`TrainingVectorEnv`): a :class:`gymnasium.vector.VectorEnv`
+whose ``num_envs`` episodes run in the arrays of a :class:`~dlsched.envs.replay.batch.ReplayBatch`
+and step in one call, the way Gymnasium's ``CartPoleVectorEnv`` does. Its spaces are the single
+environment's, batched; its episodes are those of ``num_envs`` single replay environments reset
+with the same seeds and stepped with the same actions (:class:`~dlsched.envs.scheduling_env.
+SchedulingEnv` is the reference, and ``tests/test_replay_vector.py`` holds the two equal step by
+step over whole episodes).
+
+What differs from ``SyncVectorEnv`` over single environments:
+
+- Only the replay backend, Docker Swarm's spread placement and the named rewards of
+  :mod:`dlsched.envs.rewards` run batched; anything else raises and names ``vectorization_mode=
+  "sync"`` as the fix.
+- ``infos`` carries ``satisfied``, ``active`` and ``time_s`` per episode as arrays (with
+  Gymnasium's ``_key`` masks). The typed :class:`~dlsched.envs.telemetry.Telemetry` that
+  baselines read is built on request only: :meth:`ReplayVectorEnv.telemetry` for one episode, or
+  ``infos["telemetry"]`` for all when made with ``telemetry=True`` (slower: a Python object per
+  job per step). :attr:`ReplayVectorEnv.columns` has the same measurements as arrays.
+- Migrations, which a single environment takes in a :class:`~dlsched.envs.decision.Decision`,
+  are given per episode to :meth:`ReplayVectorEnv.step_with_migrations`.
+
+Autoreset follows Gymnasium 1.x: ``NEXT_STEP`` by default (the step after an episode's last one
+resets it, ignoring its action, and returns reward 0), or ``SAME_STEP`` (``autoreset_mode=``):
+the episode is reset at once and its last observation and info are in ``infos["final_obs"]`` and
+``infos["final_info"]``, as SB3's vector environments expect.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from os import PathLike
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.utils import seeding
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from dlsched.envs.decision import Migration
+from dlsched.envs.errors import ActionError, BackendError, ScenarioError
+from dlsched.envs.observation import ObservationLayout
+from dlsched.envs.placement import Placer, SpreadPlacer
+from dlsched.envs.replay.backend import _DONE, _MIGRATING, _STATE_OF_PHASE, _UNPLACED
+from dlsched.envs.replay.batch import ACTIVE_PHASES, ReplayBatch
+from dlsched.envs.replay.columns import TelemetryColumns, column_reward, encode_columns
+from dlsched.envs.scenarios.limits import check_scenario_limits
+from dlsched.envs.scenarios.model import JobKind, Scenario
+from dlsched.envs.scenarios.resolution import DEFAULT_LIMIT_FLOOR, resolve_scenario
+from dlsched.envs.telemetry import JobTelemetry, Telemetry, WorkerTelemetry, waiting_job
+
+__all__ = ["InferenceVectorEnv", "ReplayVectorEnv", "TrainingVectorEnv"]
+
+#: Time within which a job counts as arrived (the single environment's tolerance).
+_ARRIVED_EPS = 1e-9
+
+
+class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
+    """``num_envs`` replay episodes of one scenario, stepped together; see the module docstring.
+
+    Args:
+        num_envs: episodes side by side.
+        scenario: as the single environment's (a name, a path or a Scenario).
+        backend: only ``"replay"``.
+        reward: a reward name of :mod:`dlsched.envs.rewards` (default: the environment's).
+        interval_s: seconds per step, overriding the scenario's.
+        placer: only ``None`` or a :class:`~dlsched.envs.placement.SpreadPlacer`.
+        limit_floor: the lowest limit, a fraction of a worker in ``(0, 1]``.
+        backend_options: keyword arguments of the replay backend (``loss_noise_cv``).
+        autoreset_mode: ``NEXT_STEP`` (default) or ``SAME_STEP``.
+        telemetry: put every episode's typed Telemetry in ``infos["telemetry"]``.
+
+    Raises:
+        ScenarioError, ActionError, BackendError: bad arguments, each naming the value and the fix.
+    """
+
+    metadata: dict[str, Any] = {  # noqa: RUF012  (Gymnasium declares it so)
+        "render_modes": [],
+        "autoreset_mode": AutoresetMode.NEXT_STEP,
+    }
+
+    kind: ClassVar[JobKind]
+    env_id: ClassVar[str]
+    default_scenario: ClassVar[str]
+    default_reward: ClassVar[str]
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        scenario: str | PathLike[str] | Scenario | None = None,
+        backend: str = "replay",
+        reward: str | None = None,
+        interval_s: float | None = None,
+        placer: Placer | None = None,
+        limit_floor: float = DEFAULT_LIMIT_FLOOR,
+        backend_options: Mapping[str, Any] | None = None,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        telemetry: bool = False,
+    ) -> None:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ScenarioError(f"num_envs={num_envs!r}; expected an integer >= 1")
+        if backend != "replay":
+            raise BackendError(
+                f"backend={backend!r}: the batched environment runs the replay backend only; "
+                f'for another backend use gym.make_vec(..., vectorization_mode="sync")'
+            )
+        if not isinstance(reward, str | None):
+            raise ScenarioError(
+                f"reward={reward!r}: the batched environment takes a reward name; for a reward "
+                'function use gym.make_vec(..., vectorization_mode="sync")'
+            )
+        if placer is not None and type(placer) is not SpreadPlacer:
+            raise ScenarioError(
+                f"placer={type(placer).__name__}: the batched environment places as SpreadPlacer; "
+                'for another placer use gym.make_vec(..., vectorization_mode="sync")'
+            )
+        options = dict(backend_options or {})
+        unknown = sorted(set(options) - {"loss_noise_cv"})
+        if unknown:
+            raise BackendError(
+                f"backend_options {unknown} unknown to the replay backend; it takes loss_noise_cv"
+            )
+        loss_noise_cv = float(options.get("loss_noise_cv", 0.01))
+        if not (np.isfinite(loss_noise_cv) and 0.0 <= loss_noise_cv < 1.0):
+            raise BackendError(
+                f"loss_noise_cv={loss_noise_cv!r} must be a coefficient of variation in [0, 1)"
+            )
+        resolved = resolve_scenario(scenario or self.default_scenario, self.kind, self.env_id)
+        if interval_s is not None:
+            if not interval_s > 0:
+                raise ScenarioError(f"interval_s={interval_s!r} must be a number of seconds > 0")
+            resolved = dataclasses.replace(resolved, interval_s=float(interval_s))
+        check_scenario_limits(resolved)
+        if not 0.0 < limit_floor <= 1.0:
+            raise ActionError(f"limit_floor={limit_floor!r} must be in (0, 1]")
+        try:
+            mode = AutoresetMode(autoreset_mode)
+        except ValueError:
+            raise ScenarioError(
+                f"autoreset_mode={autoreset_mode!r}; expected one of "
+                f"{[AutoresetMode.NEXT_STEP.value, AutoresetMode.SAME_STEP.value]}"
+            ) from None
+        if mode is AutoresetMode.DISABLED:
+            raise ScenarioError(
+                f"autoreset_mode={mode.value!r} is not supported; use NextStep or SameStep"
+            )
+        self.metadata = {**type(self).metadata, "autoreset_mode": mode}
+        self.num_envs = num_envs
+        self.scenario: Scenario = resolved
+        self.reward_name = reward or self.default_reward
+        self._reward = column_reward(self.reward_name)
+        self.limit_floor = float(limit_floor)
+        self.with_telemetry = bool(telemetry)
+        self.layout = ObservationLayout(len(resolved.workers), resolved.slots_per_worker)
+        self.single_observation_space = gym.spaces.Box(
+            0.0, 1.0, self.layout.shape, dtype=np.float32
+        )
+        slots = len(resolved.workers) * resolved.slots_per_worker
+        self.single_action_space = gym.spaces.Box(0.0, 1.0, (slots,), dtype=np.float32)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.render_mode = None
+        self._batch = ReplayBatch(resolved, num_envs, loss_noise_cv)
+        jobs = self._batch.jobs
+        self._pending = np.zeros((num_envs, jobs), dtype=bool)
+        self._slot_job = np.full((num_envs, slots), -1, dtype=np.int64)
+        self._rngs: list[np.random.Generator | None] = [None] * num_envs
+        self._cpu_before = np.zeros((num_envs, jobs))
+        self._iterations_before = np.zeros((num_envs, jobs), dtype=np.int64)
+        self._first_loss = np.full((num_envs, jobs), np.nan)
+        self._measured_usage = np.zeros((num_envs, jobs))
+        self._counts_before = np.zeros((num_envs, len(resolved.workers)), dtype=np.int64)
+        self._target = np.full((num_envs, jobs), np.nan)
+        self._tolerance = np.full((num_envs, jobs), 0.1)
+        self._ended = np.zeros(num_envs, dtype=bool)
+        self._columns: TelemetryColumns | None = None
+
+    # ------------------------------------------------------------------ Gymnasium API
+
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset episodes; ``seed`` as Gymnasium's vector environments take it.
+
+        Args:
+            seed: ``None``; an int ``s`` (episode ``i`` is seeded ``s + i``); or one seed (or
+                ``None``) per episode.
+            options: ``{"reset_mask": mask}`` resets only the episodes where ``mask`` is set.
+        """
+        if seed is None:
+            seeds: list[int | None] = [None] * self.num_envs
+        elif isinstance(seed, int | np.integer):
+            seeds = [int(seed) + index for index in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != self.num_envs:
+                raise ScenarioError(
+                    f"reset(seed=...) got {len(seeds)} seeds for {self.num_envs} environments; "
+                    "give one per environment, an int, or None"
+                )
+        mask = np.ones(self.num_envs, dtype=bool)
+        if options and "reset_mask" in options:
+            mask = np.asarray(options["reset_mask"], dtype=bool)
+            if mask.shape != (self.num_envs,):
+                raise ScenarioError(
+                    f"reset_mask has shape {mask.shape}; expected ({self.num_envs},)"
+                )
+        self._reset_rows(mask, seeds)
+        self._ended[mask] = False
+        return self._observe(), self._infos()
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every episode with its row of ``actions`` (limits per slot, as the single env)."""
+        return self.step_with_migrations(actions, None)
+
+    def step_with_migrations(
+        self, actions: np.ndarray, migrations: Sequence[Sequence[Migration]] | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step, moving jobs first: ``migrations[i]`` are episode ``i``'s, in order (as in
+        :meth:`~dlsched.envs.scheduling_env.SchedulingEnv.step_decision`).
+
+        Raises:
+            ActionError: a wrong shape or a non-finite entry (naming the episode and the slot),
+                or a migration the single environment refuses.
+        """
+        if self._columns is None:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        limits = self._checked_actions(actions)
+        if migrations is not None and len(migrations) != self.num_envs:
+            raise ActionError(
+                f"migrations has {len(migrations)} entries for {self.num_envs} environments; "
+                "give one sequence per environment"
+            )
+        next_step = self.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+        restarting = self._ended.copy() if next_step else np.zeros(self.num_envs, dtype=bool)
+        live = ~restarting
+        before = self._columns
+        batch = self._batch
+        # Limits go to the jobs the action's slots hold before any migration moves them.
+        holding = live[:, None] & np.isin(batch.phase, ACTIVE_PHASES)
+        position = batch.worker * batch.slots + batch.slot
+        batch.limit = np.where(holding, np.take_along_axis(limits, position, axis=1), batch.limit)
+        if migrations is not None:
+            for row in np.flatnonzero(live).tolist():
+                self._migrate(row, migrations[row], before)
+        self._advance_step(live)
+        if restarting.any():
+            self._reset_rows(restarting, [None] * self.num_envs)
+        columns = self._measure_all(live)
+        rewards = np.where(live, self._reward(columns) if live.any() else 0.0, 0.0)
+        terminated, truncated = self._ends(live)
+        observations = self._observe()
+        infos = self._infos()
+        ended = terminated | truncated
+        if next_step:
+            self._ended = ended
+        elif ended.any():
+            final_obs = np.empty(self.num_envs, dtype=object)
+            final_info = np.empty(self.num_envs, dtype=object)
+            for row in np.flatnonzero(ended).tolist():
+                final_obs[row] = observations[row]
+                final_info[row] = {key: value[row] for key, value in infos.items() if key[0] != "_"}
+            self._reset_rows(ended, [None] * self.num_envs)
+            observations = self._observe()
+            infos = self._infos()
+            infos |= {
+                "final_obs": final_obs,
+                "_final_obs": ended.copy(),
+                "final_info": final_info,
+                "_final_info": ended.copy(),
+            }
+        return observations, rewards.astype(np.float64), terminated, truncated, infos
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Nothing to release: the replay model holds no outside resources."""
+
+    # ------------------------------------------------------------------ typed views
+
+    @property
+    def columns(self) -> TelemetryColumns:
+        """The newest telemetry of every episode, as arrays."""
+        if self._columns is None:
+            raise gym.error.ResetNeeded("call reset() before reading telemetry")
+        return self._columns
+
+    def telemetry(self, index: int) -> Telemetry:
+        """Episode ``index``'s newest telemetry as the single environment's ``info["telemetry"]``
+        (built on each call; baselines read it)."""
+        columns = self.columns
+        batch = self._batch
+        if not 0 <= index < self.num_envs:
+            raise IndexError(f"environment index {index}; expected 0..{self.num_envs - 1}")
+        now = float(batch.now[index])
+        jobs = []
+        for job, spec in enumerate(batch.specs[index]):
+            phase = int(batch.phase[index, job])
+            if phase == _UNPLACED:
+                if not columns.waiting[index, job]:
+                    continue
+                jobs.append(waiting_job(spec, now))
+                continue
+            training = spec.kind is JobKind.TRAINING
+            units = int(batch.units[index, job])
+            latency = float(batch.latency[index, job])
+            loss = float(batch.loss[index, job])
+            completed = float(batch.completed[index, job])
+            jobs.append(
+                JobTelemetry(
+                    job_id=spec.job_id,
+                    workload=spec.workload,
+                    kind=spec.kind,
+                    state=_STATE_OF_PHASE[phase],
+                    worker=int(batch.worker[index, job]),
+                    slot=int(batch.slot[index, job]),
+                    arrival_s=spec.arrival_s,
+                    age_s=now - spec.arrival_s,
+                    limit=float(batch.limit[index, job]),
+                    cpu_usage=float(self._measured_usage[index, job]),
+                    cpu_seconds=float(batch.cpu_seconds[index, job]),
+                    target_s=spec.target_s,
+                    tolerance=spec.tolerance,
+                    batches=0 if training else units,
+                    latency_s=None if np.isnan(latency) else latency,
+                    iterations=units if training else 0,
+                    total_iterations=int(batch.total[index, job]) if training else None,
+                    loss=None if np.isnan(loss) else loss,
+                    completed_s=None if np.isnan(completed) else completed,
+                    loss_targets=spec.loss_targets,
+                )
+            )
+        workers = tuple(
+            WorkerTelemetry(w, float(batch.cores[w]), float(columns.worker_usage[index, w]))
+            for w in range(batch.workers)
+        )
+        return Telemetry(
+            time_s=now, interval_s=self.scenario.interval_s, workers=workers, jobs=tuple(jobs)
+        )
+
+    # ------------------------------------------------------------------ episodes
+
+    def _reset_rows(self, rows: np.ndarray, seeds: Sequence[int | None]) -> None:
+        """Reset the episodes of ``rows`` as ``SchedulingEnv.reset`` does, then measure them."""
+        batch = self._batch
+        for row in np.flatnonzero(rows).tolist():
+            seed = seeds[row]
+            if seed is not None or self._rngs[row] is None:
+                self._rngs[row], _ = seeding.np_random(seed)
+            rng = self._rngs[row]
+            assert rng is not None
+            jobs_rng, backend_rng = rng.spawn(2)
+            batch.reset_row(row, self.scenario.realise(jobs_rng), backend_rng)
+            self._pending[row] = batch.exists[row]
+            self._slot_job[row] = -1
+            self._first_loss[row] = np.nan
+            self._cpu_before[row] = 0.0
+            self._iterations_before[row] = 0
+            self._measured_usage[row] = 0.0
+            self._counts_before[row] = 0
+            self._target[row] = np.nan
+            self._tolerance[row] = 0.1
+            for job, spec in enumerate(batch.specs[row]):
+                self._target[row, job] = np.nan if spec.target_s is None else spec.target_s
+                self._tolerance[row, job] = spec.tolerance
+            self._place_arrivals(row, 0.0, np.zeros(batch.workers, dtype=np.int64))
+        batch.advance(rows, np.zeros(self.num_envs))
+        self._measure(rows, 0.0)
+
+    def _checked_actions(self, actions: np.ndarray) -> np.ndarray:
+        """Limits per slot from the actions: clipped to the box, then raised to the floor."""
+        array = np.asarray(actions, dtype=np.float64)
+        expected = (self.num_envs, self.layout.workers * self.layout.slots_per_worker)
+        if array.shape != expected:
+            raise ActionError(
+                f"actions of shape {array.shape}; expected (num_envs, workers x slots_per_worker) "
+                f"= {expected}"
+            )
+        bad = ~np.isfinite(array)
+        if bad.any():
+            env, slot = (int(i) for i in np.argwhere(bad)[0])
+            raise ActionError(
+                f"actions of environment {env} have a non-finite value at slot {slot}: "
+                f"{float(array[env, slot])!r} ({int(bad.sum())} non-finite in all); every entry "
+                "must be a limit in [0, 1]"
+            )
+        return np.minimum(np.maximum(np.clip(array, 0.0, 1.0), self.limit_floor), 1.0)
+
+    def _migrate(self, row: int, migrations: Sequence[Migration], before: TelemetryColumns) -> None:
+        """Move jobs of episode ``row`` as ``SchedulingEnv._migrate`` does (same checks)."""
+        batch = self._batch
+        specs = batch.specs[row]
+        index = {spec.job_id: job for job, spec in enumerate(specs)}
+        for migration in migrations:
+            job = index.get(migration.job_id)
+            if job is None or not before.present[row, job]:
+                present = [specs[j].job_id for j in np.flatnonzero(before.present[row])]
+                raise ActionError(
+                    f"migration of unknown job {migration.job_id!r} in environment {row}; jobs "
+                    f"present: {present}"
+                )
+            running = before.active[row, job] and not before.migrating[row, job]
+            if not running:
+                state = "waiting" if before.waiting[row, job] else "done"
+                if before.migrating[row, job]:
+                    state = "migrating"
+                raise ActionError(
+                    f"cannot migrate job {migration.job_id!r} in state {state} (environment "
+                    f"{row}); only running jobs move"
+                )
+            if not 0 <= migration.worker < batch.workers:
+                raise ActionError(
+                    f"migration of {migration.job_id!r} to worker {migration.worker} "
+                    f"(environment {row}); workers are 0..{batch.workers - 1}"
+                )
+            current = int(batch.worker[row, job])
+            if migration.worker == current:
+                continue
+            slot = self._free_slot(row, migration.worker)
+            if slot is None:
+                raise ActionError(
+                    f"migration of {migration.job_id!r} to worker {migration.worker} (environment "
+                    f"{row}), which has no free slot ({batch.slots} in use)"
+                )
+            self._slot_job[row, current * batch.slots + int(batch.slot[row, job])] = -1
+            self._slot_job[row, migration.worker * batch.slots + slot] = job
+            batch.migrate(row, job, migration.worker, slot)
+
+    # ------------------------------------------------------------------ time
+
+    def _advance_step(self, live: np.ndarray) -> None:
+        """One interval of every live episode, as ``SchedulingEnv.step_decision`` runs it."""
+        batch = self._batch
+        start = batch.now.copy()
+        end = start + self.scenario.interval_s
+        due = live[:, None] & self._pending & (batch.arrival <= end[:, None])
+        stages = {
+            int(row): sorted(set(batch.arrival[row][due[row]].tolist()))
+            for row in np.flatnonzero(due.any(axis=1))
+        }
+        moved = np.zeros(self.num_envs, dtype=bool)
+        counts_moved = np.zeros_like(self._counts_before)
+        depth = max((len(times) for times in stages.values()), default=0)
+        for stage in range(depth):
+            arrival = np.full(self.num_envs, np.nan)
+            for row, times in stages.items():
+                if stage < len(times):
+                    arrival[row] = times[stage]
+            with np.errstate(invalid="ignore"):
+                behind = arrival > batch.now
+            if behind.any():
+                batch.advance(behind, np.where(behind, arrival - batch.now, 0.0))
+                self._free_finished(behind)
+                moved |= behind
+                counts_moved[behind] = self._active_counts()[behind]
+            for row in np.flatnonzero(~np.isnan(arrival)).tolist():
+                view = counts_moved[row] if moved[row] else self._counts_before[row]
+                self._place_arrivals(row, float(arrival[row]), view.copy())
+        remaining = np.maximum(end - batch.now, 0.0)
+        batch.advance(live, remaining)
+        self._free_finished(live)
+        waiting = live[:, None] & self._pending & (batch.arrival <= end[:, None] + _ARRIVED_EPS)
+        if waiting.any():
+            counts = self._active_counts()
+            placed = np.zeros(self.num_envs, dtype=bool)
+            for row in np.flatnonzero(waiting.any(axis=1)).tolist():
+                placed[row] = self._place_arrivals(row, float(end[row]), counts[row].copy())
+            if placed.any():
+                batch.advance(placed, np.zeros(self.num_envs))
+
+    def _free_slot(self, row: int, worker: int) -> int | None:
+        slots = self._batch.slots
+        free = np.flatnonzero(self._slot_job[row, worker * slots : (worker + 1) * slots] < 0)
+        return int(free[0]) if free.size else None
+
+    def _free_finished(self, rows: np.ndarray) -> None:
+        """Free the slots of jobs that finished (``SchedulingEnv._free_finished``)."""
+        batch = self._batch
+        row, job = np.nonzero(rows[:, None] & (batch.phase == _DONE))
+        position = batch.worker[row, job] * batch.slots + batch.slot[row, job]
+        held = self._slot_job[row, position] == job
+        self._slot_job[row[held], position[held]] = -1
+
+    def _active_counts(self) -> np.ndarray:
+        """Per episode and worker, the active jobs (``Telemetry.on_worker``'s length)."""
+        batch = self._batch
+        active = np.isin(batch.phase, ACTIVE_PHASES)
+        row, job = np.nonzero(active)
+        counts = np.zeros((self.num_envs, batch.workers), dtype=np.int64)
+        np.add.at(counts, (row, batch.worker[row, job]), 1)
+        return counts
+
+    def _place_arrivals(self, row: int, now_s: float, counts: np.ndarray) -> bool:
+        """Place the arrived, unplaced jobs of ``row`` that find a free slot, in arrival order,
+        each on the worker with the fewest active jobs (``SchedulingEnv._place_arrivals`` with
+        the spread placer); whether any was placed."""
+        batch = self._batch
+        arrived = self._pending[row] & (batch.arrival[row] <= now_s + _ARRIVED_EPS)
+        placements = []
+        for job in np.flatnonzero(arrived).tolist():
+            pinned = batch.specs[row][job].worker
+            workers = [pinned] if pinned is not None else range(batch.workers)
+            candidates = [w for w in workers if self._free_slot(row, w) is not None]
+            if not candidates:
+                continue  # it waits for a slot
+            worker = min(candidates, key=lambda w: (counts[w], w))
+            slot = self._free_slot(row, worker)
+            assert slot is not None
+            self._slot_job[row, worker * batch.slots + slot] = job
+            self._pending[row, job] = False
+            counts[worker] += 1
+            placements.append((job, worker, slot))
+        for job, worker, slot in placements:
+            batch.place(row, job, worker, slot)
+        return bool(placements)
+
+    # ------------------------------------------------------------------ measurement
+
+    def _measure_all(self, live: np.ndarray) -> TelemetryColumns:
+        self._measure(live, self.scenario.interval_s)
+        return self.columns
+
+    def _measure(self, rows: np.ndarray, span_s: float) -> None:
+        """The telemetry of ``rows`` after ``span_s`` (``SchedulingEnv._measure``)."""
+        batch = self._batch
+        mask = rows[:, None]
+        placed = batch.exists & (batch.phase != _UNPLACED)
+        age = batch.now[:, None] - batch.arrival
+        if span_s > 0:
+            covered = np.minimum(span_s, age)
+            covered = np.where(covered == 0, span_s, covered)
+            used = np.maximum(batch.cpu_seconds - self._cpu_before, 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                usage = np.where(placed, used / covered, 0.0)
+        else:
+            usage = np.where(placed, batch.usage, 0.0)
+        previous = self._columns
+        self._measured_usage = np.where(mask, usage, self._measured_usage)
+        new_loss = mask & placed & ~np.isnan(batch.loss) & np.isnan(self._first_loss)
+        self._first_loss[new_loss] = batch.loss[new_loss]
+        active = batch.exists & np.isin(batch.phase, ACTIVE_PHASES)
+        row, job = np.nonzero(active)
+        worker_usage = np.zeros((self.num_envs, batch.workers))
+        np.add.at(worker_usage, (row, batch.worker[row, job]), self._measured_usage[row, job])
+        iterations = batch.units if batch.training else np.zeros_like(batch.units)
+        iterations_before = (
+            self._iterations_before
+            if previous is not None
+            else np.zeros_like(self._iterations_before)
+        )
+        # An episode just reset has no telemetry before (the observation's rates start at 0).
+        iterations_before = np.where(mask & (span_s == 0), 0, iterations_before)
+        columns = TelemetryColumns(
+            time_s=batch.now.copy(),
+            present=placed | (self._pending & (batch.arrival <= batch.now[:, None] + _ARRIVED_EPS)),
+            waiting=self._pending & (batch.arrival <= batch.now[:, None] + _ARRIVED_EPS),
+            active=active,
+            migrating=active & (batch.phase == _MIGRATING),
+            done=batch.exists & (batch.phase == _DONE),
+            worker=batch.worker.copy(),
+            slot=batch.slot.copy(),
+            limit=batch.limit.copy(),
+            cpu_usage=self._measured_usage.copy(),
+            age_s=age,
+            target_s=self._target.copy(),
+            tolerance=self._tolerance.copy(),
+            latency_s=batch.latency.copy(),
+            iterations=iterations.copy(),
+            iterations_before=iterations_before,
+            total_iterations=batch.total.copy() if batch.training else np.zeros_like(batch.total),
+            loss=batch.loss.copy(),
+            first_loss=self._first_loss.copy(),
+            worker_usage=worker_usage,
+            worker_jobs=self._active_counts(),
+        )
+        if previous is not None and not rows.all():
+            # Rows not measured now keep the columns they had.
+            for field in dataclasses.fields(columns):
+                value = getattr(columns, field.name)
+                old = getattr(previous, field.name)
+                keep = rows if value.ndim == 1 else mask
+                setattr(columns, field.name, np.where(keep, value, old))
+        self._columns = columns
+        self._cpu_before = np.where(mask, batch.cpu_seconds, self._cpu_before)
+        self._iterations_before = np.where(mask, iterations, self._iterations_before)
+        self._counts_before = np.where(rows[:, None], columns.worker_jobs, self._counts_before)
+
+    def _ends(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        batch = self._batch
+        if batch.training:
+            finished = (~batch.exists | (batch.phase == _DONE)).all(axis=1)
+            terminated = live & ~self._pending.any(axis=1) & finished
+        else:
+            terminated = np.zeros(self.num_envs, dtype=bool)
+        truncated = live & ~terminated & (batch.now >= self.scenario.horizon_s - 1e-9)
+        return terminated, truncated
+
+    def _observe(self) -> np.ndarray:
+        return encode_columns(self.columns, self.layout, self._batch.cores, self.scenario.horizon_s)
+
+    def _infos(self) -> dict[str, Any]:
+        columns = self.columns
+        everyone = np.ones(self.num_envs, dtype=bool)
+        infos: dict[str, Any] = {
+            "satisfied": columns.satisfied_count(),
+            "_satisfied": everyone,
+            "active": columns.active.sum(axis=1),
+            "_active": everyone.copy(),
+            "time_s": columns.time_s.copy(),
+            "_time_s": everyone.copy(),
+        }
+        if self.with_telemetry:
+            telemetry = np.empty(self.num_envs, dtype=object)
+            for index in range(self.num_envs):
+                telemetry[index] = self.telemetry(index)
+            infos |= {"telemetry": telemetry, "_telemetry": everyone.copy()}
+        return infos
+
+
+class InferenceVectorEnv(ReplayVectorEnv):
+    """``dlsched/Inference-v0``'s batched replay twin (see :class:`ReplayVectorEnv`)."""
+
+    kind: ClassVar[JobKind] = JobKind.INFERENCE
+    env_id: ClassVar[str] = "dlsched/Inference-v0"
+    default_scenario: ClassVar[str] = "dqoes-varied-burst"
+    default_reward: ClassVar[str] = "satisfied"
+
+
+class TrainingVectorEnv(ReplayVectorEnv):
+    """``dlsched/Training-v0``'s batched replay twin (see :class:`ReplayVectorEnv`)."""
+
+    kind: ClassVar[JobKind] = JobKind.TRAINING
+    env_id: ClassVar[str] = "dlsched/Training-v0"
+    default_scenario: ClassVar[str] = "flowcon-10-random"
+    default_reward: ClassVar[str] = "active_jobs"
