@@ -33,7 +33,8 @@ def linear_set(tmp_path: Path) -> str:
     """A profile set with noiseless, linear workloads, so expected times are exact.
 
     ``serve``: a batch is 10 core-seconds, no start-up. ``serve-slow-start``: the same after a
-    2 s start-up. ``train``: an iteration is 1 core-second, 100 iterations, loss 100/(1+i).
+    2 s start-up; ``serve-cpu-start``: after a start-up of 2 CPU-seconds on one core.
+    ``train``: an iteration is 1 core-second, 100 iterations, loss 100/(1+i).
     """
     common = {"format": 1, "noise_cv": 0.0, "provenance": PROVENANCE, "demand_cores": 8.0}
     serve = {
@@ -60,6 +61,13 @@ def linear_set(tmp_path: Path) -> str:
     profiles: dict[str, dict[str, Any]] = {
         "serve": serve,
         "serve-slow-start": {**serve, "startup_s": 2.0},
+        "serve-cpu-start": {
+            **serve,
+            "format": 2,
+            "threading": "tuned",
+            "startup_s": 2.0,
+            "startup_cpu_s": 2.0,
+        },
         "train": train,
     }
     for name, profile in profiles.items():
@@ -356,6 +364,34 @@ def test_migrating_a_starting_job_waits_for_the_later_of_startup_and_cost(
     job = backend.advance(12.0).job("j00")  # start-up (2 s) outlasts the 1 s cost
     assert job.latency_s == pytest.approx(10.0)
     assert job.worker == 1
+
+
+def test_a_job_migrated_while_its_start_up_runs_on_the_cpu_finishes_it_after_the_pause(
+    linear_set: str,
+) -> None:
+    scen = scenario(JobKind.INFERENCE, workers=2, profile_set=linear_set, migration_cost_s=1.0)
+    jobs = [JobSpec("j00", "serve-cpu-start", JobKind.INFERENCE, 0.0, target_s=10.0)]
+    backend = started(scen, jobs, limit=0.125)  # one core: the start-up takes 2 s
+    backend.apply({}, migrations=[Placement("j00", 1, 0)])
+    # 1 s of migration, the 2 s start-up, then a 10 s batch on one core.
+    assert backend.advance(12.9).job("j00").batches == 0
+    job = backend.advance(0.2).job("j00")
+    assert job.batches == 1 and job.latency_s == pytest.approx(10.0)
+    assert job.worker == 1
+
+
+def test_a_slot_stays_taken_while_its_job_starts_up_on_the_cpu(linear_set: str) -> None:
+    scen = scenario(JobKind.INFERENCE, profile_set=linear_set)
+    jobs = [
+        JobSpec(job_id, "serve-cpu-start", JobKind.INFERENCE, 0.0, target_s=10.0)
+        for job_id in ("j00", "j01")
+    ]
+    backend = ReplayBackend()
+    backend.reset(scen, jobs, np.random.default_rng(0))
+    backend.apply({"j00": 0.125}, [Placement("j00", 0, 0)])
+    backend.advance(1.0)  # half of its start-up done
+    with pytest.raises(ActionError, match="which job 'j00' holds"):
+        backend.apply({}, [Placement("j01", 0, 0)])
 
 
 # ------------------------------------------------------------------------------- noise

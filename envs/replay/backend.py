@@ -235,10 +235,12 @@ class ReplayBackend(Backend):
             index = self._index[migration.job_id]
             self._worker[index] = migration.worker
             self._slot[index] = migration.slot
+            starting = self._phase[index] == _STARTING
             self._phase[index] = _MIGRATING
             resume = self._now + self._scenario.migration_cost_s
-            if math.isnan(self._unit_start[index]):
-                # Still starting up: it resumes no earlier than its start-up would have ended.
+            if starting:
+                # A timed start-up resumes no earlier than it would have ended; a start-up on
+                # the CPU (booting) has no end time, and goes on after the pause (_wake).
                 resume = max(resume, float(self._resume_s[index]))
             self._resume_s[index] = resume
         self._limit[limit_indices] = limit_values
@@ -290,7 +292,7 @@ class ReplayBackend(Backend):
         self, placements: Sequence[Placement], migrations: Sequence[Placement]
     ) -> set[str]:
         """Check placements and migrations against the slots in use; the ids being placed."""
-        holding = np.flatnonzero((self._phase > _UNPLACED) & (self._phase < _DONE)).tolist()
+        holding = np.flatnonzero((self._phase != _UNPLACED) & (self._phase != _DONE)).tolist()
         occupied = {
             (int(self._worker[i]), int(self._slot[i])): self._jobs[i].job_id for i in holding
         }

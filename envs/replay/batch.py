@@ -274,9 +274,10 @@ class ReplayBatch:
         """Move running job ``job`` of ``row``; it pauses for the migration cost."""
         self.worker[row, job] = worker
         self.slot[row, job] = slot
+        starting = self.phase[row, job] == _STARTING
         self.phase[row, job] = _MIGRATING
         resume = self.now[row] + self.scenario.migration_cost_s
-        if math.isnan(self.unit_start[row, job]):
+        if starting:  # as ReplayBackend.apply: only a timed start-up has an end to wait for
             resume = max(resume, float(self.resume_s[row, job]))
         self.resume_s[row, job] = resume
 
