@@ -136,6 +136,23 @@ def docker_engine():
     client.close()
 
 
+@pytest.fixture
+def containers_left_behind(docker_engine):
+    """A function listing the dlsched containers created since the test began and still there.
+
+    Other sessions may share the engine, and an earlier test may have failed with containers
+    up: a test answers for its own.
+    """
+    label = {"label": "dlsched.managed"}
+    before = {c.id for c in docker_engine.containers.list(all=True, filters=label)}
+
+    def left_behind() -> list[str]:
+        now = docker_engine.containers.list(all=True, filters=label)
+        return [container.name for container in now if container.id not in before]
+
+    return left_behind
+
+
 @pytest.fixture(scope="session")
 def workload_image(docker_engine):
     """The tag of the workload image on ``docker_engine``, built offline if it is not there."""

@@ -44,7 +44,9 @@ def test_bad_arguments_are_refused_before_any_container(arguments, message):
 
 
 @requires_docker
-def test_stock_jobs_are_measured_under_every_allocation(docker_engine, workload_image, capsys):
+def test_stock_jobs_are_measured_under_every_allocation(
+    workload_image, containers_left_behind, capsys
+):
     result = measure_contention(jobs=2, window_s=3.0, settle_s=1.0, threadings=("stock",))
     (stock,) = result.threadings
     assert stock.threading == "stock" and stock.alone_rate > 0
@@ -57,7 +59,7 @@ def test_stock_jobs_are_measured_under_every_allocation(docker_engine, workload_
     favoured = stock.of("favoured").rates
     assert favoured[0] > 1.5 * favoured[1]
     assert "favoured" in result.report()
-    assert not docker_engine.containers.list(all=True, filters={"label": "dlsched.managed"})
+    assert not containers_left_behind()
 
 
 def test_the_command_refuses_an_unknown_workload(capsys):

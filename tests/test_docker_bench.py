@@ -14,7 +14,9 @@ def test_a_benchmark_of_no_steps_is_refused():
 
 
 @pytest.mark.docker
-def test_steps_are_timed_for_every_kind_and_the_containers_removed(docker_engine, workload_image):
+def test_steps_are_timed_for_every_kind_and_the_containers_removed(
+    workload_image, containers_left_behind
+):
     result = bench_docker(containers=2, steps=3)
     assert (result.containers, result.steps, result.target_s) == (2, 3, DOCKER_STEP_TARGET_S)
     for times in (result.changed, result.unchanged):
@@ -23,4 +25,4 @@ def test_steps_are_timed_for_every_kind_and_the_containers_removed(docker_engine
         assert times.step_max_s >= times.step_s
     assert result.stats_per_container_s == pytest.approx(result.stats_s / 2)
     assert "every limit changes" in result.report()
-    assert not docker_engine.containers.list(all=True, filters={"label": "dlsched.managed"})
+    assert not containers_left_behind()
