@@ -92,8 +92,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--actions",
         choices=[mode.value for mode in ActionMode],
         default=defaults.actions.value,
-        help="relative: an action scales the limit in force by up to --max-step per interval; "
-        "absolute: it sets the limit (%(default)s)",
+        help="how an action becomes a limit: absolute sets the limit; relative scales the limit "
+        "in force by up to --max-step per interval; usage scales the job's last CPU usage by up "
+        "to --max-step, as DQoES moves limits (%(default)s)",
     )
     parser.add_argument(
         "--max-step",
@@ -155,6 +156,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--experiment", help="MLflow experiment (default <scenario>-training)")
     parser.add_argument(
+        "--register-as",
+        metavar="NAME",
+        help="register the best model in MLflow's Model Registry under NAME (a new version if "
+        "NAME exists); evaluate it with --policy models:/NAME/<version>",
+    )
+    parser.add_argument(
         "--out",
         type=output_folder,
         default=DEFAULT_OUT,
@@ -207,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
         target,
         experiment=args.experiment,
         progress=not args.no_progress,
+        register_as=args.register_as,
     )
     if result.interruption is not None:
         ending = f"interrupted ({result.interruption or 'SIGINT'}); its work is saved"
@@ -225,6 +233,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"MLflow run {result.run_id} (experiment {result.experiment_id}) in {target.uri}")
     print(f"model: {result.model_uri}")
     print(f"latest weights: {result.final_model_uri}")
+    if result.registered_uri is not None:
+        print(f"registered: {result.registered_uri}")
     print(
         f"evaluate it: dlsched evaluate --scenario {config.scenarios[0]} "
         f"--policy default,{result.model_uri} --seed 100 --episodes 10"
