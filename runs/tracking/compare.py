@@ -142,9 +142,12 @@ def _value(metric: MetricSummary) -> str:
     if estimate.mean is None:
         return "undefined"
     digits = metric.spec.decimals
+    if estimate.clipped and estimate.ci_low is not None and estimate.ci_high is not None:
+        # A symmetric +- would reach past the range the metric can take.
+        low, high = estimate.ci_low, estimate.ci_high
+        return f"{estimate.mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
     half = estimate.half_width
-    text = f"{estimate.mean:.{digits}f} ± " + (f"{half:.{digits}f}" if half is not None else "n/a")
-    return text
+    return f"{estimate.mean:.{digits}f} ± " + (f"{half:.{digits}f}" if half is not None else "n/a")
 
 
 def _ratio(value: float | None) -> str:
@@ -194,9 +197,10 @@ def _footnote(comparisons: Sequence[ScenarioComparison]) -> str:
     primaries = sorted({PRIMARY_METRIC[c.kind] for c in comparisons})
     return (
         "mean ± half-width of the 95% Student-t confidence interval across seeds (n/a: one seed, "
-        "the interval is undefined); [n=k]: only k episodes had a value; best marked with "
-        "*; x default / x oracle: ratio of the means of " + " / ".join(primaries) + " to those "
-        "policies' (- where not evaluated or zero)"
+        "the interval is undefined); mean [low, high]: the interval clipped to the range the "
+        "metric can take (no fraction or count below 0, no fraction above 1); [n=k]: only k "
+        "episodes had a value; best marked with *; x default / x oracle: ratio of the means of "
+        f"{' / '.join(primaries)} to those policies' (- where not evaluated or zero)"
     )
 
 
