@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Run every policy for N episodes (seeds K ... K+N-1, the same for every policy), "
             "record each episode locally and in MLflow, and print per policy the mean of each "
-            "metric with its 95%% confidence interval across seeds and the ratio to default "
+            "metric with its 95% confidence interval across seeds and the ratio to default "
             "and oracle (when they are among the policies)."
         ),
     )
