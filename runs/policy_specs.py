@@ -17,7 +17,6 @@ from pathlib import Path
 
 from dlsched.envs.errors import PolicyError
 from dlsched.envs.scenarios.model import Scenario
-from dlsched.policies.learned import MODEL_FILE, load_model
 from dlsched.policies.policy import ParamValue, Policy
 
 #: URI schemes that name MLflow artifacts.
@@ -59,6 +58,9 @@ def resolve_policy(
             f"policy {spec!r} is a trained model and takes no parameters, got "
             f"{', '.join(sorted(params))}"
         )
+    # imported here: it loads SB3 and torch, which a baseline does not need
+    from dlsched.policies.learned import MODEL_FILE, load_model
+
     if spec.startswith(MLFLOW_SCHEMES):
         return _load_from_mlflow(spec, tracking_uri)
     path = Path(spec).expanduser()
@@ -73,6 +75,8 @@ def resolve_policy(
 def _load_from_mlflow(uri: str, tracking_uri: str | None) -> Policy:
     from mlflow.artifacts import download_artifacts
     from mlflow.exceptions import MlflowException
+
+    from dlsched.policies.learned import load_model
 
     if tracking_uri is None:
         from dlsched.runs.tracking.store import resolve_tracking_uri

@@ -30,7 +30,16 @@ print(json.dumps(sorted(name for name in {heavy!r} if name in sys.modules)))
 
 @pytest.mark.parametrize(
     "argv",
-    [["--help"], ["scenarios"], ["scenarios", "dqoes-varied-burst"], ["baselines"], ["evalute"]],
+    [
+        ["--help"],
+        ["scenarios"],
+        ["scenarios", "dqoes-varied-burst"],
+        ["baselines"],
+        ["evalute"],
+        ["evaluate", "--help"],
+        ["evaluate", "--scenario", "dqoes-varied-burst", "--policy", "dqoes", "--epsiodes", "3"],
+        ["compare", "--help"],
+    ],
 )
 def test_light_commands_import_no_torch_sb3_mlflow_or_matplotlib(argv: list[str]) -> None:
     probe = PROBE.format(heavy=HEAVY)

@@ -22,10 +22,6 @@ from dlsched.runs.tracking.compare import (
     render_markdown,
     render_table,
 )
-from dlsched.runs.tracking.owners import end_orphaned_runs
-from dlsched.runs.tracking.plots import plot_comparison
-from dlsched.runs.tracking.store import connect, resolve_tracking_uri
-from dlsched.runs.tracking.stored_runs import load_episodes
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 
 
@@ -67,6 +63,12 @@ def run(args: argparse.Namespace) -> int:
         OutputError: the plot's folder cannot be made.
         TrackingError: no store where it looks, or no finished episode in it.
     """
+    # imported here, so that parsing (and refusing) the arguments does not wait for MLflow
+    from dlsched.runs.tracking.owners import end_orphaned_runs
+    from dlsched.runs.tracking.plots import plot_comparison
+    from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+    from dlsched.runs.tracking.stored_runs import load_episodes
+
     target = resolve_tracking_uri(args.tracking_uri)
     print(target.describe(), file=sys.stderr)
     client = connect(target, read_only=True)

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -21,20 +22,13 @@ from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.policies.policy import ParamValue
 from dlsched.runs.commands.arguments import output_folder, positive_int, seed, tracking_uri
 from dlsched.runs.policy_specs import build_policies
-from dlsched.runs.tracking.compare import (
-    ScenarioComparison,
-    render_table,
-)
-from dlsched.runs.tracking.owners import end_orphaned_runs
-from dlsched.runs.tracking.store import connect, resolve_tracking_uri
-from dlsched.runs.tracking.tracked_evaluation import (
-    EvaluationLocation,
-    EvaluationRequest,
-    evaluate_tracked,
-    evaluate_untracked,
-    summary_data,
-)
+from dlsched.runs.tracking.compare import ScenarioComparison, render_table
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
+
+# MLflow and the tracking modules are imported in run(): parsing (and refusing) the arguments
+# must not wait for them
+if TYPE_CHECKING:
+    from dlsched.runs.tracking.tracked_evaluation import EvaluationLocation
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -107,6 +101,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched evaluate`` as ``args`` say; the exit code."""
+    from dlsched.runs.tracking.owners import end_orphaned_runs
+    from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+    from dlsched.runs.tracking.tracked_evaluation import (
+        EvaluationRequest,
+        evaluate_tracked,
+        evaluate_untracked,
+    )
+
     specs = [spec.strip() for spec in args.policy.split(",") if spec.strip()]
     target = resolve_tracking_uri(args.tracking_uri)
     scenario = load_scenario(args.scenario)
@@ -169,6 +171,8 @@ def _print(
     comparison: ScenarioComparison, location: EvaluationLocation | None, as_json: bool
 ) -> None:
     if as_json:
+        from dlsched.runs.tracking.tracked_evaluation import summary_data
+
         print(json.dumps(summary_data(comparison, location), indent=2))
     else:
         print(render_table([comparison]))

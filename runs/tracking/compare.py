@@ -17,7 +17,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.evaluation import (
@@ -31,10 +31,14 @@ from dlsched.runs.evaluation import (
     summarise_policy,
     with_ratios,
 )
-from dlsched.runs.tracking.plots import ComparisonPanel
-from dlsched.runs.tracking.stored_runs import StoredEpisode
 
 FORMATS: tuple[str, ...] = ("table", "markdown", "json")
+
+# plots (matplotlib) and stored runs (MLflow) are imported where used: dlsched evaluate prints
+# its table with this module and needs neither to parse its arguments
+if TYPE_CHECKING:
+    from dlsched.runs.tracking.plots import ComparisonPanel
+    from dlsched.runs.tracking.stored_runs import StoredEpisode
 
 
 @dataclass(frozen=True)
@@ -287,6 +291,8 @@ def comparison_data(comparisons: Sequence[ScenarioComparison]) -> list[dict[str,
 
 def comparison_panels(comparisons: Sequence[ScenarioComparison]) -> list[ComparisonPanel]:
     """The plot panels of the comparisons: each scenario's primary metric."""
+    from dlsched.runs.tracking.plots import ComparisonPanel
+
     panels = []
     for comparison in comparisons:
         primary = PRIMARY_METRIC[comparison.kind]
