@@ -21,6 +21,7 @@ from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.policies.policy import ParamValue
 from dlsched.runs.commands.arguments import output_folder, positive_int, seed, tracking_uri
+from dlsched.runs.parser import ListOption
 from dlsched.runs.policy_specs import build_policies
 from dlsched.runs.tracking.compare import ScenarioComparison, render_table
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
@@ -49,9 +50,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--policy",
         required=True,
+        action=ListOption,
         metavar="P[,P...]",
-        help="comma-separated policies: baseline names (e.g. default,dqoes), trained model "
-        "paths (model.zip or its folder) or runs:/<run id>/model URIs",
+        help="policies, repeatable or comma-separated: baseline names (e.g. default,dqoes), "
+        "trained model paths (model.zip or its folder), runs:/<run id>/model or "
+        "models:/<name>/<version> URIs",
     )
     parser.add_argument(
         "--set",
@@ -109,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         evaluate_untracked,
     )
 
-    specs = [spec.strip() for spec in args.policy.split(",") if spec.strip()]
+    specs = list(args.policy)
     target = resolve_tracking_uri(args.tracking_uri)
     scenario = load_scenario(args.scenario)
     settings = parse_settings(args.set, specs)

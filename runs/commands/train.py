@@ -15,6 +15,7 @@ from dlsched.envs.rewards import REWARDS
 from dlsched.policies.agent_actions import ActionMode
 from dlsched.policies.learned import ALGORITHMS
 from dlsched.runs.commands.arguments import output_folder, seed, tracking_uri
+from dlsched.runs.parser import ListOption
 from dlsched.runs.tracking.owners import end_orphaned_runs
 from dlsched.runs.tracking.store import connect, resolve_tracking_uri
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
@@ -38,20 +39,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--algo", choices=tuple(ALGORITHMS), default="ppo", help="(ppo)")
     parser.add_argument(
         "--scenario",
-        action="append",
+        action=ListOption,
         required=True,
-        metavar="S",
-        help="training scenario, shipped name or YAML path; repeat to mix several",
+        metavar="S[,S...]",
+        help="training scenarios, shipped names or YAML paths, repeatable or comma-separated; "
+        "several are mixed",
     )
     parser.add_argument("--timesteps", type=int, required=True, help="environment steps")
     parser.add_argument("--n-envs", type=int, default=defaults.n_envs, help="(%(default)s)")
     parser.add_argument("--seed", type=seed, default=defaults.seed, help="(%(default)s)")
     parser.add_argument(
         "--eval-scenario",
-        action="append",
+        action=ListOption,
         default=[],
-        metavar="E",
-        help="validation scenario (repeatable; default: the training scenarios)",
+        metavar="E[,E...]",
+        help="validation scenarios, repeatable or comma-separated (default: the training "
+        "scenarios)",
     )
     parser.add_argument(
         "--eval-every",
