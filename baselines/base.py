@@ -6,7 +6,7 @@ import inspect
 from typing import TYPE_CHECKING, ClassVar
 
 from dlsched.envs.errors import PolicyError
-from dlsched.envs.scenarios.model import JobKind
+from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.policy import HandcraftedPolicy, ParamValue
 
 if TYPE_CHECKING:
@@ -29,14 +29,18 @@ class Baseline(HandcraftedPolicy):
     def params(self) -> dict[str, ParamValue]:
         return {name: getattr(self, name) for name in parameter_names(type(self))}
 
-    def bind(self, env: SchedulingEnv) -> None:
-        """Refuse an environment of a kind this baseline does not schedule, before it runs."""
-        if env.kind not in self.kinds:
+    def check_scenario(self, scenario: Scenario) -> None:
+        """Refuse a scenario of a kind this baseline does not schedule, before it runs."""
+        if scenario.kind not in self.kinds:
             raise PolicyError(
                 f"baseline {self.name!r} schedules {' and '.join(k.value for k in self.kinds)} "
-                f"jobs, but scenario {env.scenario.name!r} has {env.kind.value} jobs; run it "
+                f"jobs, but scenario {scenario.name!r} has {scenario.kind.value} jobs; run it "
                 f"on {_a(self.kinds[0].value)} scenario (`dlsched scenarios` lists their kinds)"
             )
+
+    def bind(self, env: SchedulingEnv) -> None:
+        """Check the environment's scenario (for a user who steps it with gym), then bind."""
+        self.check_scenario(env.scenario)
         super().bind(env)
 
 

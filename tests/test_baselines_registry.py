@@ -132,3 +132,13 @@ def test_a_baseline_refuses_a_scenario_of_the_kind_it_does_not_schedule(
     assert f"baseline {name!r}" in message and f"has {chosen.kind.value} jobs" in message
     for both in ("default", "equal", "oracle"):
         assert set(type(make(both)).kinds) == set(JobKind)
+
+
+def test_evaluate_refuses_a_baseline_of_the_wrong_kind_before_any_episode(capsys) -> None:
+    from dlsched.runs.cli import main
+
+    code = main(["evaluate", "--scenario", "dqoes-resnet50-burst-target20", "--policy",
+                 "default,flowcon", "--no-tracking", "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "dlsched evaluate: error: baseline 'flowcon' schedules training jobs" in err
