@@ -44,6 +44,8 @@ from dlsched.policies.learned import (
     load_model,
 )
 
+#: The name of the signature's input tensor.
+OBSERVATION = "observation"
 #: The script MLflow loads the model from (MLflow's "models from code").
 MODEL_CODE_FILE = "dlsched_policy_model.py"
 _MODEL_CODE = """\
@@ -73,8 +75,10 @@ class PolicyModel(mlflow.pyfunc.PythonModel):
         """Limits ``(n, slots)`` for observations ``(n, slots, features)`` (or one ``(slots,
         features)``), each taken as an episode's first step."""
         assert self.policy is not None, "load_context was not called"
+        # the signature names its tensor, so MLflow hands it over as {"observation": array}
+        observations = model_input[OBSERVATION] if isinstance(model_input, dict) else model_input
         self.policy.reset()
-        limits, _ = self.policy.predict(np.asarray(model_input, dtype=np.float32))
+        limits, _ = self.policy.predict(np.asarray(observations, dtype=np.float32))
         return np.asarray(limits, dtype=np.float32)
 
 
@@ -82,7 +86,7 @@ def signature(card: ModelCard) -> ModelSignature:
     """The model's signature: observations of the card's layout in, one limit per slot out."""
     slots, features = card.layout.shape
     return ModelSignature(
-        inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, slots, features), "observation")]),
+        inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, slots, features), OBSERVATION)]),
         outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, slots), "limits")]),
     )
 

@@ -609,7 +609,7 @@ def test_the_progress_bar_counts_the_timesteps_sb3_will_run(tmp_path: Path) -> N
     scenario = load_scenario(write_scenario(tmp_path, TINY))
     venv = DummyVecEnv([lambda: make_training_env([scenario], ActionMapping())] * 3)
     model = PPO("MlpPolicy", venv, n_steps=16, batch_size=48, n_epochs=1, seed=0)
-    bar = ProgressBar(100, enabled=False)
+    bar = ProgressBar(100)  # on stderr, which pytest captures
     model.learn(100, callback=bar)
     # whole rollouts of 16 steps x 3 environments: 144, not the 100 asked for
     assert model.num_timesteps == 144
