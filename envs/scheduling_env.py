@@ -151,7 +151,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         return self.step_decision(Decision(limits=self.action_to_limits(action)))
 
-    def render(self) -> str | np.ndarray | None:  # type: ignore[override]
+    def render(self) -> str | np.ndarray | None:
         """The current step as ``render_mode`` asks (see :mod:`dlsched.envs.rendering`).
 
         ``ansi``: a text table of the jobs; ``rgb_array``: the latency (or loss) and limit panels

@@ -34,6 +34,7 @@ from typing import Any
 import mlflow.pyfunc
 import numpy as np
 from mlflow.models import ModelSignature
+from mlflow.pyfunc.model import PythonModel
 from mlflow.types import Schema, TensorSpec
 
 from dlsched.policies.learned import (
@@ -59,7 +60,7 @@ set_model(PolicyModel())
 _REQUIREMENTS = ("stable-baselines3", "torch", "gymnasium", "numpy", "mlflow")
 
 
-class PolicyModel(mlflow.pyfunc.PythonModel):
+class PolicyModel(PythonModel):
     """The ``python_function`` face of a trained dlsched model: observations in, limits out."""
 
     def __init__(self) -> None:
