@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING, ClassVar
 
+from dlsched.envs.errors import PolicyError
+from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.policy import HandcraftedPolicy, ParamValue
+
+if TYPE_CHECKING:
+    from dlsched.envs.scheduling_env import SchedulingEnv
 
 
 class Baseline(HandcraftedPolicy):
@@ -15,8 +21,31 @@ class Baseline(HandcraftedPolicy):
     ``dlsched baselines`` listing never drift from the constructor.
     """
 
+    #: The kinds of job the algorithm schedules: a paper's scheduler reads the progress its
+    #: jobs report (latency or loss), and on the other kind it would read nothing and leave
+    #: every limit alone, a ``default`` row under its name.
+    kinds: ClassVar[tuple[JobKind, ...]] = (JobKind.INFERENCE, JobKind.TRAINING)
+
     def params(self) -> dict[str, ParamValue]:
         return {name: getattr(self, name) for name in parameter_names(type(self))}
+
+    def check_scenario(self, scenario: Scenario) -> None:
+        """Refuse a scenario of a kind this baseline does not schedule, before it runs."""
+        if scenario.kind not in self.kinds:
+            raise PolicyError(
+                f"baseline {self.name!r} schedules {' and '.join(k.value for k in self.kinds)} "
+                f"jobs, but scenario {scenario.name!r} has {scenario.kind.value} jobs; run it "
+                f"on {_a(self.kinds[0].value)} scenario (`dlsched scenarios` lists their kinds)"
+            )
+
+    def bind(self, env: SchedulingEnv) -> None:
+        """Check the environment's scenario (for a user who steps it with gym), then bind."""
+        self.check_scenario(env.scenario)
+        super().bind(env)
+
+
+def _a(word: str) -> str:
+    return f"an {word}" if word[0] in "aeiou" else f"a {word}"
 
 
 def parameter_names(cls: type[Baseline]) -> tuple[str, ...]:

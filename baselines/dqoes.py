@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from dlsched.baselines.base import Baseline
 from dlsched.baselines.parameters import check_choice, check_number
 from dlsched.envs.decision import Decision
+from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry
 
 LISTENERS = ("journal", "preprint")
@@ -257,6 +258,7 @@ class DQoES(Baseline):
     """
 
     name = "dqoes"
+    kinds = (JobKind.INFERENCE,)
 
     def __init__(
         self,

@@ -53,7 +53,7 @@ from dlsched.baselines.growth import USAGE_UNITS, GrowthMeter
 from dlsched.baselines.parameters import check_choice, check_flag, check_number
 from dlsched.envs.decision import Decision
 from dlsched.envs.placement import Placer
-from dlsched.envs.scenarios.model import JobSpec
+from dlsched.envs.scenarios.model import JobKind, JobSpec
 from dlsched.envs.telemetry import JobState, Telemetry
 
 THRESHOLD_LISTS = ("NL+WL", "NL+CL")
@@ -296,6 +296,7 @@ class FlowCon(Baseline):
     """
 
     name = "flowcon"
+    kinds = (JobKind.TRAINING,)
 
     def __init__(
         self,

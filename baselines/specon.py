@@ -41,6 +41,7 @@ from dlsched.baselines.base import Baseline
 from dlsched.baselines.growth import GrowthMeter
 from dlsched.baselines.parameters import check_choice, check_flag, check_integer, check_number
 from dlsched.envs.decision import Decision, Migration
+from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.telemetry import JobState, Telemetry
 
 SLOW_RULES = ("relative", "absolute")
@@ -183,6 +184,7 @@ class SpeCon(Baseline):
     """
 
     name = "specon"
+    kinds = (JobKind.TRAINING,)
 
     def __init__(
         self,

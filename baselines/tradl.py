@@ -33,6 +33,7 @@ from dlsched.baselines.base import Baseline
 from dlsched.baselines.growth import GrowthMeter
 from dlsched.baselines.parameters import check_number
 from dlsched.envs.decision import Decision
+from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.telemetry import JobState, Telemetry
 
 
@@ -127,6 +128,7 @@ class TRADL(Baseline):
     """
 
     name = "tradl"
+    kinds = (JobKind.TRAINING,)
 
     def __init__(self, interval_s: float = 10.0, deprioritised_share: float = 0.5) -> None:
         super().__init__()

@@ -42,6 +42,7 @@ ENV_ARGUMENTS: tuple[str, ...] = (
     "placer",
     "limit_floor",
     "backend_options",
+    "render_mode",
 )
 
 

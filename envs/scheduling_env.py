@@ -20,9 +20,10 @@ from dlsched.envs.arguments import check_env_arguments, check_seed, is_number, i
 from dlsched.envs.backend import Backend
 from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Decision, Migration, Placement
-from dlsched.envs.errors import ActionError
+from dlsched.envs.errors import ActionError, ArgumentError
 from dlsched.envs.observation import ObservationLayout, encode
 from dlsched.envs.placement import Placer, SpreadPlacer
+from dlsched.envs.rendering import RENDER_FPS, RENDER_MODES, FrameRenderer, render_ansi
 from dlsched.envs.rewards import RewardFn, reward_function
 from dlsched.envs.scenarios.limits import check_scenario_limits
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
@@ -40,7 +41,7 @@ from dlsched.envs.telemetry import (
 class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     """Base of the dlsched environments; see the subclasses for the documentation."""
 
-    metadata = {"render_modes": []}  # noqa: RUF012  (Gymnasium declares it so)
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": RENDER_FPS}  # noqa: RUF012  (Gymnasium declares it so)
 
     #: The kind of job the environment runs.
     kind: ClassVar[JobKind]
@@ -58,6 +59,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         placer: Placer | None = None,
         limit_floor: float = DEFAULT_LIMIT_FLOOR,
         backend_options: Mapping[str, Any] | None = None,
+        render_mode: str | None = None,
         **unknown: object,  # refused, with the closest name: gym.make passes misspellings here
     ) -> None:
         check_env_arguments(
@@ -71,6 +73,12 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
             backend_options=backend_options,
             unknown=unknown,
         )
+        if render_mode is not None and render_mode not in RENDER_MODES:
+            raise ArgumentError(
+                f"render_mode={render_mode!r}: expected one of {', '.join(RENDER_MODES)}, or "
+                "None to render nothing"
+            )
+        self.render_mode = render_mode
         resolved = resolve_scenario(scenario or self.default_scenario, self.kind, self.env_id)
         if interval_s is not None:
             resolved = dataclasses.replace(resolved, interval_s=float(interval_s))
@@ -100,6 +108,9 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         self._slots: list[list[str | None]] = []
         self._telemetry: Telemetry | None = None
         self._first_loss: dict[str, float] = {}
+        # The episode's snapshots, kept only for rgb_array frames (its panels span the episode).
+        self._history: list[Telemetry] = []
+        self._frames = FrameRenderer() if render_mode == "rgb_array" else None
 
     # ------------------------------------------------------------------ Gymnasium API
 
@@ -117,6 +128,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         self._place_arrivals(0.0)
         now = self._measure(self.backend.advance(0.0), self._telemetry, 0.0)
         self._telemetry = now
+        self._history = [now] if self._frames is not None else []
         return encode(now, None, self._first_loss, self.layout, self.scenario.horizon_s), (
             self._info(now)
         )
@@ -124,7 +136,21 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         return self.step_decision(Decision(limits=self.action_to_limits(action)))
 
+    def render(self) -> str | np.ndarray | None:
+        """The current step as ``render_mode`` asks (see :mod:`dlsched.envs.rendering`).
+
+        ``ansi``: a text table of the jobs; ``rgb_array``: the latency (or loss) and limit panels
+        of the episode so far, ``uint8`` of shape ``(480, 720, 3)``; ``None`` without a mode.
+        """
+        if self.render_mode == "ansi":
+            return render_ansi(self._telemetry, self.kind)
+        if self._frames is not None:
+            return self._frames.frame(self._history, self.kind)
+        return None
+
     def close(self) -> None:
+        if self._frames is not None:
+            self._frames.close()
         self.backend.close()
 
     # ------------------------------------------------------------------ decisions
@@ -202,6 +228,8 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
             backend_now = self.backend.advance(0.0)
         now = self._measure(backend_now, before, self.scenario.interval_s)
         self._telemetry = now
+        if self._frames is not None:
+            self._history.append(now)
         reward = float(self.reward_fn(now, before))
         terminated = (
             self.kind is JobKind.TRAINING

@@ -50,6 +50,10 @@ if TYPE_CHECKING:
 MODEL_FILE = "model.zip"
 NORMALIZER_FILE = "vec_normalize.pkl"
 CARD_FILE = "dlsched-model.json"
+#: The file that makes a folder an MLflow Model (:mod:`dlsched.policies.mlflow_model`).
+MLMODEL_FILE = "MLmodel"
+#: The model folder's key among an MLflow Model's artifacts (``artifacts/policy/``).
+POLICY_ARTIFACT = "policy"
 #: Version of the model card's format; a reader refuses a newer one.
 CARD_FORMAT = 1
 
@@ -379,12 +383,16 @@ def load_model(path: Path, source: str = "") -> LearnedPolicy:
     """Load a model folder, or the ``model.zip`` inside one, as a :class:`LearnedPolicy`.
 
     Args:
-        path: the folder :func:`save_model` wrote, or its ``model.zip``.
+        path: the folder :func:`save_model` wrote, its ``model.zip``, or the MLflow Model
+            holding it (:mod:`dlsched.policies.mlflow_model`).
         source: how the user named it (a ``runs:/`` URI); the path by default.
 
     Raises:
         PolicyError: the model, its card or its statistics are missing or unreadable.
     """
+    inner = path / "artifacts" / POLICY_ARTIFACT
+    if (path / MLMODEL_FILE).is_file() and inner.is_dir():
+        path = inner
     folder = path if path.is_dir() else path.parent
     model_path = folder / MODEL_FILE if path.is_dir() else path
     if not model_path.is_file():

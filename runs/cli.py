@@ -24,32 +24,44 @@ from collections.abc import Sequence
 from dlsched.envs.errors import DlschedError
 from dlsched.runs.command_log import CommandLog
 from dlsched.runs.interruption import Interrupted, exit_code_of, interruptible
+from dlsched.runs.parser import Parser, unrecognized
 
-COMMAND_MODULES: tuple[str, ...] = (
-    "scenarios",
-    "evaluate",
-    "compare",
-    "docker",
-    "bench",
-    "baselines",
-    "image",
-    "calibrate",
-    "validate",
-    "train",
-    "runs",
-    "reproduce",
-)
+#: Each command (a module of :mod:`dlsched.runs.commands` of the same name) with the one line
+#: ``dlsched --help`` shows for it, in that order. The table is here so that the listing imports
+#: no command module: a command's module, and torch, SB3, MLflow or matplotlib if it needs them,
+#: is imported only when that command runs.
+COMMANDS: dict[str, str] = {
+    "scenarios": "list the shipped scenarios, or show one",
+    "evaluate": "run policies on a scenario over seeds and track every episode in MLflow",
+    "compare": "compare stored evaluations: scenario x policy, from MLflow",
+    "docker": "manage the containers of the Docker backend",
+    "bench": "measure the speed of parts of dlsched on this machine",
+    "baselines": "list the papers' baselines and their parameters, or print their report",
+    "image": "build or inspect the workload image of the Docker backend",
+    "calibrate": "measure replay profiles (or the contention term) on the local Docker engine",
+    "validate": "hold the replay model against the real host on the same policies and seeds",
+    "train": "train a learned scheduler (Stable-Baselines3) and log it to MLflow",
+    "runs": "repair runs left RUNNING, upload episodes a store missed",
+    "reproduce": "run the papers' claims and report which dlsched reproduces",
+}
+COMMAND_MODULES: tuple[str, ...] = tuple(COMMANDS)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of ``argv``: the command it names is registered in full, every other one by
+    its name and help line only (``None``: every command in full, for documentation and tests).
+    """
+    parser = Parser(
         prog="dlsched",
         description="Learning CPU schedulers for deep-learning containers.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module_name in COMMAND_MODULES:
-        module = importlib.import_module(f"dlsched.runs.commands.{module_name}")
-        module.register(subparsers)
+    wanted = set(COMMANDS) if argv is None else {_command_of(argv)}
+    for name, summary in COMMANDS.items():
+        if name in wanted:
+            importlib.import_module(f"dlsched.runs.commands.{name}").register(subparsers)
+        else:
+            subparsers.add_parser(name, help=summary)
     for command in subparsers.choices.values():
         command.add_argument(
             "--verbose",
@@ -59,8 +71,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[Parser]:
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return action
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names: its first word that is not an option."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else [str(word) for word in argv]
+    parser = build_parser(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's parser, with its usage and the option meant
+        unrecognized(_subparsers(parser).choices[args.command], extra)
     log = CommandLog.open(args.command, args.verbose)
     with interruptible():
         try:

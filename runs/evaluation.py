@@ -187,6 +187,9 @@ class MetricSpec:
         kinds: the scenario kinds it applies to.
         higher_is_better: the direction that wins.
         decimals: digits shown in tables.
+        low: the least value it can take (``None``: unbounded); confidence intervals are
+            clipped to ``[low, high]``.
+        high: the largest value it can take (``None``: unbounded).
     """
 
     name: str
@@ -195,6 +198,8 @@ class MetricSpec:
     kinds: tuple[JobKind, ...]
     higher_is_better: bool
     decimals: int
+    low: float | None = 0.0
+    high: float | None = None
 
 
 _INFERENCE = (JobKind.INFERENCE,)
@@ -209,6 +214,7 @@ METRICS: tuple[MetricSpec, ...] = (
         _INFERENCE,
         True,
         3,
+        high=1.0,
     ),
     MetricSpec(
         "satisfied_fraction_final",
@@ -217,6 +223,7 @@ METRICS: tuple[MetricSpec, ...] = (
         _INFERENCE,
         True,
         3,
+        high=1.0,
     ),
     MetricSpec("satisfied_final", "|S| end", "jobs in S at the end", _INFERENCE, True, 1),
     MetricSpec(
@@ -247,8 +254,13 @@ METRICS: tuple[MetricSpec, ...] = (
         False,
         1,
     ),
-    MetricSpec("episode_return", "return", "sum of the environment's rewards", _BOTH, True, 2),
+    MetricSpec(
+        "episode_return", "return", "sum of the environment's rewards", _BOTH, True, 2, low=None
+    ),
 )
+
+#: Each metric's spec by name.
+METRIC_SPECS: Mapping[str, MetricSpec] = {spec.name: spec for spec in METRICS}
 
 #: The metric the ratios in tables and the comparison plot are about, per kind.
 PRIMARY_METRIC: Mapping[JobKind, str] = {
@@ -539,12 +551,15 @@ class Estimate:
             (the interval is undefined, not zero).
         ci_high: upper end.
         n: how many episodes had a value.
+        clipped: whether the interval was cut at the range the metric can take (a fraction
+            below 0, a count below 0), which leaves it asymmetric around the mean.
     """
 
     mean: float | None
     ci_low: float | None
     ci_high: float | None
     n: int
+    clipped: bool = False
 
     @property
     def half_width(self) -> float | None:
@@ -553,8 +568,17 @@ class Estimate:
         return (self.ci_high - self.ci_low) / 2
 
 
-def estimate(values: Sequence[float]) -> Estimate:
-    """Mean and 95% Student-t confidence interval of independent samples (here: seeds)."""
+def estimate(
+    values: Sequence[float], low: float | None = None, high: float | None = None
+) -> Estimate:
+    """Mean and 95% Student-t confidence interval of independent samples (here: seeds).
+
+    Args:
+        values: one value per seed.
+        low: the least value the metric can take; the interval is clipped to it (a satisfied
+            fraction of 0.034 +- 0.051 cannot reach below 0).
+        high: the largest value the metric can take.
+    """
     if not values:
         return Estimate(None, None, None, 0)
     mean = statistics.fmean(values)
@@ -562,7 +586,11 @@ def estimate(values: Sequence[float]) -> Estimate:
         return Estimate(mean, None, None, len(values))
     sem = statistics.stdev(values) / math.sqrt(len(values))
     half = float(stats.t.ppf((1 + CONFIDENCE) / 2, len(values) - 1)) * sem
-    return Estimate(mean, mean - half, mean + half, len(values))
+    ci_low = mean - half if low is None else max(mean - half, low)
+    ci_high = mean + half if high is None else min(mean + half, high)
+    return Estimate(
+        mean, ci_low, ci_high, len(values), clipped=(ci_low, ci_high) != (mean - half, mean + half)
+    )
 
 
 @dataclass(frozen=True)
@@ -612,7 +640,9 @@ def summarise_policy(label: str, scores: Sequence[EpisodeScore], kind: JobKind) 
         MetricSummary(
             spec,
             estimate(
-                [value for s in ordered if (value := getattr(s.metrics, spec.name)) is not None]
+                [value for s in ordered if (value := getattr(s.metrics, spec.name)) is not None],
+                spec.low,
+                spec.high,
             ),
         )
         for spec in metrics_for(kind)

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from dlsched.envs.errors import PolicyError
 from dlsched.envs.scenarios.model import Scenario
-from dlsched.policies.learned import MODEL_FILE, load_model
 from dlsched.policies.policy import ParamValue, Policy
 
 #: URI schemes that name MLflow artifacts.
@@ -59,6 +58,9 @@ def resolve_policy(
             f"policy {spec!r} is a trained model and takes no parameters, got "
             f"{', '.join(sorted(params))}"
         )
+    # imported here: it loads SB3 and torch, which a baseline does not need
+    from dlsched.policies.learned import MODEL_FILE, load_model
+
     if spec.startswith(MLFLOW_SCHEMES):
         return _load_from_mlflow(spec, tracking_uri)
     path = Path(spec).expanduser()
@@ -74,6 +76,8 @@ def _load_from_mlflow(uri: str, tracking_uri: str | None) -> Policy:
     from mlflow.artifacts import download_artifacts
     from mlflow.exceptions import MlflowException
 
+    from dlsched.policies.learned import load_model
+
     if tracking_uri is None:
         from dlsched.runs.tracking.store import resolve_tracking_uri
 
@@ -81,13 +85,24 @@ def _load_from_mlflow(uri: str, tracking_uri: str | None) -> Policy:
     # The model is read into memory, so its download can go once it is loaded.
     with tempfile.TemporaryDirectory(prefix="dlsched-model-") as folder:
         try:
-            local = download_artifacts(artifact_uri=uri, dst_path=folder, tracking_uri=tracking_uri)
+            source = uri
+            if uri.startswith("models:/"):
+                # the registry is the tracking store's; MLflow would look in its default one
+                from mlflow import MlflowClient
+                from mlflow.store.artifact.utils.models import get_model_name_and_version
+
+                client = MlflowClient(tracking_uri, registry_uri=tracking_uri)
+                name, version = get_model_name_and_version(client, uri)
+                source = client.get_model_version_download_uri(name, version)
+            local = download_artifacts(
+                artifact_uri=source, dst_path=folder, tracking_uri=tracking_uri
+            )
         except (MlflowException, OSError) as error:
             raise PolicyError(
                 f"cannot fetch model {uri!r} from MLflow store {tracking_uri}: "
                 f"{str(error).strip().splitlines()[0] if str(error).strip() else error!r}; check "
-                "the run id (`mlflow ui` or `dlsched compare` list runs) and MLFLOW_TRACKING_URI "
-                "or --tracking-uri"
+                "the run id or the registered name and version (`mlflow ui` lists them) and "
+                "MLFLOW_TRACKING_URI or --tracking-uri"
             ) from error
         return load_model(Path(local), source=uri)
 

@@ -8,9 +8,13 @@ import math
 import pytest
 
 from dlsched import baselines
+from dlsched.baselines import make
 from dlsched.envs.errors import PolicyError, UnknownNameError
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import COMMAND_MODULES
 from dlsched.runs.commands import baselines as baselines_command
+from dlsched.runs.evaluation import run_episode
 
 PAPER_DEFAULTS: dict[str, dict[str, object]] = {
     "dqoes": {"alpha": 0.1, "beta": 0.1, "iv_initial_s": 10.0, "listener": "journal"},
@@ -107,3 +111,34 @@ def test_cli_lists_baselines(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"{name}:" in out
     assert "    iv_initial_s = 10.0" in out
     assert "baselines" in COMMAND_MODULES
+
+
+@pytest.mark.parametrize(
+    ("name", "scenario"),
+    [
+        ("flowcon", "dqoes-resnet50-burst-target20"),
+        ("specon", "dqoes-resnet50-burst-target20"),
+        ("tradl", "dqoes-resnet50-burst-target20"),
+        ("dqoes", "flowcon-10-random"),
+    ],
+)
+def test_a_baseline_refuses_a_scenario_of_the_kind_it_does_not_schedule(
+    name: str, scenario: str
+) -> None:
+    chosen = load_scenario(scenario)
+    with pytest.raises(PolicyError) as raised:
+        run_episode(chosen, make(name), seed=0)
+    message = str(raised.value)
+    assert f"baseline {name!r}" in message and f"has {chosen.kind.value} jobs" in message
+    for both in ("default", "equal", "oracle"):
+        assert set(type(make(both)).kinds) == set(JobKind)
+
+
+def test_evaluate_refuses_a_baseline_of_the_wrong_kind_before_any_episode(capsys) -> None:
+    from dlsched.runs.cli import main
+
+    code = main(["evaluate", "--scenario", "dqoes-resnet50-burst-target20", "--policy",
+                 "default,flowcon", "--no-tracking", "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "dlsched evaluate: error: baseline 'flowcon' schedules training jobs" in err

@@ -116,8 +116,20 @@ def test_compare_with_nothing_stored_says_so(capsys, store, monkeypatch, tmp_pat
     assert code == 2 and f"no experiment 'none-{store}'" in err
     monkeypatch.setenv(ENV_VAR, f"sqlite:///{tmp_path / 'empty.db'}")
     code, out, err = cli(capsys, "compare", "--scenario", f"none-{store}", "--no-plot")
-    assert code == 1 and out == ""
-    assert "no finished dlsched episodes" in err and "dlsched evaluate first" in err
+    assert code == 2 and out == ""
+    assert "dlsched compare: error: no MLflow store at" in err and "empty.db" in err
+
+
+def test_compare_in_a_folder_without_a_store_creates_none_and_says_where(
+    capsys, monkeypatch, tmp_path
+):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, "compare")
+    assert code == 2 and out == ""
+    assert f"dlsched compare: error: no MLflow store at {tmp_path / 'mlflow.db'}" in err
+    assert "--no-tracking" not in err  # compare has no such option
+    assert not (tmp_path / "mlflow.db").exists()
 
 
 def _stored(evaluation: str, started: int, policy: str, seed: int, value: float):

@@ -153,3 +153,24 @@ def test_one_seed_prints_an_undefined_interval_never_a_made_up_one():
     table = render_table([ScenarioComparison("s", "h", JobKind.INFERENCE, "replay", summaries)])
     assert "0.500 ± n/a" in table
     assert "one seed, the interval is undefined" in table.replace("\n", " ")
+
+
+def test_intervals_are_clipped_to_the_range_a_metric_can_take():
+    fractions = [0.0, 0.0, 0.0, 0.1, 0.07]  # mean 0.034, a Student-t half-width of 0.05
+    free = estimate(fractions)
+    assert free.ci_low is not None and free.ci_low < 0 and not free.clipped
+    got = estimate(fractions, 0.0, 1.0)
+    assert got.mean == free.mean and got.clipped
+    assert (got.ci_low, got.ci_high) == (0.0, free.ci_high)
+    near_one = estimate([1.0, 1.0, 0.8], 0.0, 1.0)
+    assert near_one.ci_high == 1.0 and near_one.ci_low is not None and near_one.ci_low > 0
+    inside = estimate([0.4, 0.5, 0.6], 0.0, 1.0)
+    assert not inside.clipped and inside == estimate([0.4, 0.5, 0.6])
+    counts = [_score("dqoes", seed, episode_return=0.0, satisfied_final=value)
+              for seed, value in enumerate([0.0, 0.0, 21.0])]  # fmt: skip
+    (summary,) = summarise(counts, JobKind.INFERENCE)
+    satisfied = summary.metric("satisfied_final").estimate
+    assert satisfied.ci_low == 0.0 and satisfied.clipped  # |S| 7.0 ± 26 would reach -19
+    table = render_table([ScenarioComparison("s", "h", JobKind.INFERENCE, "replay", (summary,))])
+    assert f"7.0 [0.0, {satisfied.ci_high:.1f}]" in table
+    assert "clipped to the range the metric can take" in table.replace("\n", " ")

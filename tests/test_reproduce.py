@@ -485,12 +485,13 @@ def test_baselines_report_is_the_same_machinery_with_the_papers_values(capsys):
             "dqoes-cluster-40",
             "--policy",
             "dqoes",
-            "--seeds",
+            "--seeds",  # the old spelling of --episodes still works, with a warning
             "1",
         ]
     )
-    out, _ = capsys.readouterr()
+    out, err = capsys.readouterr()
     assert code == 0
+    assert "--seeds is deprecated and will be removed; use --episodes" in err
     line = next(line for line in out.splitlines() if line.startswith("dqoes-cluster-40"))
     assert "[paper: 26]" in line
 

@@ -227,6 +227,27 @@ def test_listed_targets_are_cycled_over_the_jobs() -> None:
     assert [job.target_s for job in jobs] == [20.0, 40.0, 20.0, 40.0, 20.0]
 
 
+def test_targets_that_would_cycle_unevenly_are_refused() -> None:
+    data = edited(INFERENCE, "jobs[0].count", 10)
+    data = edited(data, "jobs[0].arrival", {"kind": "burst"})
+    data = edited(data, "jobs[0].targets_s", [float(10 + 5 * i) for i in range(9)])
+    report = problems_of(data)
+    assert "jobs[0].targets_s" in report
+    assert "one target per job, 10 (count = 10), or a pattern that repeats evenly (1, 2, 5" in (
+        report
+    )
+    assert "9 would be cycled unevenly, job 10 getting the first target again" in report
+    extra = problems_of(edited(data, "jobs[0].targets_s", [20.0] * 11))
+    assert "1 target(s) would never be used" in extra
+    five = [20.0, 30.0, 40.0, 50.0, 60.0]
+    for fine in ([20.0], [20.0, 40.0], five, [float(t) for t in range(1, 11)]):
+        parse_scenario(edited(data, "jobs[0].targets_s", fine), "test")  # a pattern, or one each
+    three = edited(edited(data, "jobs[0].count", 3), "jobs[0].targets_s", [20.0, 40.0])
+    parse_scenario(three, "test")  # two alternate, whatever the count
+    ranged = edited(data, "jobs[0].count", {"low": 2, "high": 10})
+    parse_scenario(ranged, "test")  # a drawn count cycles whatever the list's length
+
+
 def test_arrival_choices_draw_one_pattern_per_episode() -> None:
     choices = [{"kind": "burst", "start_s": 5}, {"kind": "fixed", "every_s": 50}]
     data = edited(edited(INFERENCE, "jobs[0].arrival", DELETE), "jobs[0].arrival_choices", choices)

@@ -147,6 +147,19 @@ def check_store_matches_printed(client: MlflowClient, printed: dict, scenario_pa
     assert parent.info.run_name == location["id"]
     assert parent.info.status == "FINISHED"
     assert parent.data.params["scenario.hash"] == scenario.content_hash()
+    # MLflow 3's UI opens the experiment in its classic ML view, not the GenAI one
+    experiment = client.get_experiment(location["experiment_id"])
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    # the parent holds the headline per policy (a column each in the run table), not one
+    # single-bar chart per policy, metric and interval end; the rest is in its summary files
+    assert parent.data.metrics == {
+        f"satisfied_fraction_mean/{entry['label']}": entry["metrics"]["satisfied_fraction_mean"][
+            "mean"
+        ]
+        for entry in table["policies"]
+    }
+    parent_files = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"timeline.png", "summary.json", "summary.txt"} <= parent_files
     children = client.search_runs(
         [location["experiment_id"]],
         f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
@@ -404,3 +417,22 @@ def test_a_docker_evaluation_with_stock_workloads_records_the_threading(
     # none of this evaluation's containers is left (others' may run on the shared engine)
     mine = [f"{LABEL_OWNER}.pid={os.getpid()}", f"{LABEL_OWNER}.host={socket.gethostname()}"]
     assert not docker_engine.containers.list(all=True, filters={"label": mine})
+
+
+def test_plots_are_sharp_and_latency_panels_name_their_model(tmp_path, monkeypatch):
+    import matplotlib.image
+
+    from dlsched.runs.tracking import plots
+
+    scenario = dataclasses.replace(load_scenario(SCENARIO), horizon_s=HORIZON_S)
+    result = run_episode(scenario, make("dqoes"), seed=0)
+    limits = plots.plot_limits(result, tmp_path / "limits.png")
+    height, width, _ = matplotlib.image.imread(limits).shape
+    assert (width, height) == (9 * plots.DPI, 6 * plots.DPI) and plots.DPI >= 100
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda figure, path: figures.append(figure) or path)
+    plots.plot_latency(result, tmp_path / "latency.png")
+    titles = [ax.get_title() for ax in figures[0].axes if ax.get_visible()]
+    workloads = {job.job_id: job.workload for job in result.jobs}
+    assert titles and all(title.split(":")[0].split()[1] == workloads[title.split()[0]]
+                          for title in titles)  # fmt: skip

@@ -7,6 +7,7 @@ import json
 import uuid
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -15,6 +16,7 @@ from mlflow import MlflowClient
 from stable_baselines3.common.logger import Logger
 
 from dlsched.envs.errors import PolicyError, ScenarioError, TrackingError
+from dlsched.envs.observation import FEATURES
 from dlsched.envs.rewards import satisfied_closeness
 from dlsched.envs.scenarios.file_format import load_scenario, parse_scenario
 from dlsched.envs.scenarios.model import ArrivalKind, JobKind
@@ -98,8 +100,13 @@ def tracked_run(
             resolve_target(uri),
             experiment=f"train-test-{uuid.uuid4().hex[:8]}",
             progress=False,
+            register_as=REGISTERED,
         )
     return result, uri, scenario
+
+
+#: The registered name of the tracked run's model (unique per session: the store is shared).
+REGISTERED = f"tiny-mix-scheduler-{uuid.uuid4().hex[:8]}"
 
 
 def resolve_target(uri: str) -> TrackingTarget:
@@ -120,14 +127,80 @@ def test_training_logs_the_model_its_statistics_and_configuration(
     assert run.data.params["algo"] == "ppo"
     assert run.data.params["hp.n_steps"] == "64"
     assert run.data.tags["dlsched.kind"] == "training"
-    for folder in (BEST_MODEL_DIR, FINAL_MODEL_DIR):
-        names = {Path(a.path).name for a in client.list_artifacts(result.run_id, folder)}
-        assert names == {MODEL_FILE, NORMALIZER_FILE, CARD_FILE}
+    names = {Path(a.path).name for a in client.list_artifacts(result.run_id, FINAL_MODEL_DIR)}
+    assert names == {MODEL_FILE, NORMALIZER_FILE, CARD_FILE}
+    # the best model is an MLflow Model around the same three files
+    names = {Path(a.path).name for a in client.list_artifacts(result.run_id, BEST_MODEL_DIR)}
+    assert {"MLmodel", "dlsched_policy_model.py", "requirements.txt", "artifacts"} <= names
+    inner = f"{BEST_MODEL_DIR}/artifacts/policy"
+    names = {Path(a.path).name for a in client.list_artifacts(result.run_id, inner)}
+    assert names == {MODEL_FILE, NORMALIZER_FILE, CARD_FILE}
     top = {a.path for a in client.list_artifacts(result.run_id)}
     assert {CONFIG_FILE, "validation.json", "progress.csv", "scenarios"} <= top
     config = json.loads(Path(client.download_artifacts(result.run_id, CONFIG_FILE)).read_text())
     assert config["config"]["timesteps"] == 2048
     assert config["config"]["validation_seeds"] == [VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + 1]
+
+
+def test_training_params_are_stored_as_data_not_python_reprs(
+    tracked_run: tuple[TrainingResult, str, Path],
+) -> None:
+    result, uri, _ = tracked_run
+    assert result.run_id is not None
+    params = MlflowClient(uri).get_run(result.run_id).data.params
+    assert params["slot_agents"] == "false"  # not False
+    assert params["normalize_reward"] == "true"
+    assert params["net_arch"] == "16"  # not [16] or (16,)
+    assert params["eval_scenarios"] == ""  # not ()
+    assert params["validation_seeds"] == f"{VALIDATION_SEED_BASE},{VALIDATION_SEED_BASE + 1}"
+    assert not any(value.startswith(("(", "[", "{'")) for value in params.values()), params
+
+
+def test_the_logged_model_is_an_mlflow_model_that_predicts_limits(
+    tracked_run: tuple[TrainingResult, str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mlflow.pyfunc
+
+    result, uri, scenario_path = tracked_run
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    model = mlflow.pyfunc.load_model(result.model_uri)
+    inputs = model.metadata.get_input_schema().inputs
+    assert inputs[0].shape == (-1, 4, len(FEATURES))
+    env = gym.make("dlsched/Inference-v0", scenario=load_scenario(scenario_path))
+    observation, _ = env.reset(seed=3)
+    limits = model.predict(observation[None])
+    assert limits.shape == (1, 4) and limits.dtype == np.float32
+    assert np.all((limits >= 0.0) & (limits <= 1.0))
+    # the same limits as the policy dlsched evaluate loads, at an episode's first step
+    policy = resolve_policy(result.model_uri, tracking_uri=uri)
+    policy.reset()
+    expected, _ = policy.predict(observation)
+    np.testing.assert_allclose(limits[0], expected, rtol=1e-6)
+
+
+def test_the_registered_model_is_evaluated_by_its_models_uri(
+    tracked_run: tuple[TrainingResult, str, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    result, uri, scenario_path = tracked_run
+    assert result.registered_uri == f"models:/{REGISTERED}/1"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    code = main([
+        "evaluate", "--scenario", str(scenario_path), "--policy", result.registered_uri,
+        "--episodes", "1", "--tracking-uri", uri, "--no-tracking", "--no-progress", "--json",
+    ])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (scenario,) = json.loads(out)["scenarios"]
+    assert [summary["label"] for summary in scenario["policies"]] == [f"ppo-{result.run_id[:8]}"]
+
+
+def test_registering_without_tracking_is_refused_before_training(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, TINY)
+    with pytest.raises(TrackingError, match="--register-as"):
+        train(tiny_config(scenario), tmp_path / "out", register_as="nowhere", progress=False)
+    assert not (tmp_path / "out").exists()
 
 
 def test_training_metrics_reach_mlflow_in_batches(
@@ -525,3 +598,19 @@ def test_satisfied_closeness_credits_s_fully_and_near_misses_partly() -> None:
     assert satisfied_closeness(now, now) == pytest.approx((1.0 + 0.25) / 5)
     idle = Telemetry(100.0, 10.0, (WorkerTelemetry(0, 8.0, 0.0),), ())
     assert satisfied_closeness(idle, idle) == 0.0
+
+
+def test_the_progress_bar_counts_the_timesteps_sb3_will_run(tmp_path: Path) -> None:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from dlsched.runs.training.callbacks import ProgressBar
+
+    scenario = load_scenario(write_scenario(tmp_path, TINY))
+    venv = DummyVecEnv([lambda: make_training_env([scenario], ActionMapping())] * 3)
+    model = PPO("MlpPolicy", venv, n_steps=16, batch_size=48, n_epochs=1, seed=0)
+    bar = ProgressBar(100)  # on stderr, which pytest captures
+    model.learn(100, callback=bar)
+    # whole rollouts of 16 steps x 3 environments: 144, not the 100 asked for
+    assert model.num_timesteps == 144
+    assert bar.bar is not None and bar.bar.total == bar.bar.n == 144

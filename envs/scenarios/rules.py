@@ -206,6 +206,8 @@ def _check_group(group: Mapping[Any, Any], path: str, context: _Context, report:
         drawn = to_count(count)
         most = drawn.high if isinstance(drawn, IntRange) else drawn
         _check_arrivals(group, path, most, context, report)
+        if not isinstance(drawn, IntRange):
+            _check_targets(group, path, drawn, report)
 
 
 def _check_exclusive(
@@ -267,6 +269,30 @@ def _check_workloads(
                 f"{_a(known[name].value)} workload; {context.kind.value} workloads: "
                 f"{', '.join(same_kind)}",
             )
+
+
+def _check_targets(group: Mapping[Any, Any], path: str, count: int, report: Report) -> None:
+    """Targets are cycled over the jobs. One or two make a pattern (all alike, alternating), and
+    so does any number that divides the count; a longer list that does not is a list of one
+    target per job with some missing (9 for 10 jobs) or extra, which is refused."""
+    targets = _value(JobGroupFile, group, "targets_s")
+    pattern = len(targets or ()) <= 2 or count % len(targets or ()) == 0
+    if not targets or (pattern and len(targets) <= count):
+        return
+    divisors = ", ".join(str(n) for n in range(1, count) if count % n == 0)
+    if len(targets) > count:
+        what = f"{len(targets) - count} target(s) would never be used"
+    else:
+        what = (
+            f"{len(targets)} would be cycled unevenly, job {len(targets) + 1} getting the first "
+            "target again"
+        )
+    report.bad(
+        join(path, "targets_s"),
+        group["targets_s"],
+        f"one target per job, {count} (count = {count}), or a pattern that repeats evenly "
+        f"({divisors} targets); {what}",
+    )
 
 
 def _check_arrivals(

@@ -23,12 +23,12 @@ from mlflow import MlflowClient
 from dlsched.baselines import make
 from dlsched.envs.errors import DlschedError
 from dlsched.envs.scenarios.file_format import load_scenario
-from dlsched.runs.commands.evaluate import (
+from dlsched.runs.tracking.store import TrackingTarget, connect
+from dlsched.runs.tracking.tracked_evaluation import (
     EvaluationRequest,
     evaluate_tracked,
     evaluate_untracked,
 )
-from dlsched.runs.tracking.store import TrackingTarget, connect
 
 DEFAULT_SCENARIO = "dqoes-resnet50-burst-target40"
 DEFAULT_POLICIES = ("default", "dqoes")

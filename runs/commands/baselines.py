@@ -13,6 +13,7 @@ import argparse
 
 from dlsched.baselines.registry import baseline_class, defaults, names
 from dlsched.runs.commands.arguments import positive_int
+from dlsched.runs.parser import ListOption, deprecated_alias
 from dlsched.runs.reproduce.baselines_report import format_report, report
 
 
@@ -37,22 +38,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     report_parser.add_argument(
         "--scenario",
-        action="append",
-        metavar="NAME",
-        help="a scenario to run (repeatable; default: every scenario of the papers' claims)",
+        action=ListOption,
+        metavar="NAME[,NAME...]",
+        help="scenarios to run (repeatable or comma-separated; default: every scenario of the "
+        "papers' claims)",
     )
     report_parser.add_argument(
         "--policy",
-        action="append",
-        metavar="NAME",
-        help="a baseline to run (repeatable; default: those that fit each scenario)",
+        action=ListOption,
+        metavar="NAME[,NAME...]",
+        help="baselines to run (repeatable or comma-separated; default: those that fit each "
+        "scenario)",
     )
     report_parser.add_argument(
-        "--seeds",
+        "--episodes",
         type=positive_int,
         default=1,
-        help="episodes per scenario and policy, seeds 0.. (1)",
+        help="episodes (seeds) per scenario and policy, as evaluate counts them (1)",
     )
+    report_parser.add_argument("--seed", type=int, default=0, help="seed of the first episode (0)")
+    # --seeds counted episodes here while --seed is a first seed everywhere
+    deprecated_alias(report_parser, "--seeds", "--episodes")
     report_parser.set_defaults(handler=run_report)
 
 
@@ -68,6 +74,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     """Run the report's episodes as ``args`` (scenario, policy, seeds) ask and print it."""
-    rows = report(scenarios=args.scenario, seeds=range(args.seeds), policies=args.policy)
+    seeds = range(args.seed, args.seed + args.episodes)
+    rows = report(scenarios=args.scenario, seeds=seeds, policies=args.policy)
     print(format_report(rows))
     return 0

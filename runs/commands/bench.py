@@ -32,6 +32,7 @@ from dlsched.runs.commands.arguments import (
     positive_ints,
     tracking_uri,
 )
+from dlsched.runs.parser import ListOption
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -106,9 +107,10 @@ def _register_tracking(
     parser.add_argument("--scenario", default=TRACKING_SCENARIO, help=f"({TRACKING_SCENARIO})")
     parser.add_argument(
         "--policy",
-        default=",".join(TRACKING_POLICIES),
+        action=ListOption,
+        default=list(TRACKING_POLICIES),
         metavar="P[,P...]",
-        help=f"({','.join(TRACKING_POLICIES)})",
+        help=f"repeatable or comma-separated ({','.join(TRACKING_POLICIES)})",
     )
     parser.add_argument("--episodes", type=positive_int, default=3, help="seeds per policy (3)")
     parser.add_argument(
@@ -122,7 +124,7 @@ def _register_tracking(
 
 def run_tracking(args: argparse.Namespace) -> int:
     """Run the tracking benchmark as ``args`` say; print the figures; the exit code (0)."""
-    policies = tuple(name.strip() for name in args.policy.split(",") if name.strip())
+    policies = tuple(args.policy)
     result = bench_tracking(args.scenario, policies, args.episodes, args.tracking_uri)
     print(json.dumps(asdict(result), indent=2) if args.json else result.report())
     return 0

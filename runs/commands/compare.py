@@ -12,7 +12,7 @@ import json
 import sys
 from datetime import UTC, datetime
 
-from dlsched.envs.errors import OutputError
+from dlsched.envs.errors import OutputError, TrackingError
 from dlsched.runs.commands.arguments import image_file, tracking_uri
 from dlsched.runs.tracking.compare import (
     FORMATS,
@@ -22,10 +22,6 @@ from dlsched.runs.tracking.compare import (
     render_markdown,
     render_table,
 )
-from dlsched.runs.tracking.owners import end_orphaned_runs
-from dlsched.runs.tracking.plots import plot_comparison
-from dlsched.runs.tracking.store import connect, resolve_tracking_uri
-from dlsched.runs.tracking.stored_runs import load_episodes
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 
 
@@ -36,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="compare stored evaluations: scenario x policy, from MLflow",
         description=(
             "Read the episode runs of earlier evaluations back from MLflow and print, per "
-            "scenario and policy, each metric's mean with its 95%% confidence interval across "
+            "scenario and policy, each metric's mean with its 95% confidence interval across "
             "seeds and the ratio to default, the best marked; write the same as a plot."
         ),
     )
@@ -59,16 +55,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``dlsched compare`` as ``args`` say; the exit code (1: nothing to compare).
+    """Run ``dlsched compare`` as ``args`` say; the exit code.
 
     Raises:
         UnknownNameError: ``--scenario`` names no scenario of the stored episodes (the message
             lists those, with the closest name).
         OutputError: the plot's folder cannot be made.
+        TrackingError: no store where it looks, or no finished episode in it.
     """
+    # imported here, so that parsing (and refusing) the arguments does not wait for MLflow
+    from dlsched.runs.tracking.owners import end_orphaned_runs
+    from dlsched.runs.tracking.plots import plot_comparison
+    from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+    from dlsched.runs.tracking.stored_runs import load_episodes
+
     target = resolve_tracking_uri(args.tracking_uri)
     print(target.describe(), file=sys.stderr)
-    client = connect(target)
+    client = connect(target, read_only=True)
     end_orphaned_runs(client, lambda line: print(line, file=sys.stderr))
     comparisons = compare_stored(load_episodes(client, args.experiment, args.scenario))
     if not comparisons:
@@ -77,12 +80,9 @@ def run(args: argparse.Namespace) -> int:
             for flag, value in (("experiment", args.experiment), ("scenario", args.scenario))
             if value is not None
         )
-        print(
-            f"dlsched compare: no finished dlsched episodes in {target.uri}{where}; run "
-            "dlsched evaluate first",
-            file=sys.stderr,
+        raise TrackingError(
+            f"no finished dlsched episodes in {target.uri}{where}; run dlsched evaluate first"
         )
-        return 1
     if args.format == "json":
         print(json.dumps({"scenarios": comparison_data(comparisons)}, indent=2))
     elif args.format == "markdown":

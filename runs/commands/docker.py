@@ -14,6 +14,7 @@ import argparse
 
 from dlsched.envs.docker.cleanup import cleanup
 from dlsched.envs.docker.engine import connect, endpoint_url
+from dlsched.runs.parser import ListOption
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,10 +42,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     command.add_argument(
         "--endpoint",
-        action="append",
-        metavar="URL",
-        help="engine to clean (repeatable); default: the one docker finds from the environment "
-        "(DOCKER_HOST, else the local socket)",
+        action=ListOption,
+        metavar="URL[,URL...]",
+        help="engines to clean (repeatable or comma-separated); default: the one docker finds "
+        "from the environment (DOCKER_HOST, else the local socket)",
     )
     command.add_argument(
         "--episode",

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -20,21 +21,15 @@ from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.policies.policy import ParamValue
 from dlsched.runs.commands.arguments import output_folder, positive_int, seed, tracking_uri
+from dlsched.runs.parser import ListOption
 from dlsched.runs.policy_specs import build_policies
-from dlsched.runs.tracking.compare import (
-    ScenarioComparison,
-    render_table,
-)
-from dlsched.runs.tracking.owners import end_orphaned_runs
-from dlsched.runs.tracking.store import connect, resolve_tracking_uri
-from dlsched.runs.tracking.tracked_evaluation import (
-    EvaluationLocation,
-    EvaluationRequest,
-    evaluate_tracked,
-    evaluate_untracked,
-    summary_data,
-)
+from dlsched.runs.tracking.compare import ScenarioComparison, render_table
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
+
+# MLflow and the tracking modules are imported in run(): parsing (and refusing) the arguments
+# must not wait for them
+if TYPE_CHECKING:
+    from dlsched.runs.tracking.tracked_evaluation import EvaluationLocation
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Run every policy for N episodes (seeds K ... K+N-1, the same for every policy), "
             "record each episode locally and in MLflow, and print per policy the mean of each "
-            "metric with its 95%% confidence interval across seeds and the ratio to default "
+            "metric with its 95% confidence interval across seeds and the ratio to default "
             "and oracle (when they are among the policies)."
         ),
     )
@@ -55,9 +50,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--policy",
         required=True,
+        action=ListOption,
         metavar="P[,P...]",
-        help="comma-separated policies: baseline names (e.g. default,dqoes), trained model "
-        "paths (model.zip or its folder) or runs:/<run id>/model URIs",
+        help="policies, repeatable or comma-separated: baseline names (e.g. default,dqoes), "
+        "trained model paths (model.zip or its folder), runs:/<run id>/model or "
+        "models:/<name>/<version> URIs",
     )
     parser.add_argument(
         "--set",
@@ -107,7 +104,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched evaluate`` as ``args`` say; the exit code."""
-    specs = [spec.strip() for spec in args.policy.split(",") if spec.strip()]
+    from dlsched.runs.tracking.owners import end_orphaned_runs
+    from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+    from dlsched.runs.tracking.tracked_evaluation import (
+        EvaluationRequest,
+        evaluate_tracked,
+        evaluate_untracked,
+    )
+
+    specs = list(args.policy)
     target = resolve_tracking_uri(args.tracking_uri)
     scenario = load_scenario(args.scenario)
     settings = parse_settings(args.set, specs)
@@ -169,6 +174,8 @@ def _print(
     comparison: ScenarioComparison, location: EvaluationLocation | None, as_json: bool
 ) -> None:
     if as_json:
+        from dlsched.runs.tracking.tracked_evaluation import summary_data
+
         print(json.dumps(summary_data(comparison, location), indent=2))
     else:
         print(render_table([comparison]))

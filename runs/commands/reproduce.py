@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from dlsched.runs.commands.arguments import output_folder, positive_int, seed, tracking_uri
+from dlsched.runs.parser import ListOption
 from dlsched.runs.reproduce.claims import CLAIMS_FILE, load_claims
 from dlsched.runs.reproduce.publish import DEFAULT_OUT, reproduce_and_publish
 from dlsched.runs.reproduce.report import format_estimate
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Run every claim of the claims file (the DQoES, FlowCon, SpeCon and TRADL "
             "evaluations) on its scenario under its policy and reference, and write a report "
             "(Markdown and a self-contained HTML page) with the paper's value, ours with its "
-            "95%% confidence interval and a verdict (reproduced, direction only, not "
+            "95% confidence interval and a verdict (reproduced, direction only, not "
             "reproduced) by the rule the report states, the readings of the pseudocode beside "
             "the default, the open gaps investigated and the papers' figures redrawn; log it to "
             "MLflow as one parent run. With --backend docker the claims' host-scale twins run "
@@ -45,11 +46,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--only",
-        action="append",
+        action=ListOption,
         default=[],
-        metavar="ID",
+        metavar="ID[,ID...]",
         help="run only these claims: an id, a pattern with * (dqoes-vb2-*) or a paper "
-        "(dqoes, flowcon, specon, tradl); repeatable",
+        "(dqoes, flowcon, specon, tradl); repeatable or comma-separated",
     )
     parser.add_argument("--list", action="store_true", help="list the claims and exit")
     parser.add_argument(

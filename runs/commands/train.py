@@ -15,6 +15,7 @@ from dlsched.envs.rewards import REWARDS
 from dlsched.policies.agent_actions import ActionMode
 from dlsched.policies.learned import ALGORITHMS
 from dlsched.runs.commands.arguments import output_folder, seed, tracking_uri
+from dlsched.runs.parser import ListOption
 from dlsched.runs.tracking.owners import end_orphaned_runs
 from dlsched.runs.tracking.store import connect, resolve_tracking_uri
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
@@ -38,20 +39,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--algo", choices=tuple(ALGORITHMS), default="ppo", help="(ppo)")
     parser.add_argument(
         "--scenario",
-        action="append",
+        action=ListOption,
         required=True,
-        metavar="S",
-        help="training scenario, shipped name or YAML path; repeat to mix several",
+        metavar="S[,S...]",
+        help="training scenarios, shipped names or YAML paths, repeatable or comma-separated; "
+        "several are mixed",
     )
     parser.add_argument("--timesteps", type=int, required=True, help="environment steps")
     parser.add_argument("--n-envs", type=int, default=defaults.n_envs, help="(%(default)s)")
     parser.add_argument("--seed", type=seed, default=defaults.seed, help="(%(default)s)")
     parser.add_argument(
         "--eval-scenario",
-        action="append",
+        action=ListOption,
         default=[],
-        metavar="E",
-        help="validation scenario (repeatable; default: the training scenarios)",
+        metavar="E[,E...]",
+        help="validation scenarios, repeatable or comma-separated (default: the training "
+        "scenarios)",
     )
     parser.add_argument(
         "--eval-every",
@@ -92,8 +95,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--actions",
         choices=[mode.value for mode in ActionMode],
         default=defaults.actions.value,
-        help="relative: an action scales the limit in force by up to --max-step per interval; "
-        "absolute: it sets the limit (%(default)s)",
+        help="how an action becomes a limit: absolute sets the limit; relative scales the limit "
+        "in force by up to --max-step per interval; usage scales the job's last CPU usage by up "
+        "to --max-step, as DQoES moves limits (%(default)s)",
     )
     parser.add_argument(
         "--max-step",
@@ -160,6 +164,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--experiment", help="MLflow experiment (default <scenario>-training)")
     parser.add_argument(
+        "--register-as",
+        metavar="NAME",
+        help="register the best model in MLflow's Model Registry under NAME (a new version if "
+        "NAME exists); evaluate it with --policy models:/NAME/<version>",
+    )
+    parser.add_argument(
         "--out",
         type=output_folder,
         default=DEFAULT_OUT,
@@ -212,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
         target,
         experiment=args.experiment,
         progress=not args.no_progress,
+        register_as=args.register_as,
     )
     if result.interruption is not None:
         ending = f"interrupted ({result.interruption or 'SIGINT'}); its work is saved"
@@ -230,6 +241,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"MLflow run {result.run_id} (experiment {result.experiment_id}) in {target.uri}")
     print(f"model: {result.model_uri}")
     print(f"latest weights: {result.final_model_uri}")
+    if result.registered_uri is not None:
+        print(f"registered: {result.registered_uri}")
     print(
         f"evaluate it: dlsched evaluate --scenario {config.scenarios[0]} "
         f"--policy default,{result.model_uri} --seed 100 --episodes 10"

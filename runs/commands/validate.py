@@ -25,6 +25,7 @@ from dlsched.runs.fidelity.validation_run import (
     scenario_threading,
     validate_tracked,
 )
+from dlsched.runs.parser import ListOption
 from dlsched.runs.policy_specs import build_policies
 from dlsched.runs.tracking.store import connect, resolve_tracking_uri
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
@@ -60,8 +61,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--policy",
         required=True,
+        action=ListOption,
         metavar="P[,P...]",
-        help="comma-separated policies: baseline names, model paths or runs:/ URIs",
+        help="policies, repeatable or comma-separated: baseline names, model paths, runs:/ or "
+        "models:/ URIs",
     )
     parser.add_argument(
         "--set",
@@ -157,7 +160,7 @@ def reference_side(against: str, workload_threading: str | None, default_threadi
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched validate`` as ``args`` say; the exit code."""
     scenario = load_scenario(args.scenario)
-    specs = [spec.strip() for spec in args.policy.split(",") if spec.strip()]
+    specs = list(args.policy)
     held_out = tuple(name.strip() for name in args.held_out.split(",") if name.strip())
     target = resolve_tracking_uri(args.tracking_uri)
     policies = tuple(build_policies(specs, parse_settings(args.set, specs), target.uri, [scenario]))

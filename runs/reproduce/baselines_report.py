@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobKind
-from dlsched.runs.evaluation import EpisodeMetrics, Estimate, estimate
+from dlsched.runs.evaluation import METRIC_SPECS, EpisodeMetrics, Estimate, estimate
 from dlsched.runs.reproduce.claims import ClaimsFile, load_claims
 from dlsched.runs.reproduce.runner import EpisodeKey, run_episodes, run_key
 from dlsched.runs.reproduce.statistics import STATISTICS, EpisodePair
@@ -114,7 +114,9 @@ def report(
                 ),
                 None,
             )
-            cells.append(Cell(statistic, estimate([v for v in values if v is not None]), paper))
+            spec = METRIC_SPECS[statistic]
+            defined = [v for v in values if v is not None]
+            cells.append(Cell(statistic, estimate(defined, spec.low, spec.high), paper))
         jobs = sum(len(result.jobs) for result in results) / len(results)
         rows.append(ReportRow(name, policy, kind, len(results), jobs, tuple(cells)))
     return rows
@@ -139,10 +141,12 @@ def format_report(rows: Sequence[ReportRow]) -> str:
             )
         lines.append("")
     lines.append(
-        "mean across seeds ± 95% CI half-width; [paper: x] where a claim of the claims file gives "
-        "the paper's value (`dlsched reproduce` judges it). |S| end: services in S at the end; S "
-        "frac mean: satisfied fraction over the steps. mean completion and makespan: '-' unless "
-        "every job finished before the horizon. oracle cheats."
+        "mean across seeds ± 95% CI half-width, or mean [low, high] where the interval is "
+        "clipped to the range the statistic can take (none below 0); [paper: x] where a claim "
+        "of the claims file gives the paper's value (`dlsched reproduce` judges it). |S| end: "
+        "services in S at the end; S frac mean: satisfied fraction over the steps. mean "
+        "completion and makespan: '-' unless every job finished before the horizon. oracle "
+        "cheats."
     )
     return "\n".join(lines)
 
@@ -153,10 +157,14 @@ def _cell(cell: Cell) -> str:
         text = "-"
     else:
         digits = 1 if abs(mean) >= 10 else 2
+        low, high = cell.estimate.ci_low, cell.estimate.ci_high
         half = cell.estimate.half_width
-        text = f"{mean:.{digits}f}" + (
-            f" ± {half:.{digits}f}" if half and not math.isnan(half) else ""
-        )
+        if cell.estimate.clipped and low is not None and high is not None:
+            text = f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+        else:
+            text = f"{mean:.{digits}f}" + (
+                f" ± {half:.{digits}f}" if half and not math.isnan(half) else ""
+            )
     if cell.paper is not None:
         text += f" [paper: {cell.paper:g}]"
     return text

@@ -17,7 +17,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.evaluation import (
@@ -31,10 +31,14 @@ from dlsched.runs.evaluation import (
     summarise_policy,
     with_ratios,
 )
-from dlsched.runs.tracking.plots import ComparisonPanel
-from dlsched.runs.tracking.stored_runs import StoredEpisode
 
 FORMATS: tuple[str, ...] = ("table", "markdown", "json")
+
+# plots (matplotlib) and stored runs (MLflow) are imported where used: dlsched evaluate prints
+# its table with this module and needs neither to parse its arguments
+if TYPE_CHECKING:
+    from dlsched.runs.tracking.plots import ComparisonPanel
+    from dlsched.runs.tracking.stored_runs import StoredEpisode
 
 
 @dataclass(frozen=True)
@@ -142,9 +146,12 @@ def _value(metric: MetricSummary) -> str:
     if estimate.mean is None:
         return "undefined"
     digits = metric.spec.decimals
+    if estimate.clipped and estimate.ci_low is not None and estimate.ci_high is not None:
+        # A symmetric +- would reach past the range the metric can take.
+        low, high = estimate.ci_low, estimate.ci_high
+        return f"{estimate.mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
     half = estimate.half_width
-    text = f"{estimate.mean:.{digits}f} ± " + (f"{half:.{digits}f}" if half is not None else "n/a")
-    return text
+    return f"{estimate.mean:.{digits}f} ± " + (f"{half:.{digits}f}" if half is not None else "n/a")
 
 
 def _ratio(value: float | None) -> str:
@@ -194,9 +201,10 @@ def _footnote(comparisons: Sequence[ScenarioComparison]) -> str:
     primaries = sorted({PRIMARY_METRIC[c.kind] for c in comparisons})
     return (
         "mean ± half-width of the 95% Student-t confidence interval across seeds (n/a: one seed, "
-        "the interval is undefined); [n=k]: only k episodes had a value; best marked with "
-        "*; x default / x oracle: ratio of the means of " + " / ".join(primaries) + " to those "
-        "policies' (- where not evaluated or zero)"
+        "the interval is undefined); mean [low, high]: the interval clipped to the range the "
+        "metric can take (no fraction or count below 0, no fraction above 1); [n=k]: only k "
+        "episodes had a value; best marked with *; x default / x oracle: ratio of the means of "
+        f"{' / '.join(primaries)} to those policies' (- where not evaluated or zero)"
     )
 
 
@@ -283,6 +291,8 @@ def comparison_data(comparisons: Sequence[ScenarioComparison]) -> list[dict[str,
 
 def comparison_panels(comparisons: Sequence[ScenarioComparison]) -> list[ComparisonPanel]:
     """The plot panels of the comparisons: each scenario's primary metric."""
+    from dlsched.runs.tracking.plots import ComparisonPanel
+
     panels = []
     for comparison in comparisons:
         primary = PRIMARY_METRIC[comparison.kind]

@@ -94,8 +94,14 @@ class TrackingTarget:
             )
         return line
 
-    def fix_hint(self, lower: bool = False) -> str:
-        """What the user can do about a store that cannot be used (one or two sentences)."""
+    def fix_hint(self, lower: bool = False, untracked: bool = True) -> str:
+        """What the user can do about a store that cannot be used (one or two sentences).
+
+        Args:
+            lower: start with a lower-case letter (inside a sentence).
+            untracked: offer ``--no-tracking`` (a command that writes runs has it; one that
+                reads them, such as ``dlsched compare``, has not).
+        """
         if self.source == ENV_VAR:
             fix = f"Fix or unset {ENV_VAR}"
         elif self.source == "--tracking-uri":
@@ -106,7 +112,7 @@ class TrackingTarget:
         if parsed.scheme in ("http", "https"):
             port = parsed.port or (443 if parsed.scheme == "https" else 80)
             fix += f" (or start the server: mlflow server --host {parsed.hostname} --port {port})"
-        fix += ", or run without tracking: --no-tracking."
+        fix += ", or run without tracking: --no-tracking." if untracked else "."
         return fix[0].lower() + fix[1:] if lower else fix
 
 
@@ -141,11 +147,16 @@ def bound_http_retries(environ: dict[str, str] | None = None) -> None:
         environment.setdefault(name, value)
 
 
-def connect(target: TrackingTarget) -> MlflowClient:
+def connect(target: TrackingTarget, read_only: bool = False) -> MlflowClient:
     """A client of ``target``'s store, after checking that the store answers.
 
     A new sqlite store is created here, once, under a file lock next to it (see the module
     docstring); an HTTP store gets bounded retries (:func:`bound_http_retries`).
+
+    Args:
+        target: the store.
+        read_only: the command only reads runs (``dlsched compare``): a missing sqlite file
+            is an error saying where the runs may be, not a new empty store.
 
     Raises:
         TrackingError: naming the URI, what went wrong and the fix, before anything has run.
@@ -153,17 +164,23 @@ def connect(target: TrackingTarget) -> MlflowClient:
     scheme = urlparse(target.uri).scheme
     if scheme in ("http", "https"):
         bound_http_retries()
-        _probe_http(target)
-        return _client(target)
+        _probe_http(target, not read_only)
+        return _client(target, not read_only)
     if scheme == "sqlite":
         path = sqlite_path(target)
+        if path is not None and read_only and not path.exists():
+            raise TrackingError(
+                f"no MLflow store at {path.resolve()} ({target.uri}, from {target.source}): "
+                "nothing was tracked here. Run this in the folder where `dlsched evaluate` "
+                f"ran, or set {ENV_VAR} or --tracking-uri to the store that holds the runs"
+            )
         if path is not None:
             _check_sqlite_file(target, path)
             return _create_or_open_sqlite(target, path)
-    return _client(target)
+    return _client(target, not read_only)
 
 
-def _client(target: TrackingTarget) -> MlflowClient:
+def _client(target: TrackingTarget, untracked: bool = True) -> MlflowClient:
     try:
         client = MlflowClient(tracking_uri=target.uri)
         client.search_experiments(max_results=1)
@@ -171,7 +188,7 @@ def _client(target: TrackingTarget) -> MlflowClient:
     except Exception as error:
         raise TrackingError(
             f"MLflow tracking store {target.uri} (from {target.source}) cannot be used: "
-            f"{type(error).__name__}: {first_line(error)}. {target.fix_hint()}"
+            f"{type(error).__name__}: {first_line(error)}. {target.fix_hint(untracked=untracked)}"
         ) from error
     return client
 
@@ -263,7 +280,7 @@ def _latest_revision() -> str | None:
     return str(_get_latest_schema_revision())
 
 
-def _probe_http(target: TrackingTarget) -> None:
+def _probe_http(target: TrackingTarget, untracked: bool = True) -> None:
     # MLflow's own client retries a dead server with backoff for minutes; this answers at once
     url = target.uri.rstrip("/") + "/health"
     try:
@@ -275,7 +292,7 @@ def _probe_http(target: TrackingTarget) -> None:
         reason = getattr(error, "reason", error)
         raise TrackingError(
             f"MLflow tracking server {target.uri} (from {target.source}) is unreachable: "
-            f"{reason}. {target.fix_hint()}"
+            f"{reason}. {target.fix_hint(untracked=untracked)}"
         ) from None
 
 
@@ -312,8 +329,22 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0].rstrip(".") if text else repr(error)
 
 
-def experiment_id(client: MlflowClient, name: str, target: TrackingTarget) -> str:
-    """The id of experiment ``name``, created if it does not exist.
+#: MLflow 3's experiment tag that picks the UI's view; dlsched's runs are classic ML runs, not
+#: GenAI traces, so ``mlflow ui`` opens them in the runs table and charts, not the traces view.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
+
+def experiment_id(
+    client: MlflowClient,
+    name: str,
+    target: TrackingTarget,
+    tags: Mapping[str, str] | None = None,
+) -> str:
+    """The id of experiment ``name``, created (with ``tags``) if it does not exist.
+
+    The experiment is tagged for MLflow's classic ML view (:data:`EXPERIMENT_KIND_TAG`), an
+    existing one too if it lacks the tag (one that a user set otherwise keeps the user's).
 
     Raises:
         TrackingError: the experiment is deleted; the message says how to restore it.
@@ -321,7 +352,9 @@ def experiment_id(client: MlflowClient, name: str, target: TrackingTarget) -> st
     existing = client.get_experiment_by_name(name)
     if existing is None:
         try:
-            return client.create_experiment(name)
+            return client.create_experiment(
+                name, tags={**(tags or {}), EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+            )
         except MlflowException:
             existing = client.get_experiment_by_name(name)  # created concurrently
             if existing is None:
@@ -332,4 +365,6 @@ def experiment_id(client: MlflowClient, name: str, target: TrackingTarget) -> st
             f"deleted; restore it (mlflow experiments restore --experiment-id "
             f"{existing.experiment_id}) or pass --experiment with another name"
         )
+    if EXPERIMENT_KIND_TAG not in existing.tags:
+        client.set_experiment_tag(existing.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     return str(existing.experiment_id)

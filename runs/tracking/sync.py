@@ -155,7 +155,7 @@ def _sync_evaluation(
         if complete and results:
             kind = results[0].scenario.kind
             scores = [result.score for result in results]
-            log_in_batches(client, parent_id, summary_metrics(summarise(scores, kind)))
+            log_in_batches(client, parent_id, summary_metrics(summarise(scores, kind), kind))
             for path in (*summary_files, folder.path / SCENARIO_FILE):
                 client.log_artifact(parent_id, str(path))
         status = "FINISHED" if complete else "KILLED"
@@ -180,6 +180,11 @@ def _sync_training(client: MlflowClient, folder: Path, run: Run, uri: str) -> Sy
         if name in present:
             already.append(name)
             continue
+        if name == "model":  # as the harness logs it: an MLflow Model around the folder
+            # imported here: it loads SB3 and torch, which syncing an evaluation does not need
+            from dlsched.policies.mlflow_model import save_mlflow_model
+
+            path = save_mlflow_model(path, folder / "mlflow-model")
         if path.is_dir():
             client.log_artifacts(run_id, str(path), name)
         else:

@@ -40,7 +40,6 @@ from urllib.parse import urlparse
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
-from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
 
 from dlsched.envs.errors import TrackingError
@@ -48,6 +47,7 @@ from dlsched.envs.scenarios.file_format import dump_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.runs.evaluation import (
     DEFAULT_POLICY,
+    PRIMARY_METRIC,
     EpisodeMetrics,
     EpisodeResult,
     PolicyIdentity,
@@ -55,10 +55,10 @@ from dlsched.runs.evaluation import (
     StepRecord,
 )
 from dlsched.runs.tracking.owners import end_run, owner_tags
-from dlsched.runs.tracking.plots import plot_episode
+from dlsched.runs.tracking.plots import TIMELINE_FILE, plot_episode, plot_timeline, timeline_values
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.server_watch import ServerWatch
-from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, first_line
+from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, experiment_id, first_line
 from dlsched.runs.tracking.trajectory import EvaluationFolder, TrackingRecord, episode_name
 
 #: MLflow's batch limits (mlflow.utils.validation).
@@ -228,6 +228,8 @@ class EvaluationTracker:
         self.episode_run_ids: dict[str, str] = {}
         self.failure: TrackingError | None = None
         self._defaults: dict[int, EpisodeResult] = {}
+        # per policy, each episode's headline over time, for the parent run's timeline plot
+        self._timelines: dict[str, list[tuple[list[float], list[float]]]] = {}
         self._watch: ServerWatch | None = None
 
     # -------------------------------------------------------------- life cycle
@@ -284,22 +286,12 @@ class EvaluationTracker:
             end_run(self.client, self.parent_run_id, status, sys.stderr)
 
     def _experiment(self) -> str:
-        name = self.experiment_name
-        existing = self.client.get_experiment_by_name(name)
-        if existing is None:
-            try:
-                return self.client.create_experiment(name, tags={"dlsched.scenario": name})
-            except MlflowException:
-                existing = self.client.get_experiment_by_name(name)  # created concurrently
-                if existing is None:
-                    raise
-        if existing.lifecycle_stage == "deleted":
-            raise TrackingError(
-                f"MLflow experiment {name!r} (id {existing.experiment_id}) in {self.target.uri} "
-                f"is deleted; restore it (mlflow experiments restore --experiment-id "
-                f"{existing.experiment_id}) or pass --experiment with another name"
-            )
-        return str(existing.experiment_id)
+        return experiment_id(
+            self.client,
+            self.experiment_name,
+            self.target,
+            {"dlsched.scenario": self.experiment_name},
+        )
 
     def _evaluation_params(self) -> dict[str, str]:
         params = {
@@ -325,6 +317,7 @@ class EvaluationTracker:
     def record_episode(self, result: EpisodeResult) -> None:
         """Write the episode to its local folder, then log it as a child run."""
         episode_dir = self.folder.write_episode(result, self.scenario_yaml)
+        self._timelines.setdefault(result.policy.name, []).append(timeline_values(result))
         for incident in result.incidents:
             self.warn(
                 f"warning: episode {episode_name(result.policy, result.seed)}: {incident}; its "
@@ -380,7 +373,15 @@ class EvaluationTracker:
         if self._watch is not None and self._watch.down:
             self._fail("the server stopped answering before the summary was logged")
             return
-        metrics = summary_metrics(summaries)
+        metrics = summary_metrics(summaries, self.scenario.kind)
+        if self._timelines:
+            timeline = plot_timeline(
+                self.scenario.kind,
+                self._timelines,
+                f"{self.scenario.name} ({self.backend})",
+                self.folder.path / TIMELINE_FILE,
+            )
+            files = (*files, timeline)
         try:
             log_in_batches(self.client, self.parent_run_id, metrics)
             for path in (*files, self.scenario_file):
@@ -390,22 +391,21 @@ class EvaluationTracker:
             self._fail(f"logging the evaluation summary failed: {first_line(error)}")
 
 
-def summary_metrics(summaries: Sequence[PolicySummary]) -> list[Metric]:
-    """The parent run's metrics: ``summary/<policy>/<metric>/{mean,ci_low,ci_high}``."""
+def summary_metrics(summaries: Sequence[PolicySummary], kind: JobKind) -> list[Metric]:
+    """The parent run's metrics: ``<primary metric>/<policy>``, each policy's mean.
+
+    Only the headline (:data:`~dlsched.runs.evaluation.PRIMARY_METRIC`) is a metric, so the
+    run table shows it as a column per policy and MLflow's chart view draws a few charts, not
+    one single-bar chart per policy, metric and interval end; every metric with its confidence
+    interval is in the ``summary.json`` and ``summary.txt`` artifacts beside it.
+    """
     now_ms = int(time.time() * 1000)
-    metrics = []
-    for summary in summaries:
-        for metric in summary.metrics:
-            values = {
-                "mean": metric.estimate.mean,
-                "ci_low": metric.estimate.ci_low,
-                "ci_high": metric.estimate.ci_high,
-            }
-            for suffix, value in values.items():
-                if value is not None:
-                    key = f"summary/{summary.label}/{metric.spec.name}/{suffix}"
-                    metrics.append(Metric(key, value, now_ms, 0))
-    return metrics
+    primary = PRIMARY_METRIC[kind]
+    return [
+        Metric(f"{primary}/{summary.label}", mean, now_ms, 0)
+        for summary in summaries
+        if (mean := summary.metric(primary).estimate.mean) is not None
+    ]
 
 
 def log_episode_run(

@@ -43,13 +43,20 @@ class ProgressBar(BaseCallback):
 
     def _on_training_start(self) -> None:
         self.bar = tqdm(
-            total=self.total,
+            total=self.planned_steps(),
             unit="step",
             desc="training",
             file=sys.stderr,
             disable=not self.enabled,
             dynamic_ncols=True,
         )
+
+    def planned_steps(self) -> int:
+        """The timesteps SB3 will run: whole rollouts of ``n_steps`` per environment for an
+        on-policy algorithm, whole vector steps otherwise (``--timesteps 20000`` with 8
+        environments of 256 steps runs 20480)."""
+        chunk = self.training_env.num_envs * int(getattr(self.model, "n_steps", 1))
+        return -(-self.total // chunk) * chunk
 
     def _on_step(self) -> bool:
         assert self.bar is not None

@@ -36,6 +36,7 @@ model, so its seeds are no longer held out for a final comparison.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import json
 import secrets
@@ -61,12 +62,14 @@ from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.agent_actions import ActionMapping, ActionMode
 from dlsched.policies.hyperparameters import hyperparameter_problems
 from dlsched.policies.learned import ModelCard, algorithm_class, save_model
+from dlsched.policies.mlflow_model import save_mlflow_model
 from dlsched.policies.normalization import slot_normalizer
 from dlsched.policies.slot_network import OwnSlotPolicy, SlotActorCriticPolicy
 from dlsched.runs.tracking.kvwriter import MlflowKVWriter
 from dlsched.runs.tracking.owners import end_run, owner_tags
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, first_line
+from dlsched.runs.tracking.store import experiment_id as store_experiment_id
 from dlsched.runs.tracking.tracker import TAG_KIND, log_in_batches
 from dlsched.runs.tracking.trajectory import TrackingRecord
 from dlsched.runs.training.callbacks import ProgressBar, RolloutQoE, Validation, ValidationRecord
@@ -88,6 +91,8 @@ ON_POLICY: tuple[str, ...] = ("ppo", "a2c")
 HyperValue = float | int | str | bool
 
 BEST_MODEL_DIR = "model"
+#: The local folder of the best model as an MLflow Model, logged as ``model/``.
+MLFLOW_MODEL_DIR = "mlflow-model"
 FINAL_MODEL_DIR = "final-model"
 CONFIG_FILE = "training_config.json"
 VALIDATION_FILE = "validation.json"
@@ -252,6 +257,8 @@ class TrainingResult:
         experiment_id: its experiment.
         interruption: the SIGINT or SIGTERM that stopped it early, if one did (its work is
             saved and logged all the same).
+        registered_uri: ``models:/<name>/<version>`` where the best model was registered in
+            the Model Registry, if it was.
     """
 
     training_id: str
@@ -263,6 +270,7 @@ class TrainingResult:
     run_id: str | None = None
     experiment_id: str | None = None
     interruption: KeyboardInterrupt | None = None
+    registered_uri: str | None = None
 
     @property
     def model_uri(self) -> str:
@@ -305,6 +313,7 @@ def train(
     target: TrackingTarget | None = None,
     experiment: str | None = None,
     progress: bool = True,
+    register_as: str | None = None,
 ) -> TrainingResult:
     """Run one training as ``config`` says; see the module docstring.
 
@@ -315,6 +324,8 @@ def train(
         target: the store ``client`` writes to (for messages).
         experiment: the MLflow experiment (default ``<first scenario>-training``).
         progress: show a progress bar.
+        register_as: register the best model in MLflow's Model Registry under this name (a
+            new version if it exists); needs ``client``.
 
     Raises:
         PolicyError: an invalid configuration.
@@ -323,6 +334,11 @@ def train(
             take its artifacts at the end (everything is in the local folder).
     """
     config.check()
+    if register_as is not None and client is None:
+        raise TrackingError(
+            f"cannot register the model as {register_as!r} without tracking; drop "
+            "--no-tracking, or drop --register-as"
+        )
     scenarios = tuple(load_scenario(name) for name in config.scenarios)
     eval_scenarios = (
         tuple(load_scenario(name) for name in config.eval_scenarios)
@@ -355,6 +371,11 @@ def train(
     if tracking is not None:
         try:
             _finish_run(tracking, result)
+            if register_as is not None:
+                result = dataclasses.replace(
+                    result,
+                    registered_uri=register_model(tracking.client, tracking.run_id, register_as),
+                )
         except STORE_ERRORS as error:
             with contextlib.suppress(*STORE_ERRORS):
                 end_run(tracking.client, tracking.run_id, "FAILED")
@@ -400,7 +421,7 @@ def _start_run(
 ) -> _Tracking:
     name = experiment or f"{scenario.name}-training"
     try:
-        experiment_id = _experiment_id(client, name)
+        experiment_id = store_experiment_id(client, name, target)
         tags = {TAG_KIND: "training", **owner_tags()}
         commit = source_commit()
         if commit is not None:
@@ -416,32 +437,32 @@ def _start_run(
     return _Tracking(client, target, run_id, experiment_id)
 
 
-def _experiment_id(client: MlflowClient, name: str) -> str:
-    existing = client.get_experiment_by_name(name)
-    if existing is None:
-        try:
-            return client.create_experiment(name)
-        except MlflowException:
-            existing = client.get_experiment_by_name(name)  # created concurrently
-            if existing is None:
-                raise
-    if existing.lifecycle_stage == "deleted":
-        raise TrackingError(
-            f"MLflow experiment {name!r} (id {existing.experiment_id}) is deleted; restore it "
-            f"(mlflow experiments restore --experiment-id {existing.experiment_id}) or pass "
-            "--experiment with another name"
-        )
-    return str(existing.experiment_id)
+def param_text(value: object) -> str:
+    """A parameter as MLflow stores it (text), written as data rather than a Python repr.
+
+    Booleans are ``true``/``false``, lists are comma-separated, mappings JSON, and ``None`` is
+    empty, so that a search (``params.frame_stack = '2'``) and a reader in any language find
+    the value a user typed.
+    """
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(param_text(item) for item in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
 
 
 def _params(config: TrainingConfig) -> dict[str, str]:
     params = {
-        key: ",".join(map(str, value)) if isinstance(value, list) else str(value)
+        key: param_text(value)
         for key, value in config.to_data().items()
         if key not in ("hyperparams", "policy_kwargs")
     }
-    params.update({f"hp.{key}": str(value) for key, value in config.hyperparams})
-    params.update({f"policy.{key}": str(value) for key, value in config.policy_kwargs})
+    params.update({f"hp.{key}": param_text(value) for key, value in config.hyperparams})
+    params.update({f"policy.{key}": param_text(value) for key, value in config.policy_kwargs})
     params["dlsched.version"] = dlsched_version()
     return params
 
@@ -595,10 +616,28 @@ def _build_model(config: TrainingConfig, env: VecNormalize) -> BaseAlgorithm:
         ) from error
 
 
+def register_model(client: MlflowClient, run_id: str, name: str) -> str:
+    """Register the ``model/`` MLflow Model of training run ``run_id`` under ``name``.
+
+    Returns:
+        ``models:/<name>/<version>``, which ``dlsched evaluate --policy`` and
+        ``mlflow.pyfunc.load_model`` take.
+    """
+    try:
+        client.create_registered_model(name)
+    except MlflowException as error:
+        if error.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    source = f"{client.get_run(run_id).info.artifact_uri}/{BEST_MODEL_DIR}"
+    version = client.create_model_version(name, source, run_id=run_id)
+    return f"models:/{name}/{version.version}"
+
+
 def _finish_run(tracking: _Tracking, result: TrainingResult) -> None:
     client, run_id = tracking.client, tracking.run_id
     folder = result.folder
-    client.log_artifacts(run_id, str(result.model_folder), BEST_MODEL_DIR)
+    mlflow_model = save_mlflow_model(result.model_folder, folder / MLFLOW_MODEL_DIR)
+    client.log_artifacts(run_id, str(mlflow_model), BEST_MODEL_DIR)
     client.log_artifacts(run_id, str(folder / FINAL_MODEL_DIR), FINAL_MODEL_DIR)
     client.log_artifacts(run_id, str(folder / SCENARIO_DIR), SCENARIO_DIR)
     for name in (CONFIG_FILE, VALIDATION_FILE, PROGRESS_FILE):

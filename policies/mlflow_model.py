@@ -1,0 +1,134 @@
+"""A trained scheduler as an MLflow Model: the ``python_function`` flavour around a model folder.
+
+``dlsched train`` logs its best model as an MLflow Model (``runs:/<run_id>/model``), so that
+MLflow's own tools take it: ``mlflow.pyfunc.load_model`` predicts limits from observations, the
+Model Registry registers it (``dlsched train --register-as NAME``, then ``models:/NAME/1``), and
+``dlsched evaluate --policy`` loads it as a :class:`~dlsched.policies.learned.LearnedPolicy`. The
+layout is MLflow's::
+
+    model/
+      MLmodel                 the flavour, the signature, the Python and package versions
+      dlsched_policy_model.py :class:`PolicyModel`, as MLflow's "models from code" (no pickle)
+      artifacts/policy/       the folder :func:`~dlsched.policies.learned.save_model` wrote:
+        model.zip             the SB3 model
+        vec_normalize.pkl     its observation statistics
+        dlsched-model.json    its card (layout, frame stack, action mapping)
+      requirements.txt, python_env.yaml, conda.yaml
+
+The signature is the observation a model reads (``float32 (-1, slots, features)``, the
+environment's ``observation_space`` with a batch axis) and the limits it sets (``float32 (-1,
+slots)``, fractions of a worker). ``predict`` treats each row of a batch as the first step of an
+episode (with frame stacking, the observation stands for the frames before it too): a stateless
+service has no episode. To run a model through episodes, load it as a policy
+(:func:`dlsched.runs.resolve_policy`) and step an environment with it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+from mlflow.models import ModelSignature
+from mlflow.pyfunc.model import PythonModel
+from mlflow.types import Schema, TensorSpec
+
+from dlsched.policies.learned import (
+    MLMODEL_FILE,
+    POLICY_ARTIFACT,
+    LearnedPolicy,
+    ModelCard,
+    load_model,
+)
+
+#: The name of the signature's input tensor.
+OBSERVATION = "observation"
+#: The script MLflow loads the model from (MLflow's "models from code").
+MODEL_CODE_FILE = "dlsched_policy_model.py"
+_MODEL_CODE = """\
+from mlflow.models import set_model
+
+from dlsched.policies.mlflow_model import PolicyModel
+
+set_model(PolicyModel())
+"""
+#: The distributions a loaded model needs, pinned to the versions that trained it.
+_REQUIREMENTS = ("stable-baselines3", "torch", "gymnasium", "numpy", "mlflow")
+
+
+class PolicyModel(PythonModel):
+    """The ``python_function`` face of a trained dlsched model: observations in, limits out."""
+
+    def __init__(self) -> None:
+        self.policy: LearnedPolicy | None = None
+
+    def load_context(self, context: Any) -> None:
+        """Load the model folder MLflow unpacked beside the ``MLmodel`` file."""
+        self.policy = load_model(Path(context.artifacts[POLICY_ARTIFACT]))
+
+    # np.ndarray is a hint MLflow takes without inferring a schema from it (the signature logged
+    # with the model is the schema); Any or none at all make it warn at class definition
+    def predict(self, context: Any, model_input: np.ndarray, params: Any = None) -> np.ndarray:
+        """Limits ``(n, slots)`` for observations ``(n, slots, features)`` (or one ``(slots,
+        features)``), each taken as an episode's first step."""
+        assert self.policy is not None, "load_context was not called"
+        # the signature names its tensor, so MLflow hands it over as {"observation": array}
+        observations = model_input[OBSERVATION] if isinstance(model_input, dict) else model_input
+        self.policy.reset()
+        limits, _ = self.policy.predict(np.asarray(observations, dtype=np.float32))
+        return np.asarray(limits, dtype=np.float32)
+
+
+def signature(card: ModelCard) -> ModelSignature:
+    """The model's signature: observations of the card's layout in, one limit per slot out."""
+    slots, features = card.layout.shape
+    return ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, slots, features), OBSERVATION)]),
+        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, slots), "limits")]),
+    )
+
+
+def _requirements() -> list[str]:
+    pinned = []
+    for name in _REQUIREMENTS:
+        try:
+            pinned.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            pinned.append(name)
+    return [*pinned, "dlsched"]
+
+
+def save_mlflow_model(model_folder: Path, destination: Path) -> Path:
+    """Write the MLflow Model of a model folder to ``destination``, unless it is there already.
+
+    Args:
+        model_folder: the folder :func:`~dlsched.policies.learned.save_model` wrote.
+        destination: the MLflow Model's folder, logged as the run's ``model`` artifact.
+
+    Returns:
+        ``destination``.
+    """
+    if (destination / MLMODEL_FILE).is_file():
+        return destination
+    card = load_model(model_folder).card
+    with tempfile.TemporaryDirectory(prefix="dlsched-mlflow-model-") as scratch:
+        # MLflow copies an artifact folder under its own name: stage it as artifacts/policy/
+        staged = Path(scratch) / POLICY_ARTIFACT
+        shutil.copytree(model_folder, staged)
+        # a model from code (a two-line script naming PolicyModel), not a pickled object
+        code = Path(scratch) / MODEL_CODE_FILE
+        code.write_text(_MODEL_CODE, encoding="utf-8")
+        mlflow.pyfunc.save_model(
+            str(destination),
+            python_model=str(code),
+            artifacts={POLICY_ARTIFACT: str(staged)},
+            signature=signature(card),
+            input_example=np.zeros((1, *card.layout.shape), dtype=np.float32),
+            # given, so that MLflow does not load the model in a subprocess to infer them
+            pip_requirements=_requirements(),
+        )
+    return destination

@@ -1,0 +1,134 @@
+"""The ``argparse`` pieces every ``dlsched`` command shares: one parser class and two actions.
+
+- :class:`Parser` suggests the closest name for a misspelt option (``--epsiodes``: did you mean
+  ``--episodes``?) or choice (``--backend dockr``), and prints its help texts as plain text:
+  a docstring's reST literals (````dlsched train````) lose their backquotes.
+- :class:`ListOption` is the one convention for lists: an option given several times, or once
+  with comma-separated values (``--policy default,dqoes`` is ``--policy default --policy
+  dqoes``).
+- :func:`deprecated_alias` keeps an old option's name working, with a warning that names the new
+  one, so that a user's scripts do not break when an option is renamed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+_UNRECOGNIZED = "unrecognized arguments: "
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)")
+_REST_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def closest(word: str, candidates: Sequence[str]) -> str | None:
+    """The candidate closest to a misspelt ``word``, if one is close enough to be meant."""
+    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def plain(text: str) -> str:
+    """``text`` without reST literal markup (double backquotes around a command or a name)."""
+    return _REST_LITERAL.sub(r"\1", text)
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors suggest the option or choice meant, and whose help is
+    plain text. Its subcommands' parsers are of this class too."""
+
+    def format_help(self) -> str:
+        return plain(super().format_help())
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {self.with_suggestion(message)}\n")
+
+    def with_suggestion(self, message: str) -> str:
+        """``message`` with the closest valid name, where it names a misspelt one."""
+        if message.startswith(_UNRECOGNIZED):
+            words = message[len(_UNRECOGNIZED) :].split()
+            options = [name for name in self._option_string_actions if name.startswith("--")]
+            hints = [
+                f"{word} (did you mean {match}?)"
+                for word in words
+                if word.startswith("-") and (match := closest(word.split("=")[0], options))
+            ]
+            if hints:
+                return f"{message}; " + ", ".join(hints)
+            return message
+        choice = _INVALID_CHOICE.search(message)
+        if choice is not None:
+            names = re.findall(r"'([^']*)'", choice["choices"])
+            match = closest(choice["value"], names)
+            if match is not None:
+                return f"{message}; did you mean {match!r}?"
+        return message
+
+
+def unrecognized(parser: argparse.ArgumentParser, words: Sequence[str]) -> NoReturn:
+    """Exit 2 through ``parser`` (a command's) naming ``words`` it does not take."""
+    parser.error(_UNRECOGNIZED + " ".join(words))
+
+
+class ListOption(argparse.Action):
+    """Collect a list from an option given several times, each value comma-separated or not.
+
+    The parsed value is a list of the non-empty items in order (``[]`` if never given, unless
+    the option has a default).
+    """
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        current = getattr(namespace, self.dest, None)
+        # the default is replaced, not extended, by the first value given
+        items = [] if current is None or current is self.default else list(current)
+        text = values if isinstance(values, str) else ",".join(map(str, values or ()))
+        items += [item.strip() for item in text.split(",") if item.strip()]
+        setattr(namespace, self.dest, items)
+
+
+def deprecated_alias(parser: argparse.ArgumentParser, old: str, new: str, **settings: Any) -> None:
+    """Accept option ``old`` as ``new`` (same destination), warning on stderr when it is used.
+
+    Args:
+        parser: the command's parser; ``new`` must already be one of its options.
+        old: the old spelling (``--seeds``).
+        new: the option that replaces it (``--episodes``).
+        settings: ``add_argument`` settings of the old option (``type``, ...) if they differ
+            from ``new``'s.
+    """
+    target = parser._option_string_actions[new]  # argparse has no public lookup
+    prog = parser.prog
+
+    class _Deprecated(argparse.Action):
+        def __call__(
+            self,
+            parser: argparse.ArgumentParser,
+            namespace: argparse.Namespace,
+            values: Any,
+            option_string: str | None = None,
+        ) -> None:
+            print(
+                f"{prog}: warning: {old} is deprecated and will be removed; use {new}",
+                file=sys.stderr,
+            )
+            target(parser, namespace, values, option_string)
+
+    parser.add_argument(
+        old,
+        dest=target.dest,
+        type=settings.pop("type", target.type),
+        nargs=settings.pop("nargs", target.nargs),
+        metavar=target.metavar,
+        action=_Deprecated,
+        help=argparse.SUPPRESS,
+        **settings,
+    )

@@ -1,0 +1,127 @@
+"""The command line as a newcomer meets it: quick to answer, plain help, forgiving of typos."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dlsched.runs.cli import COMMANDS, build_parser, main
+from dlsched.runs.parser import ListOption, Parser, deprecated_alias
+
+HEAVY = ("torch", "stable_baselines3", "mlflow", "matplotlib")
+
+#: Runs the CLI in a fresh interpreter and prints which heavy packages it imported.
+PROBE = """
+import contextlib, io, json, sys
+from dlsched.runs.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        main(sys.argv[1:])
+    except SystemExit:
+        pass
+print(json.dumps(sorted(name for name in {heavy!r} if name in sys.modules)))
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["scenarios"],
+        ["scenarios", "dqoes-varied-burst"],
+        ["baselines"],
+        ["evalute"],
+        ["evaluate", "--help"],
+        ["evaluate", "--scenario", "dqoes-varied-burst", "--policy", "dqoes", "--epsiodes", "3"],
+        ["compare", "--help"],
+    ],
+)
+def test_light_commands_import_no_torch_sb3_mlflow_or_matplotlib(argv: list[str]) -> None:
+    probe = PROBE.format(heavy=HEAVY)
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
+def test_the_command_table_matches_each_command_s_own_help() -> None:
+    parser = build_parser()  # every command in full
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    helps = {action.dest: action.help for action in commands._choices_actions}
+    assert helps == COMMANDS
+    for name in COMMANDS:
+        assert hasattr(importlib.import_module(f"dlsched.runs.commands.{name}"), "register")
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_help_is_plain_text(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    assert "``" not in text, text  # reST literals of docstrings
+    assert "%%" not in text and "%(" not in text, text
+
+
+def test_every_action_mode_of_train_is_documented(capsys: pytest.CaptureFixture[str]) -> None:
+    from dlsched.policies.agent_actions import ActionMode
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    help_text = text.rsplit("--actions {", 1)[1].split("--max-step MAX_STEP", 1)[0]
+    for mode in ActionMode:
+        assert f"; {mode.value} " in help_text or f": {mode.value} " in help_text, help_text
+
+
+def test_a_misspelt_option_gets_the_one_meant(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(
+            ["evaluate", "--scenario", "dqoes-varied-burst", "--policy", "dqoes", "--epsiodes", "3"]
+        )
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "dlsched evaluate: error: unrecognized arguments: --epsiodes 3" in err
+    assert "--epsiodes (did you mean --episodes?)" in err
+
+
+def test_a_misspelt_command_or_choice_gets_the_one_meant(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["evalute"])
+    assert exited.value.code == 2
+    assert "did you mean 'evaluate'?" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--scenario", "x", "--backend", "dockr"])
+    err = capsys.readouterr().err
+    assert "dlsched evaluate: error: argument --backend" in err and "'docker'?" in err
+
+
+def test_list_options_take_commas_and_repetition_alike() -> None:
+    parser = Parser(prog="t")
+    parser.add_argument("--policy", action=ListOption, default=["default"])
+    assert parser.parse_args([]).policy == ["default"]
+    assert parser.parse_args(["--policy", "a,b"]).policy == ["a", "b"]
+    assert parser.parse_args(["--policy", "a", "--policy", "b,c"]).policy == ["a", "b", "c"]
+
+
+def test_a_renamed_option_keeps_its_old_name_with_a_warning(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = Parser(prog="dlsched t")
+    parser.add_argument("--episodes", type=int, default=1)
+    deprecated_alias(parser, "--seeds", "--episodes")
+    assert parser.parse_args(["--episodes", "4"]).episodes == 4
+    assert capsys.readouterr().err == ""
+    assert parser.parse_args(["--seeds", "3"]).episodes == 3
+    assert capsys.readouterr().err == (
+        "dlsched t: warning: --seeds is deprecated and will be removed; use --episodes\n"
+    )
+    assert "--seeds" not in parser.format_help()
