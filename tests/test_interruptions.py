@@ -111,16 +111,19 @@ def test_a_killed_evaluation_is_repaired_by_the_next_command(
     process.kill()
     process.wait(timeout=30)
     uri = _store(tmp_path)
-    assert "RUNNING" in _statuses(uri).values()  # SIGKILL: nobody could end the parent
+    # SIGKILL: nobody could end the parent, nor the episode's child if one was running.
+    orphans = list(_statuses(uri).values()).count("RUNNING")
+    assert orphans in (1, 2)
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     # any later command on the store (compare finds no finished evaluation: exit 1)
     assert main(["compare", "--no-plot", "--tracking-uri", _store(tmp_path)]) in (0, 2)
     err = capsys.readouterr().err
-    assert "tracking: marked 1 run KILLED whose process had died" in err
+    plural = "s" if orphans > 1 else ""
+    assert f"tracking: marked {orphans} run{plural} KILLED whose process had died" in err
     statuses = _statuses(uri)
     assert "RUNNING" not in statuses.values()
-    assert list(statuses.values()).count("KILLED") == 1
+    assert list(statuses.values()).count("KILLED") == orphans
     assert "marked 0 runs KILLED" in _one_more_command(capsys, monkeypatch, tmp_path)
 
 
@@ -171,7 +174,19 @@ def test_an_interrupted_training_keeps_and_logs_its_work(
         assert policy.name.startswith("ppo")
 
 
-def test_repeated_signals_never_cut_the_cleanup_short():
+@pytest.fixture
+def sigint_heard():
+    """SIGINT's default action in this process for the test, as in a terminal.
+
+    Under ``pytest ... &`` in a script the process ignores SIGINT, and ``interruptible`` rightly
+    keeps an ignored signal ignored.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_repeated_signals_never_cut_the_cleanup_short(sigint_heard):
     """The first signal interrupts; the next ones only say that cleanup is in progress."""
     said: list[str] = []
     cleaned = False
