@@ -51,6 +51,11 @@ class CommandLog:
         return log
 
     def _route(self) -> None:
+        if not self.verbose:
+            # MLflow, imported later by the command that needs it, would otherwise attach its
+            # stderr handler then, after this routing (the CLI imports it lazily).
+            os.environ["MLFLOW_CONFIGURE_LOGGING"] = "false"
+            logging.getLogger("mlflow").setLevel(logging.INFO)
         handler = _LazyFileHandler(self.path, delay=True, encoding="utf-8")
         handler.setFormatter(logging.Formatter(_FORMAT))
         for name in NOISY_LOGGERS:

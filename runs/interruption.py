@@ -54,6 +54,29 @@ def exit_code_of(interruption: KeyboardInterrupt) -> int:
     return interruption.exit_code if isinstance(interruption, Interrupted) else 130
 
 
+_deferring = 0
+_pending: list[int] = []
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Within the block, a stop signal waits for the block's end, then interrupts.
+
+    For a write that must not be cut in two: a run created but never ended, or a store's
+    transaction interrupted half-way, is what a signal in the middle of an MLflow call leaves.
+    Outside :func:`interruptible`, or where Python cannot handle signals, nothing changes.
+    """
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        if _deferring == 0 and _pending:
+            # Even over an error of the block: the user asked to stop.
+            raise Interrupted(_pending.pop())
+
+
 @contextlib.contextmanager
 def interruptible(
     notify: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True),
@@ -75,6 +98,9 @@ def interruptible(
     def handle(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
         if len(received) == 1:
+            if _deferring:
+                _pending.append(signum)
+                return
             raise Interrupted(signum)
         notify(
             f"{signal.Signals(signum).name} again: cleanup in progress (removing containers, "
@@ -90,5 +116,6 @@ def interruptible(
     try:
         yield
     finally:
+        _pending.clear()
         for stop, handler in previous.items():
             signal.signal(stop, handler)

@@ -16,7 +16,7 @@ from mlflow import MlflowClient
 
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.runs.cli import main
-from dlsched.runs.interruption import Interrupted, interruptible
+from dlsched.runs.interruption import Interrupted, deferred, interruptible
 from dlsched.runs.policy_specs import resolve_policy
 
 EPISODE_S = 300.0  # 30 replay steps: an episode lasts long enough to be cut in the middle
@@ -200,3 +200,13 @@ def test_repeated_signals_never_cut_the_cleanup_short(sigint_heard):
             cleaned = True
     assert cleaned and raised.value.exit_code == 143
     assert len(said) == 4 and all("cleanup in progress" in text for text in said)
+
+
+def test_a_signal_during_a_deferred_write_interrupts_when_the_write_is_done():
+    events: list[str] = []
+    with pytest.raises(Interrupted) as raised, interruptible(events.append):
+        with deferred():
+            signal.raise_signal(signal.SIGTERM)
+            events.append("the write ended")
+        events.append("after the write")  # not reached: the signal interrupts here
+    assert events == ["the write ended"] and raised.value.exit_code == 143

@@ -54,6 +54,7 @@ from dlsched.runs.evaluation import (
     PolicySummary,
     StepRecord,
 )
+from dlsched.runs.interruption import deferred
 from dlsched.runs.tracking.owners import end_run, owner_tags
 from dlsched.runs.tracking.plots import TIMELINE_FILE, plot_episode, plot_timeline, timeline_values
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
@@ -262,8 +263,11 @@ class EvaluationTracker:
             tags = {TAG_KIND: "evaluation", TAG_EVALUATION: self.evaluation_id, **owner_tags()}
             if self.commit is not None:
                 tags[MLFLOW_GIT_COMMIT] = self.commit
-            run = self.client.create_run(self.experiment_id, run_name=self.evaluation_id, tags=tags)
-            self.parent_run_id = run.info.run_id
+            with deferred():  # a run created, its id not yet kept, could never be ended
+                run = self.client.create_run(
+                    self.experiment_id, run_name=self.evaluation_id, tags=tags
+                )
+                self.parent_run_id = run.info.run_id
             log_in_batches(self.client, self.parent_run_id, params=self._evaluation_params())
         except STORE_ERRORS as error:
             raise TrackingError(
@@ -437,7 +441,26 @@ def log_episode_run(
     if commit is not None:
         tags[MLFLOW_GIT_COMMIT] = commit
     name = episode_name(result.policy, result.seed)
-    run_id: str = client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+    # A signal waits until the episode's run is logged and ended: cut in the middle of MLflow's
+    # writes, it left the run RUNNING (its id never returned) or a transaction half-done.
+    with deferred():
+        return _log_episode(
+            client, experiment_id, name, tags, result, episode_dir, evaluation_id, version, commit
+        )
+
+
+def _log_episode(
+    client: MlflowClient,
+    experiment_id: str,
+    name: str,
+    tags: Mapping[str, str],
+    result: EpisodeResult,
+    episode_dir: Path,
+    evaluation_id: str,
+    version: str,
+    commit: str | None,
+) -> str:
+    run_id: str = client.create_run(experiment_id, run_name=name, tags=dict(tags)).info.run_id
     status = "FAILED"
     try:
         now_ms = int(time.time() * 1000)
