@@ -19,6 +19,7 @@ from dlsched.envs.errors import BackendError, ProfileError, ScenarioError
 from dlsched.envs.replay.contention import (
     NO_CONTENTION,
     ContentionModel,
+    efficiency,
     load_contention,
     oversubscription,
     runnable_threads,
@@ -39,6 +40,7 @@ from dlsched.runs.fidelity.contention import (
     ThreadingMeasurement,
     fit_contention,
     fit_exponent,
+    fit_workload_contention,
     recorded_measurement,
 )
 
@@ -67,6 +69,15 @@ def test_two_stock_jobs_at_equal_limits_keep_all_their_threads_runnable():
     # Each burns its 1-core quota over the whole period when both run: no idle throttled time.
     busy = np.array([1.94, 1.94])
     assert runnable_threads(busy, np.array([1.0, 1.0]), 2.0) == pytest.approx(3.88)
+
+
+@pytest.mark.parametrize("jobs", [3, 6, 7, 12])
+def test_quotas_that_sum_to_the_cores_keep_every_busy_thread_runnable(jobs):
+    # jobs x (2 / jobs) cores rounds to just below 2 for 3, 6 and 7 jobs: every N up to the
+    # breakpoint is a fixed point, and the largest is all busy threads (it used to be 2: R = 1).
+    busy = np.full(jobs, 1.966)
+    quotas = np.full(jobs, 1 / jobs) * 2.0
+    assert runnable_threads(busy, quotas, 2.0) == pytest.approx(busy.sum())
 
 
 def test_throttled_jobs_count_only_their_duty_cycle():
@@ -229,6 +240,45 @@ def test_the_fit_recovers_an_exponent_from_synthetic_measurements():
         ContentionMeasurement("mlp-digits", 2.0, "test host", "2026-11-25", 15, 5, (measured,))
     )
     assert model.exponents == {"tuned": 0.0, "stock": 0.8}
+
+
+def _free_cells(counts, efficiency_of):
+    """Free-competition cells of stock copies on 2 cores whose efficiency is given by R."""
+    cells = []
+    for count in counts:
+        limits = (1.0,) * count
+        ratio = oversubscription(
+            np.array(limits), np.full(count, 2.0), np.ones(count, dtype=bool), 2.0
+        )
+        used = 2.0 / count
+        rate = 10 * used * efficiency_of(ratio)
+        cells.append(_cell("free", limits, (used,) * count, (rate,) * count))
+    return tuple(cells)
+
+
+def test_a_workload_fit_recovers_a_floor_and_an_exponent():
+    solo = tuple(JobSample(limit, 2 * limit, 20 * limit) for limit in (0.25, 0.5, 1.0))
+    levelling = _free_cells((2, 3, 4, 6), lambda r: 0.2 + 0.8 * r**-2.4)
+    fitted = fit_workload_contention(ThreadingMeasurement("stock", solo, levelling), 2.0)
+    assert fitted.floor == pytest.approx(0.2, abs=0.0025)
+    assert fitted.exponent == pytest.approx(2.4, abs=0.05)
+    assert all(r.measured == pytest.approx(r.modelled, rel=0.01) for r in fitted.residuals)
+    # A plain power law is fitted as one: no floor.
+    power = _free_cells((2, 3, 4, 6), lambda r: r**-0.8)
+    fitted = fit_workload_contention(ThreadingMeasurement("stock", solo, power), 2.0)
+    assert fitted.floor == 0.0 and fitted.exponent == pytest.approx(0.8, abs=0.005)
+
+
+def test_the_floor_bounds_the_efficiency_and_zero_floor_is_the_power_law():
+    ratios = np.array([1.0, 1.5, 3.0, 10.0, 100.0])
+    for ratio in ratios:
+        plain = efficiency(float(ratio), np.array([1.3]), np.array([0.0]))
+        # Bit for bit what the model computed before floors: profiles without one are unchanged.
+        assert plain[0] == (float(ratio) ** -np.array([1.3]))[0]
+        floored = efficiency(float(ratio), np.array([1.3]), np.array([0.2]))
+        assert 0.2 <= floored[0] <= 1.0 and floored[0] >= plain[0]
+    along = [efficiency(float(r), np.array([2.0]), np.array([0.2]))[0] for r in ratios]
+    assert along == sorted(along, reverse=True)  # monotone in oversubscription
 
 
 # --------------------------------------------------------------------------- in the replay model

@@ -350,16 +350,19 @@ def test_calibrate_writes_a_profile_the_replay_backend_can_load(
 
 
 @pytest.mark.docker
-def test_calibrate_fits_a_workload_contention_exponent_into_its_profile(
+def test_calibrate_fits_a_workload_contention_curve_into_its_profile(
     workload_image, containers_left_behind, tmp_path
 ):
     shipped = Path(load_profile.__code__.co_filename).parent / "profiles" / "measured"
     shutil.copy(shipped / "mlp-digits.json", tmp_path / "mlp-digits.json")
     args = ["calibrate", "--workload", "mlp-digits", "--only", "contention", "--duration", "3"]
-    options = ["--wait-quiet", "0", "--retries", "0", "--force", "--output-dir", str(tmp_path)]
-    assert cli.main([*args, *options]) == 0
+    # 2 and 3 copies (a training's default adds 4 and 6) keep the test short.
+    options = ["--job-counts", "2,3", "--wait-quiet", "0", "--retries", "0", "--force"]
+    assert cli.main([*args, *options, "--output-dir", str(tmp_path)]) == 0
     profile = load_profile(tmp_path / "mlp-digits.json")
-    assert profile.contention_exponent is not None and 0 <= profile.contention_exponent < 5
+    assert profile.contention_exponent is not None and 0 <= profile.contention_exponent <= 12
+    assert profile.contention_floor is not None and 0 <= profile.contention_floor < 1
+    assert "--job-counts 2,3" in profile.provenance.derivation
     # Six cells, 2 and 3 copies under free, equal and favoured limits, each with its residual.
     cells = r"tuned [23] jobs (free|equal|favoured): R"
     residuals = re.findall(cells, profile.provenance.derivation)

@@ -31,7 +31,7 @@ import numpy as np
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Placement
 from dlsched.envs.errors import ActionError, BackendError, ScenarioError, UnknownNameError
-from dlsched.envs.replay.contention import oversubscription
+from dlsched.envs.replay.contention import efficiency, oversubscription
 from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set, load_set_contention
 from dlsched.envs.replay.sharing import water_fill
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
@@ -176,6 +176,9 @@ class ReplayBackend(Backend):
         )
         self._exponent = np.array(
             [self._contention_exponent(self._profiles[p]) for p in profile_of], dtype=float
+        )
+        self._floor = np.array(
+            [self._profiles[p].contention_floor or 0.0 for p in profile_of], dtype=float
         )
         self._boot_demand = np.array(
             [_boot_demand(self._profiles[p], self._cores.max()) for p in profile_of]
@@ -444,7 +447,7 @@ class ReplayBackend(Backend):
         stock = self._stock[members] & ~booting[members]
         ratio = oversubscription(self._limit[members], demand[members], stock, cores)
         if ratio > 1.0:
-            self._rate[members] *= ratio ** -self._exponent[members]
+            self._rate[members] *= efficiency(ratio, self._exponent[members], self._floor[members])
 
     def _contention_exponent(self, profile: WorkloadProfile) -> float:
         """A workload's exponent: its profile's own, else its set's for its threading."""

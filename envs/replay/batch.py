@@ -6,11 +6,11 @@ in one call. It is the state behind :class:`dlsched.envs.replay.vector.ReplayVec
 
 The single :class:`~dlsched.envs.replay.backend.ReplayBackend` is the reference: this module
 applies the same formulas in the same order (water-filling per worker, the largest fixed point of
-the runnable threads, ``R ** -a``, start-up on the CPU it gets, exact integration between events)
-and draws every job's noise from a stream seeded the same way, so an episode here and the same
-episode there agree to the last bits where the arithmetic is the same, and to 1e-9 where only the
-order of a sum differs (``tests/test_replay_vector.py`` holds them to it). What the reference does
-per job in Python is done here for all rows and jobs at once:
+the runnable threads, ``f + (1 - f) R ** -a``, start-up on the CPU it gets, exact integration
+between events) and draws every job's noise from a stream seeded the same way, so an episode
+here and the same episode there agree to the last bits where the arithmetic is the same, and to
+1e-9 where only the order of a sum differs (``tests/test_replay_vector.py`` holds them to it).
+What the reference does per job in Python is done here for all rows and jobs at once:
 
 - shares: every worker of every episode is water-filled at once over a ``(episodes, workers,
   slots)`` array, empty slots counting as jobs capped at 0 (which changes no level);
@@ -44,6 +44,7 @@ from dlsched.envs.replay.backend import (
     _lognormal,
     _total_iterations,
 )
+from dlsched.envs.replay.contention import FIXED_POINT_TOLERANCE
 from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set, load_set_contention
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 
@@ -120,6 +121,7 @@ class ReplayBatch:
             "demand": np.array([p.demand_cores for p in self.profiles] + [0.0]),
             "stock": np.array([p.threading == "stock" for p in self.profiles] + [False]),
             "exponent": np.array([*exponents, 0.0]),
+            "floor": np.array([p.contention_floor or 0.0 for p in self.profiles] + [0.0]),
             "boot": np.array([_boot_demand(p, max_cores) for p in self.profiles] + [0.0]),
         }
         shape = (episodes, self.jobs)
@@ -131,6 +133,7 @@ class ReplayBatch:
         self.demand = np.zeros(shape)
         self.stock = np.zeros(shape, dtype=bool)
         self.exponent = np.zeros(shape)
+        self.floor = np.zeros(shape)
         self.boot_demand = np.zeros(shape)
         self.phase = np.full(shape, _UNPLACED, dtype=np.int8)
         self.worker = np.zeros(shape, dtype=np.int64)
@@ -190,6 +193,7 @@ class ReplayBatch:
         self.demand[row] = self._by_profile["demand"][profile_of]
         self.stock[row] = self._by_profile["stock"][profile_of]
         self.exponent[row] = self._by_profile["exponent"][profile_of]
+        self.floor[row] = self._by_profile["floor"][profile_of]
         self.boot_demand[row] = self._by_profile["boot"][profile_of]
         self.phase[row] = _UNPLACED
         self.worker[row] = 0
@@ -372,7 +376,7 @@ class ReplayBatch:
     def _contend(
         self, using: np.ndarray, booting: np.ndarray, demand: np.ndarray, cores: np.ndarray
     ) -> None:
-        """Slow every oversubscribed worker's jobs by ``R ** -a`` (``ReplayBackend._contend``).
+        """Slow every oversubscribed worker's jobs by their efficiency (``ReplayBackend._contend``).
 
         Per worker the runnable threads ``N`` are the largest fixed point of the piecewise-linear
         function of :func:`~dlsched.envs.replay.contention.runnable_threads`; here every segment
@@ -416,8 +420,9 @@ class ReplayBatch:
             lower = np.concatenate((breaks_s, zero), axis=1)
             lower = np.where(positions >= count[:, None], -math.inf, lower)
             fixed = saturated / (1.0 - bound_quota / capacity)
-            saturates = bound_quota >= capacity
-            holds = (saturates | (fixed >= lower)) & (positions <= count[:, None])
+            slack = 1.0 - FIXED_POINT_TOLERANCE
+            saturates = bound_quota >= capacity * slack
+            holds = (saturates | (fixed >= lower * slack)) & (positions <= count[:, None])
             first = np.argmax(holds, axis=1)
             pick = np.arange(len(first))
             runnable = np.where(
@@ -429,7 +434,8 @@ class ReplayBatch:
         ratio[over] = np.maximum(1.0, runnable / capacity[:, 0])
         job_ratio = np.take_along_axis(ratio, self.worker, axis=1)
         slowed = using & (job_ratio > 1.0)
-        self.rate[slowed] *= job_ratio[slowed] ** -self.exponent[slowed]
+        floor = self.floor[slowed]
+        self.rate[slowed] *= floor + (1.0 - floor) * job_ratio[slowed] ** -self.exponent[slowed]
 
     def _next_event(self, end: np.ndarray, moving: np.ndarray) -> np.ndarray:
         """Per row, the earliest time before its end at which the shares change."""

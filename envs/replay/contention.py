@@ -22,11 +22,14 @@ The model has one number per threading, fitted from those measurements:
   point of ``N = sum_i min(u_i, q_i N / C)`` (an uncapped job counts ``u_i``), solved exactly
   over the segments of that piecewise-linear, concave function by :func:`runnable_threads`.
 - **Efficiency.** With oversubscription ``R = max(1, N / C)``, each job progresses at its
-  profile's throughput at the cores it gets times ``R ** -a``, where ``a`` is its workload's
-  exponent (a profile's ``contention_exponent``), or else its threading's in the profile set's
-  :class:`ContentionModel`. The CPU it uses does not change: spinning threads burn
-  the CPU they are given. Where ``N <= C`` the factor is exactly 1 and results are those of
-  water-filling alone, bit for bit.
+  profile's throughput at the cores it gets times ``f + (1 - f) R ** -a`` (:func:`efficiency`),
+  where ``a`` is its workload's exponent (a profile's ``contention_exponent``, or else its
+  threading's in the profile set's :class:`ContentionModel`) and ``f`` its floor (a profile's
+  ``contention_floor``, else 0). The floor is what a crowded stock job keeps: measured on a
+  2-core host, stock training jobs keep about 0.2 of their solo progress from 4 to 6 copies,
+  where a power law fitted to 2 and 3 copies alone gives a third of that. The CPU a job uses
+  does not change: spinning threads burn the CPU they are given. Where ``N <= C`` the factor
+  is exactly 1 and results are those of water-filling alone, bit for bit.
 
 A profile set holds its model in ``contention.json`` beside the profiles (format on
 :func:`load_contention`); a set without one has no contention term.
@@ -52,6 +55,12 @@ CONTENTION_FORMAT = 1
 CONTENTION_FILE = "contention.json"
 
 
+#: Relative slack of the fixed point's comparisons. Quotas that sum to the cores (6 jobs at 1/6
+#: of a worker) make every N below the breakpoints a fixed point; without the slack, rounding
+#: (6 x 2/6 = 1.9999999999999998 cores) made the largest one the cores themselves: no contention.
+FIXED_POINT_TOLERANCE = 1e-9
+
+
 def thread_counts(limits: np.ndarray, cores: float, stock: np.ndarray) -> np.ndarray:
     """Threads each job keeps at its limit on a worker of ``cores`` cores.
 
@@ -65,6 +74,20 @@ def thread_counts(limits: np.ndarray, cores: float, stock: np.ndarray) -> np.nda
     # small slack keeps 0.5 x 2 cores at one thread despite rounding.
     following = np.clip(np.ceil(limits * cores - 1e-9), 1.0, whole)
     return np.where(stock | (limits >= 1.0), whole, following)
+
+
+def efficiency(ratio: float, exponents: np.ndarray, floors: np.ndarray) -> np.ndarray:
+    """Progress per CPU-second of jobs at oversubscription ``ratio``, relative to alone.
+
+    Args:
+        ratio: the worker's oversubscription ``R >= 1``.
+        exponents: per job, its exponent ``a``.
+        floors: per job, its floor ``f`` in ``[0, 1)``.
+
+    Returns:
+        ``f + (1 - f) R ** -a`` per job; exactly ``R ** -a`` where ``f`` is 0.
+    """
+    return floors + (1.0 - floors) * ratio**-exponents
 
 
 def runnable_threads(busy: np.ndarray, quotas: np.ndarray, cores: float) -> float:
@@ -82,6 +105,7 @@ def runnable_threads(busy: np.ndarray, quotas: np.ndarray, cores: float) -> floa
     total = float(busy.sum())
     if total <= cores:
         return total
+    slack = 1.0 - FIXED_POINT_TOLERANCE
     # A job saturates (counts all its busy threads) above its breakpoint cores * u / q and is
     # quota-bound below it; an uncapped job always saturates.
     breaks = np.where(np.isfinite(quotas), cores * busy / np.where(quotas > 0, quotas, 1.0), 0.0)
@@ -92,11 +116,11 @@ def runnable_threads(busy: np.ndarray, quotas: np.ndarray, cores: float) -> floa
     for position in range(len(order) + 1):
         # Below the last breakpoint every job is quota-bound: that segment reaches down to 0.
         lower = float(breaks[order[position]]) if position < len(order) else -math.inf
-        if bound_quota >= cores:
+        if bound_quota >= cores * slack:
             # F(N) >= N all through this segment, so the fixed point is its upper end.
             return max(upper, cores)
         fixed = saturated / (1.0 - bound_quota / cores)
-        if fixed >= lower:
+        if fixed >= lower * slack:
             return max(min(fixed, upper), cores)
         job = order[position]
         saturated -= float(busy[job])

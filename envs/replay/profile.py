@@ -175,6 +175,10 @@ class WorkloadProfile:
             (``contention.json``). Workloads differ: a service whose threads spend a batch in
             long convolutions barely loses, a small model's training step meets a barrier every
             few milliseconds and loses most.
+        contention_floor: the share of its solo progress this workload keeps however crowded
+            the worker: its efficiency is ``f + (1 - f) R ** -a`` (:mod:`.contention`). Stock
+            jobs level off there (their threads still meet at barriers now and then);
+            ``None`` is 0, the plain power law.
         startup_cpu_s: CPU-seconds the job uses during its start-up (the interpreter, torch and
             its data loading), measured alone. The start-up then competes for CPU: it keeps
             ``startup_cpu_s / startup_s`` cores busy and ends once they are delivered, so a busy
@@ -195,6 +199,7 @@ class WorkloadProfile:
     threading: Threading = "tuned"
     measured_on: MeasuringHost | None = None
     contention_exponent: float | None = None
+    contention_floor: float | None = None
     startup_cpu_s: float | None = None
 
     @overload
@@ -370,6 +375,7 @@ _TOP_FIELDS = {
     "threading",
     "measured_on",
     "contention_exponent",
+    "contention_floor",
     "startup_cpu_s",
 }
 _PROVENANCE_FIELDS = ("source", "method", "host", "date", "derivation")
@@ -480,6 +486,11 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
         contention_exponent = reader.number(
             data, "contention_exponent", lambda v: v >= 0, "an exponent >= 0"
         )
+    contention_floor = None
+    if "contention_floor" in data:
+        contention_floor = reader.number(
+            data, "contention_floor", lambda v: 0 <= v < 1, "a share in [0, 1)"
+        )
     startup_cpu_s = None
     if "startup_cpu_s" in data:
         startup_cpu_s = reader.number(data, "startup_cpu_s", lambda v: v >= 0, "CPU-seconds >= 0")
@@ -488,7 +499,7 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
             "startup_cpu_s", startup_cpu_s, "0 when startup_s is 0 (no start-up, no CPU for it)"
         )
     if version == 1:
-        for field in ("contention_exponent", "startup_cpu_s"):
+        for field in ("contention_exponent", "contention_floor", "startup_cpu_s"):
             if field in data:
                 reader.problem(field, data[field], "no such field in format 1 (write format 2)")
 
@@ -561,6 +572,7 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
         threading=threading,
         measured_on=measured_on,
         contention_exponent=contention_exponent,
+        contention_floor=contention_floor,
         startup_cpu_s=startup_cpu_s,
     )
 

@@ -41,7 +41,8 @@ Measure the replay model's numbers on the local Docker engine, on a quiet host.
 Profiles (the default): each workload runs alone in one container per CPU limit (by default
 0.1, 0.25, 0.5, 0.75 of the host and uncapped); its throughput against the cores it got, its
 uncapped demand, noise and (training) loss curve, its start-up (time and CPU, from the engine's
-create call) and its own contention exponent (2 and 3 copies together) become
+create call) and its own contention curve (2 to 6 copies of a training together, 2 and 3 of a
+service) become
 <output-dir>/<workload>.json. --only measures some of these parts again in existing profiles.
 
 Contention (--contention): copies of one training workload run together, 2 to 4 of them, under
@@ -100,8 +101,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--job-counts",
         type=_count_list,
-        default=DEFAULT_JOB_COUNTS,
-        help="with --contention: how many jobs run together (default: 2,3,4)",
+        default=None,
+        help="how many copies run together: for each workload's own contention curve "
+        "(default: 2,3,4,6 for trainings, 2,3 for services), or with --contention "
+        "(default: 2,3,4)",
     )
     parser.add_argument(
         "--duration",
@@ -258,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
         threading="stock" if threadings[0] == "stock" else "tuned",
         force=args.force,
         parts=args.only,
+        job_counts=args.job_counts,
     )
     written = calibrate(args.workload, settings, args.output_dir)
     print(
@@ -279,7 +283,7 @@ def _run_contention(args: argparse.Namespace, started: float) -> int:
     settings = ContentionSettings(
         workload=workloads[0],
         threadings=args.threading or THREADINGS,
-        job_counts=args.job_counts,
+        job_counts=args.job_counts or DEFAULT_JOB_COUNTS,
         window_s=args.duration or 15.0,
         settle_s=args.settle,
         wait_quiet_s=args.wait_quiet,

@@ -119,6 +119,9 @@ class CalibrationSettings:
         force: write profiles measured on a busy host (the load is in their provenance).
         parts: what is measured (:data:`PARTS`); with fewer than all, the profiles must exist
             in the output folder and only those fields are measured again.
+        job_counts: how many copies of a workload run together to fit its own contention curve
+            (``None``: :data:`~dlsched.runs.fidelity.contention.WORKLOAD_JOB_COUNTS` of its
+            kind: up to 6 trainings, whose curve levels off beyond 3, and 2 and 3 services).
     """
 
     limits: tuple[float, ...] = DEFAULT_LIMITS
@@ -129,6 +132,7 @@ class CalibrationSettings:
     threading: Threading = "tuned"
     force: bool = False
     parts: tuple[str, ...] = PARTS
+    job_counts: tuple[int, ...] | None = None
 
     @property
     def all_limits(self) -> tuple[float, ...]:
@@ -144,6 +148,11 @@ class CalibrationSettings:
             f"--quiet-cores {self.quiet_cores:g} --retries {self.retries} "
             f"--threading {self.threading}"
             + ("" if set(self.parts) == set(PARTS) else f" --only {','.join(self.parts)}")
+            + (
+                ""
+                if self.job_counts is None
+                else f" --job-counts {','.join(str(n) for n in self.job_counts)}"
+            )
         )
 
 
@@ -153,8 +162,8 @@ def calibrate(
     """Measure every workload of ``workloads`` and write its profile into ``output_dir``.
 
     For each workload, in order: its throughput at every limit alone (with its demand, noise
-    and loss curve), its start-up (:func:`measure_startup`), then its own contention exponent
-    against that throughput (:func:`~dlsched.runs.fidelity.contention.measure_workload_exponent`).
+    and loss curve), its start-up (:func:`measure_startup`), then its own contention curve
+    against that throughput (:func:`~dlsched.runs.fidelity.contention.measure_workload_contention`).
     The profile is written after each part, so an interrupted calibration keeps what it measured.
 
     Args:
@@ -173,7 +182,7 @@ def calibrate(
             or was measured with another threading.
         BackendError: a run failed or made too little progress.
     """
-    from dlsched.runs.fidelity.contention import measure_workload_exponent
+    from dlsched.runs.fidelity.contention import WORKLOAD_JOB_COUNTS, measure_workload_contention
 
     client = connect(timeout_s=600)
     if not image_present(client):
@@ -203,20 +212,25 @@ def calibrate(
         path.write_text(json.dumps(profile, indent=2) + "\n")
         if "contention" in settings.parts:
             wait_until_quiet(client, settings.wait_quiet_s, settings.quiet_cores, settings.force)
-            exponent, residuals = measure_workload_exponent(
+            counts = settings.job_counts or WORKLOAD_JOB_COUNTS[spec.kind]
+            fitted = measure_workload_contention(
                 load_profile(path),
                 float(host.cores),
                 window_s=min(_EXPONENT_WINDOW_S[spec.kind], settings.duration_s),
+                job_counts=counts,
             )
             _set_derivation(
                 profile,
                 "contention_exponent",
-                f"contention_exponent: {exponent:.4f}, fitted to {len(residuals)} cells of 2 and "
-                "3 copies under free, equal and favoured limits against the throughput above "
-                "(least squares of log efficiency); "
-                + "; ".join(residual.describe() for residual in residuals),
+                f"contention_exponent: {fitted.exponent:.4f} and contention_floor: "
+                f"{fitted.floor:.4f}, fitted to {len(fitted.residuals)} cells of "
+                f"{', '.join(str(n) for n in counts)} copies under free, equal and favoured "
+                "limits against the throughput above (least squares of log efficiency against "
+                "log(f + (1 - f) R ** -a)); "
+                + "; ".join(residual.describe() for residual in fitted.residuals),
             )
-            profile["contention_exponent"] = round(exponent, 4)
+            profile["contention_exponent"] = round(fitted.exponent, 4)
+            profile["contention_floor"] = round(fitted.floor, 4)
             path.write_text(json.dumps(profile, indent=2) + "\n")
         print(f"wrote {path}", file=sys.stderr)
         written.append(path)

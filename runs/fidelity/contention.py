@@ -90,8 +90,13 @@ DEFAULT_WORKLOAD = "mlp-digits"
 TRAINING_WORKLOADS: tuple[str, ...] = tuple(
     sorted(name for name, spec in WORKLOADS.items() if spec.kind == "training")
 )
-#: The cells that fit one workload's own exponent (``dlsched calibrate``).
-WORKLOAD_JOB_COUNTS: tuple[int, ...] = (2, 3)
+#: The copies that fit one workload's own contention curve (``dlsched calibrate``), by kind: a
+#: stock training's efficiency levels off beyond 3 copies on 2 cores, which 2 and 3 cannot show;
+#: a service barely contends, and its cells take a window of several batches each.
+WORKLOAD_JOB_COUNTS: Mapping[str, tuple[int, ...]] = {
+    "training": (2, 3, 4, 6),
+    "inference": (2, 3),
+}
 WORKLOAD_ALLOCATIONS: tuple[str, ...] = ("free", "equal", "favoured")
 #: More iterations than any measurement runs, so that no job finishes during it.
 _ENDLESS_ITERATIONS = 10_000_000
@@ -320,22 +325,20 @@ def measure_grid(
     return ThreadingMeasurement(threading, tuple(solo), tuple(grid))
 
 
-def measure_workload_exponent(
+def measure_workload_contention(
     profile: WorkloadProfile,
     cores: float,
     window_s: float,
+    job_counts: Sequence[int],
     settle_s: float = 5.0,
     endpoint: str | None = None,
     say: Callable[[str], None] | None = None,
-) -> tuple[float, list[CellResidual]]:
-    """Fit one workload's own contention exponent against its profile's solo curve.
+) -> WorkloadContention:
+    """Fit one workload's own contention curve against its profile's solo curve.
 
-    Copies of the workload run together (:data:`WORKLOAD_JOB_COUNTS` under
-    :data:`WORKLOAD_ALLOCATIONS`) with the profile's threading; the solo curve is the
-    profile's, measured alone by the same calibration.
-
-    Returns:
-        The exponent and every cell's residual.
+    ``job_counts`` copies of the workload run together under :data:`WORKLOAD_ALLOCATIONS` with
+    the profile's threading; the solo curve is the profile's, measured alone by the same
+    calibration. The fit is :func:`fit_workload_contention`.
     """
     solo = tuple(
         JobSample(limit=min(1.0, c / cores), cores=c, rate=r)
@@ -345,7 +348,7 @@ def measure_workload_exponent(
         profile.workload,
         profile.threading,
         cores,
-        job_counts=WORKLOAD_JOB_COUNTS,
+        job_counts=job_counts,
         allocations=WORKLOAD_ALLOCATIONS,
         solo_limits=(),
         window_s=window_s,
@@ -354,7 +357,7 @@ def measure_workload_exponent(
         say=say,
     )
     measured = ThreadingMeasurement(profile.threading, solo, grid.grid)
-    return fit_exponent(measured, cores, demand=profile.demand_cores)
+    return fit_workload_contention(measured, cores, demand=profile.demand_cores)
 
 
 def check_grid_arguments(
@@ -473,7 +476,7 @@ class CellResidual:
         allocation: its allocation.
         oversubscription: the model's ``R``.
         measured: the measured efficiency.
-        modelled: ``R ** -a``.
+        modelled: the model's efficiency, ``R ** -a`` or ``f + (1 - f) R ** -a``.
     """
 
     threading: str
@@ -525,6 +528,83 @@ def fit_exponent(
         for cell, ratio, efficiency in points
     ]
     return exponent, residuals
+
+
+@dataclass(frozen=True)
+class WorkloadContention:
+    """One workload's own contention curve, ``f + (1 - f) R ** -a``, and how well it fits.
+
+    Attributes:
+        exponent: ``a``.
+        floor: ``f``, the share of its solo progress the workload keeps however crowded.
+        residuals: every measured cell against the curve.
+    """
+
+    exponent: float
+    floor: float
+    residuals: tuple[CellResidual, ...]
+
+
+#: The floors and exponents :func:`fit_workload_contention` searches (its grid's resolution).
+_FLOOR_STEP = 0.0025
+_EXPONENTS = np.arange(0.0, 12.0 + 1e-9, 0.005)
+
+
+def fit_floor_and_exponent(cells: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """The floor ``f`` and exponent ``a`` that fit ``(R, efficiency)`` cells best.
+
+    Minimises ``sum over cells with R > 1 of (log e - log(f + (1 - f) R ** -a))^2`` on a grid of
+    floors (steps of 0.0025, below the least efficiency measured) and exponents (steps of 0.005
+    up to 12). Cells that cannot see a floor (few copies only) fit a floor of 0.
+
+    Args:
+        cells: each cell's oversubscription ``R`` and measured efficiency.
+
+    Returns:
+        ``(floor, exponent)``; ``(0, 0)`` without a cell of ``R > 1``.
+    """
+    usable = [(ratio, eff) for ratio, eff in cells if ratio > 1 and eff > 0]
+    if not usable:
+        return 0.0, 0.0
+    ratios = np.array([ratio for ratio, _ in usable])
+    logs = np.log([eff for _, eff in usable])
+    decays = ratios[None, :] ** -_EXPONENTS[:, None]  # exponents x cells
+    best = (math.inf, 0.0, 0.0)
+    for floor in np.arange(0.0, min(1.0, float(np.exp(logs.min()))) - 1e-9, _FLOOR_STEP):
+        errors = ((logs - np.log(floor + (1.0 - floor) * decays)) ** 2).sum(axis=1)
+        at = int(np.argmin(errors))
+        if errors[at] < best[0] - 1e-12:
+            best = (float(errors[at]), float(floor), float(_EXPONENTS[at]))
+    return best[1], best[2]
+
+
+def fit_workload_contention(
+    measured: ThreadingMeasurement, cores: float, demand: float | None = None
+) -> WorkloadContention:
+    """A workload's own contention curve fitted to its cells (:func:`fit_floor_and_exponent`).
+
+    Args:
+        measured: the solo curve and the grid.
+        cores: the host's cores.
+        demand: the workload's uncapped demand (default: the solo curve's largest usage).
+    """
+    points = [
+        (cell, measured.oversubscription(cell, cores, demand), measured.efficiency(cell))
+        for cell in measured.grid
+    ]
+    floor, exponent = fit_floor_and_exponent([(ratio, eff) for _, ratio, eff in points])
+    residuals = tuple(
+        CellResidual(
+            measured.threading,
+            len(cell.samples),
+            cell.allocation,
+            ratio,
+            efficiency,
+            floor + (1.0 - floor) * ratio**-exponent,
+        )
+        for cell, ratio, efficiency in points
+    )
+    return WorkloadContention(exponent=exponent, floor=floor, residuals=residuals)
 
 
 def fit_contention(measurement: ContentionMeasurement) -> ContentionModel:
