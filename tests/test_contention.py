@@ -27,6 +27,7 @@ from dlsched.envs.replay.contention import (
 )
 from dlsched.envs.replay.profile import PROFILES_DIR, load_profile_set, load_set_contention
 from dlsched.envs.scenarios.model import (
+    ArrivalKind,
     ArrivalPattern,
     JobGroup,
     JobKind,
@@ -290,7 +291,8 @@ def _set_with(tmp_path: Path, source: str, contention: dict | None) -> str:
     shutil.copytree(PROFILES_DIR / source, directory)
     for path in directory.glob("*.json"):
         profile = json.loads(path.read_text())
-        if profile.pop("contention_exponent", None) is not None:  # a workload's own term
+        own_terms = ("contention_exponent", "contention_floor", "efficiency_beside_startup")
+        if [profile.pop(term) for term in own_terms if term in profile]:  # a workload's own
             path.write_text(json.dumps(profile))
     target = directory / "contention.json"
     target.unlink(missing_ok=True)
@@ -358,6 +360,32 @@ def test_a_lone_job_never_contends(tmp_path):
     with_term = _episode(_training(_set_with(tmp_path, "measured-stock", CONTENTION), 1), 1.0)
     without = _episode(_training(_set_with(tmp_path, "measured-stock", None), 1), 1.0)
     assert with_term == without
+
+
+def test_a_running_job_keeps_at_most_its_efficiency_beside_a_start_up(tmp_path):
+    # A stock job alone, then a second one arriving at 10 s: while the second starts, the
+    # first keeps its efficiency beside a start-up; before, nothing differs.
+    def staggered(beside: float | None) -> Scenario:
+        directory = Path(_set_with(tmp_path / str(beside), "measured-stock", CONTENTION))
+        path = directory / "mlp-digits.json"
+        profile = json.loads(path.read_text())
+        if beside is not None:
+            profile["efficiency_beside_startup"] = beside
+        path.write_text(json.dumps(profile))
+        scenario = _training(str(directory), jobs=2)
+        group = dataclasses.replace(
+            scenario.groups[0], arrival=ArrivalPattern(kind=ArrivalKind.FIXED, every_s=10.0)
+        )
+        return dataclasses.replace(scenario, groups=(group,), interval_s=1.0, horizon_s=30.0)
+
+    (tmp_path / "None").mkdir()
+    (tmp_path / "0.05").mkdir()
+    plain = _episode(staggered(None), 1.0)
+    beside = _episode(staggered(0.05), 1.0)
+    assert plain[:10] == beside[:10]  # alone until the second arrives
+    beside_gain = np.diff([iterations[0] for _, iterations in beside])
+    plain_gain = np.diff([iterations[0] for _, iterations in plain])
+    assert beside_gain[10] < plain_gain[10]  # the second one's start-up, after 10 s
 
 
 def test_a_scenario_of_stock_workloads_refuses_tuned_profiles():

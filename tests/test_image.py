@@ -362,7 +362,10 @@ def test_calibrate_fits_a_workload_contention_curve_into_its_profile(
     profile = load_profile(tmp_path / "mlp-digits.json")
     assert profile.contention_exponent is not None and 0 <= profile.contention_exponent <= 12
     assert profile.contention_floor is not None and 0 <= profile.contention_floor < 1
-    assert "--job-counts 2,3" in profile.provenance.derivation
+    assert "fitted to 6 cells of 2, 3 copies" in profile.provenance.derivation
+    # The first copy ran alone, uncapped, while the second started beside it.
+    assert profile.efficiency_beside_startup is not None
+    assert 0 < profile.efficiency_beside_startup <= 1
     # Six cells, 2 and 3 copies under free, equal and favoured limits, each with its residual.
     cells = r"tuned [23] jobs (free|equal|favoured): R"
     residuals = re.findall(cells, profile.provenance.derivation)

@@ -180,6 +180,9 @@ class ReplayBackend(Backend):
         self._floor = np.array(
             [self._profiles[p].contention_floor or 0.0 for p in profile_of], dtype=float
         )
+        self._beside_startup = np.array(
+            [self._profiles[p].efficiency_beside_startup or 1.0 for p in profile_of], dtype=float
+        )
         self._boot_demand = np.array(
             [_boot_demand(self._profiles[p], self._cores.max()) for p in profile_of]
         )
@@ -442,12 +445,16 @@ class ReplayBackend(Backend):
         """Slow the running jobs ``members`` of one worker by their contention efficiency.
 
         A booting job's start-up is single-threaded: it counts its busy cores among the
-        worker's runnable threads, and its own start-up is not slowed.
+        worker's runnable threads, its own start-up is not slowed, and the running jobs keep at
+        most their efficiency beside a start-up.
         """
         stock = self._stock[members] & ~booting[members]
         ratio = oversubscription(self._limit[members], demand[members], stock, cores)
         if ratio > 1.0:
-            self._rate[members] *= efficiency(ratio, self._exponent[members], self._floor[members])
+            kept = efficiency(ratio, self._exponent[members], self._floor[members])
+            if booting[members].any():
+                kept = np.minimum(kept, self._beside_startup[members])
+            self._rate[members] *= kept
 
     def _contention_exponent(self, profile: WorkloadProfile) -> float:
         """A workload's exponent: its profile's own, else its set's for its threading."""

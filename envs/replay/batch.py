@@ -122,6 +122,7 @@ class ReplayBatch:
             "stock": np.array([p.threading == "stock" for p in self.profiles] + [False]),
             "exponent": np.array([*exponents, 0.0]),
             "floor": np.array([p.contention_floor or 0.0 for p in self.profiles] + [0.0]),
+            "beside": np.array([p.efficiency_beside_startup or 1.0 for p in self.profiles] + [1.0]),
             "boot": np.array([_boot_demand(p, max_cores) for p in self.profiles] + [0.0]),
         }
         shape = (episodes, self.jobs)
@@ -134,6 +135,7 @@ class ReplayBatch:
         self.stock = np.zeros(shape, dtype=bool)
         self.exponent = np.zeros(shape)
         self.floor = np.zeros(shape)
+        self.beside_startup = np.ones(shape)
         self.boot_demand = np.zeros(shape)
         self.phase = np.full(shape, _UNPLACED, dtype=np.int8)
         self.worker = np.zeros(shape, dtype=np.int64)
@@ -194,6 +196,7 @@ class ReplayBatch:
         self.stock[row] = self._by_profile["stock"][profile_of]
         self.exponent[row] = self._by_profile["exponent"][profile_of]
         self.floor[row] = self._by_profile["floor"][profile_of]
+        self.beside_startup[row] = self._by_profile["beside"][profile_of]
         self.boot_demand[row] = self._by_profile["boot"][profile_of]
         self.phase[row] = _UNPLACED
         self.worker[row] = 0
@@ -435,7 +438,11 @@ class ReplayBatch:
         job_ratio = np.take_along_axis(ratio, self.worker, axis=1)
         slowed = using & (job_ratio > 1.0)
         floor = self.floor[slowed]
-        self.rate[slowed] *= floor + (1.0 - floor) * job_ratio[slowed] ** -self.exponent[slowed]
+        kept = floor + (1.0 - floor) * job_ratio[slowed] ** -self.exponent[slowed]
+        starting = self._dense(booting.astype(float), using, 0.0).sum(axis=2) > 0
+        beside = np.take_along_axis(starting, self.worker, axis=1)[slowed]
+        kept = np.where(beside, np.minimum(kept, self.beside_startup[slowed]), kept)
+        self.rate[slowed] *= kept
 
     def _next_event(self, end: np.ndarray, moving: np.ndarray) -> np.ndarray:
         """Per row, the earliest time before its end at which the shares change."""

@@ -30,6 +30,12 @@ The model has one number per threading, fitted from those measurements:
   where a power law fitted to 2 and 3 copies alone gives a third of that. The CPU a job uses
   does not change: spinning threads burn the CPU they are given. Where ``N <= C`` the factor
   is exactly 1 and results are those of water-filling alone, bit for bit.
+- **Beside a start-up.** While a job starts on an oversubscribed worker, each running job keeps
+  at most its profile's ``efficiency_beside_startup``. A start-up is one runnable thread
+  (measured), so ``R`` stays near 1.4 beside an uncapped stock job, where the curve keeps
+  two thirds; the host keeps a quarter (its import of torch is no ordinary thread: memory
+  maps and page faults by the gigabyte). Measured by ``dlsched calibrate`` as the first copy's
+  progress while the next ones start.
 
 A profile set holds its model in ``contention.json`` beside the profiles (format on
 :func:`load_contention`); a set without one has no contention term.

@@ -179,6 +179,11 @@ class WorkloadProfile:
             the worker: its efficiency is ``f + (1 - f) R ** -a`` (:mod:`.contention`). Stock
             jobs level off there (their threads still meet at barriers now and then);
             ``None`` is 0, the plain power law.
+        efficiency_beside_startup: the share of its solo progress this workload keeps at the
+            cores it gets while another job starts on its worker and the worker's threads do
+            not fit its cores. Measured: an uncapped stock training keeps about a quarter beside
+            one single-threaded start-up, far less than the start-up's one runnable thread
+            explains (:mod:`.contention`). ``None``: no effect beyond the contention curve.
         startup_cpu_s: CPU-seconds the job uses during its start-up (the interpreter, torch and
             its data loading), measured alone. The start-up then competes for CPU: it keeps
             ``startup_cpu_s / startup_s`` cores busy and ends once they are delivered, so a busy
@@ -200,6 +205,7 @@ class WorkloadProfile:
     measured_on: MeasuringHost | None = None
     contention_exponent: float | None = None
     contention_floor: float | None = None
+    efficiency_beside_startup: float | None = None
     startup_cpu_s: float | None = None
 
     @overload
@@ -376,6 +382,7 @@ _TOP_FIELDS = {
     "measured_on",
     "contention_exponent",
     "contention_floor",
+    "efficiency_beside_startup",
     "startup_cpu_s",
 }
 _PROVENANCE_FIELDS = ("source", "method", "host", "date", "derivation")
@@ -491,6 +498,11 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
         contention_floor = reader.number(
             data, "contention_floor", lambda v: 0 <= v < 1, "a share in [0, 1)"
         )
+    beside_startup = None
+    if "efficiency_beside_startup" in data:
+        beside_startup = reader.number(
+            data, "efficiency_beside_startup", lambda v: 0 < v <= 1, "a share in (0, 1]"
+        )
     startup_cpu_s = None
     if "startup_cpu_s" in data:
         startup_cpu_s = reader.number(data, "startup_cpu_s", lambda v: v >= 0, "CPU-seconds >= 0")
@@ -499,7 +511,12 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
             "startup_cpu_s", startup_cpu_s, "0 when startup_s is 0 (no start-up, no CPU for it)"
         )
     if version == 1:
-        for field in ("contention_exponent", "contention_floor", "startup_cpu_s"):
+        for field in (
+            "contention_exponent",
+            "contention_floor",
+            "efficiency_beside_startup",
+            "startup_cpu_s",
+        ):
             if field in data:
                 reader.problem(field, data[field], "no such field in format 1 (write format 2)")
 
@@ -573,6 +590,7 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
         measured_on=measured_on,
         contention_exponent=contention_exponent,
         contention_floor=contention_floor,
+        efficiency_beside_startup=beside_startup,
         startup_cpu_s=startup_cpu_s,
     )
 

@@ -231,6 +231,15 @@ def calibrate(
             )
             profile["contention_exponent"] = round(fitted.exponent, 4)
             profile["contention_floor"] = round(fitted.floor, 4)
+            if fitted.beside_startup is not None:
+                profile["efficiency_beside_startup"] = round(min(1.0, fitted.beside_startup), 3)
+                _set_derivation(
+                    profile,
+                    "efficiency_beside_startup",
+                    f"efficiency_beside_startup: {fitted.beside_startup:.3f}, one copy's "
+                    "iterations per second (uncapped) while the next copies started beside it, "
+                    "over the throughput above at the cores it used",
+                )
             path.write_text(json.dumps(profile, indent=2) + "\n")
         print(f"wrote {path}", file=sys.stderr)
         written.append(path)

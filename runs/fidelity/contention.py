@@ -159,11 +159,14 @@ class ThreadingMeasurement:
         threading: ``"tuned"`` or ``"stock"``.
         solo: one job alone at each solo limit, in increasing order of limit.
         grid: every job count under every allocation.
+        beside_startup: the first job, uncapped, while the next copies start beside it (from
+            their placement to their first unit); empty where not measured (services).
     """
 
     threading: Threading
     solo: tuple[JobSample, ...]
     grid: tuple[GridCell, ...]
+    beside_startup: tuple[JobSample, ...] = ()
 
     @property
     def demand(self) -> float:
@@ -181,6 +184,13 @@ class ThreadingMeasurement:
         """The cell's summed rate over the solo curve's at the cores each job used."""
         alone = sum(self.solo_rate(sample.cores) for sample in cell.samples)
         return sum(sample.rate for sample in cell.samples) / alone if alone > 0 else math.nan
+
+    def efficiency_beside_startup(self) -> float | None:
+        """The running job's rate while others start, over the solo curve's at its cores."""
+        alone = sum(self.solo_rate(sample.cores) for sample in self.beside_startup)
+        if not self.beside_startup or alone <= 0:
+            return None
+        return sum(sample.rate for sample in self.beside_startup) / alone
 
     def oversubscription(self, cell: GridCell, cores: float, demand: float | None = None) -> float:
         """The replay model's ``R`` of the cell (:func:`dlsched.envs.replay.contention`)."""
@@ -288,11 +298,12 @@ def measure_grid(
     specs = scenario.realise(np.random.default_rng(0))
     ids = [spec.job_id for spec in specs]
     backend = DockerBackend(image=image, workload_threading=threading)
+    beside_startup: tuple[JobSample, ...] = ()
     try:
         backend.reset(scenario, specs, np.random.default_rng(0))
-        placed = 1 if solo_limits else min(job_counts)
-        backend.apply({}, [Placement(job_id, 0, slot) for slot, job_id in enumerate(ids[:placed])])
-        _wait_for_first_units(backend, ids[:placed])
+        backend.apply({}, [Placement(ids[0], 0, 0)])
+        _wait_for_first_units(backend, ids[:1])
+        placed = 1
         solo = []
         for limit in sorted(solo_limits):
             report(f"solo at limit {limit:g}")
@@ -309,7 +320,10 @@ def measure_grid(
                         if slot >= placed
                     ],
                 )
-                _wait_for_first_units(backend, members)
+                running = _wait_for_first_units(backend, members, running=ids[0])
+                if placed == 1 and not inference:
+                    report(f"{count - 1} starting beside 1 running")
+                    beside_startup = running
                 placed = count
             for allocation in allocations:
                 limits = allocation_limits(allocation, count)
@@ -322,7 +336,7 @@ def measure_grid(
                 grid.append(GridCell(allocation, tuple(samples), other))
     finally:
         backend.close()
-    return ThreadingMeasurement(threading, tuple(solo), tuple(grid))
+    return ThreadingMeasurement(threading, tuple(solo), tuple(grid), beside_startup)
 
 
 def measure_workload_contention(
@@ -356,7 +370,7 @@ def measure_workload_contention(
         endpoint=endpoint,
         say=say,
     )
-    measured = ThreadingMeasurement(profile.threading, solo, grid.grid)
+    measured = ThreadingMeasurement(profile.threading, solo, grid.grid, grid.beside_startup)
     return fit_workload_contention(measured, cores, demand=profile.demand_cores)
 
 
@@ -431,22 +445,51 @@ def _window(
     return samples, max(0.0, (host_after - host_before - used) / elapsed)
 
 
-def _wait_for_first_units(backend: DockerBackend, job_ids: Sequence[str]) -> None:
-    """Advance until every job of ``job_ids`` has reported an iteration or a batch."""
+def _wait_for_first_units(
+    backend: DockerBackend, job_ids: Sequence[str], running: str | None = None
+) -> tuple[JobSample, ...]:
+    """Advance until every job of ``job_ids`` has reported an iteration or a batch.
+
+    Args:
+        backend: the measurement's backend.
+        job_ids: the jobs waited for.
+        running: a job of ``job_ids`` already running, measured meanwhile.
+
+    Returns:
+        ``running``'s rate and cores over the whole seconds in which every other job of
+        ``job_ids`` was still starting (no unit yet): one sample, or none if no such second.
+    """
     started = time.monotonic()
+    starting = [job_id for job_id in job_ids if job_id != running]
+    previous = backend.advance(0.0) if running is not None else None
+    first = previous
     while True:
         telemetry = backend.advance(1.0)
         _check_running(telemetry, job_ids)
-        if all(
-            telemetry.job(job_id).iterations > 0 or telemetry.job(job_id).batches > 0
-            for job_id in job_ids
-        ):
-            return
+        if running is not None and all(_units(telemetry, job_id) == 0 for job_id in starting):
+            previous = telemetry
+        if all(_units(telemetry, job_id) > 0 for job_id in job_ids):
+            if first is None or previous is None or previous.time_s <= first.time_s:
+                return ()
+            elapsed = previous.time_s - first.time_s
+            before, after = first.job(running or ""), previous.job(running or "")
+            return (
+                JobSample(
+                    limit=1.0,
+                    cores=(after.cpu_seconds - before.cpu_seconds) / elapsed,
+                    rate=(after.iterations - before.iterations) / elapsed,
+                ),
+            )
         if time.monotonic() - started > _START_TIMEOUT_S:
             raise BackendError(
                 f"the measurement's jobs {list(job_ids)} reported no unit of work within "
                 f"{_START_TIMEOUT_S:g} s; is the host overloaded?"
             )
+
+
+def _units(telemetry: Telemetry, job_id: str) -> int:
+    job = telemetry.job(job_id)
+    return job.iterations + job.batches
 
 
 def _check_running(telemetry: Telemetry, job_ids: Sequence[str]) -> None:
@@ -538,11 +581,14 @@ class WorkloadContention:
         exponent: ``a``.
         floor: ``f``, the share of its solo progress the workload keeps however crowded.
         residuals: every measured cell against the curve.
+        beside_startup: the share it keeps, uncapped, while a copy starts beside it (``None``:
+            not measured).
     """
 
     exponent: float
     floor: float
     residuals: tuple[CellResidual, ...]
+    beside_startup: float | None = None
 
 
 #: The floors and exponents :func:`fit_workload_contention` searches (its grid's resolution).
@@ -604,7 +650,12 @@ def fit_workload_contention(
         )
         for cell, ratio, efficiency in points
     )
-    return WorkloadContention(exponent=exponent, floor=floor, residuals=residuals)
+    return WorkloadContention(
+        exponent=exponent,
+        floor=floor,
+        residuals=residuals,
+        beside_startup=measured.efficiency_beside_startup(),
+    )
 
 
 def fit_contention(measurement: ContentionMeasurement) -> ContentionModel:
@@ -663,6 +714,9 @@ def measurement_from_data(data: Any, where: str) -> ContentionMeasurement:
                         other_cores=cell.get("other_cores"),
                     )
                     for cell in item["grid"]
+                ),
+                beside_startup=tuple(
+                    JobSample(**sample) for sample in item.get("beside_startup", ())
                 ),
             )
             for item in data["threadings"]
