@@ -14,6 +14,7 @@ from dlsched.baselines import make
 from dlsched.envs.errors import BackendError
 from dlsched.envs.replay.profile import PROFILES_DIR
 from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main as cli_main
 from dlsched.runs.fidelity.validation import (
     REPLAY,
@@ -104,6 +105,21 @@ def test_ranking_agreement_says_when_the_order_is_reversed():
     assert tau == pytest.approx(1.0) and same is True
     tau, same = ranking_agreement(policies([(1, 3), (2, 2), (3, 1)]), higher_is_better=False)
     assert tau == pytest.approx(-1.0) and same is False
+
+
+def test_the_report_says_when_a_backend_ties_every_policy():
+    from dlsched.runs.fidelity.validation import PolicyComparison, ValidationReport
+
+    values = [("default", 0.889, 0.833), ("equal", 0.889, 0.819), ("dqoes", 0.889, 0.903)]
+    policies = tuple(PolicyComparison(name, "m", r, h, False) for name, r, h in values)
+    tau, same = ranking_agreement(policies, higher_is_better=True)
+    assert tau is None and same is not None  # Kendall's tau is undefined on a tie
+    summary = ErrorSummary.of([_job(1.0, 1.0)])
+    report = ValidationReport("s", JobKind.INFERENCE, (0,), (), policies, summary, None, tau, same)
+    assert (
+        "ranking: undefined: replay ties every policy at 0.889; host dqoes > default > equal"
+        in render_report(report)
+    )
 
 
 def test_a_side_refuses_a_profile_set_for_docker():

@@ -641,6 +641,15 @@ def render_report(report: ValidationReport) -> str:
             f"ranking: Kendall tau {report.kendall_tau:+.2f}, {verdict}: replay "
             f"{' > '.join(replay_order)}; host {' > '.join(host_order)}"
         )
+    elif report.same_ranking is not None:
+        # Kendall's tau is undefined when a backend gives every policy the same value.
+        sides = [
+            f"{side} ties every policy at {getattr(report.policies[0], side):.3g}"
+            if len({getattr(p, side) for p in report.policies}) == 1
+            else f"{side} {' > '.join(_order(report, side))}"
+            for side in ("replay", "host")
+        ]
+        lines.append(f"ranking: undefined: {'; '.join(sides)}")
     lines.extend(f"warning: {warning}" for warning in report.warnings)
     return "\n".join(lines)
 
