@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from dlsched.runs.fidelity.contention import (
     ThreadingMeasurement,
     fit_contention,
     fit_exponent,
+    fit_floor_and_exponent,
     fit_workload_contention,
     recorded_measurement,
 )
@@ -268,6 +270,23 @@ def test_a_workload_fit_recovers_a_floor_and_an_exponent():
     power = _free_cells((2, 3, 4, 6), lambda r: r**-0.8)
     fitted = fit_workload_contention(ThreadingMeasurement("stock", solo, power), 2.0)
     assert fitted.floor == 0.0 and fitted.exponent == pytest.approx(0.8, abs=0.005)
+
+
+def test_shipped_floors_and_exponents_are_reproduced_from_their_recorded_cells():
+    # Each measured profile's provenance lists its cells (R and the measured efficiency, as
+    # rounded there); fitting them again gives the profile's numbers to the grid's resolution.
+    fitted = 0
+    for profile in load_profile_set("measured-stock").values():
+        if profile.contention_floor is None:
+            continue
+        cells = re.findall(
+            r"jobs \w+: R ([\d.]+), efficiency measured ([\d.]+)", profile.provenance.derivation
+        )
+        floor, exponent = fit_floor_and_exponent([(float(r), float(e)) for r, e in cells])
+        assert floor == pytest.approx(profile.contention_floor, abs=0.0051)
+        assert exponent == pytest.approx(profile.contention_exponent, abs=0.011)
+        fitted += 1
+    assert fitted == 4  # the four stock trainings
 
 
 def test_the_floor_bounds_the_efficiency_and_zero_floor_is_the_power_law():
