@@ -16,6 +16,7 @@ import argparse
 
 from dlsched.envs.docker.cleanup import cleanup
 from dlsched.envs.docker.engine import connect, endpoint_url
+from dlsched.runs.commands.arguments import positive_int
 from dlsched.runs.parser import ListOption
 
 
@@ -83,7 +84,7 @@ def _register_engines(actions: argparse._SubParsersAction[argparse.ArgumentParse
         description="Start local engines 1..N (those not running already) and put the "
         "workload image on each; print each engine's endpoint, CPUs and what it took.",
     )
-    start.add_argument("--count", type=_count, default=2, help="how many engines (default 2)")
+    start.add_argument("--count", type=positive_int, default=2, help="how many engines (default 2)")
     start.add_argument(
         "--no-image", action="store_true", help="do not put the workload image on them"
     )
@@ -96,22 +97,12 @@ def _register_engines(actions: argparse._SubParsersAction[argparse.ArgumentParse
         "image in them) are kept for the next up unless --purge.",
     )
     stop.add_argument(
-        "--count", type=_count, help="stop engines 1..N (default: every one that runs)"
+        "--count", type=positive_int, help="stop engines 1..N (default: every one that runs)"
     )
     stop.add_argument(
         "--purge", action="store_true", help="also remove their data roots (images, containers)"
     )
     stop.set_defaults(handler=run_engines_down)
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count of engines; expected 1, 2, ...")
-    return value
 
 
 def run_engines_up(args: argparse.Namespace) -> int:
