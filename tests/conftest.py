@@ -3,7 +3,8 @@
 - mlflow: ``mlflow_store``, ``mlflow_server_factory``.
 - docker: ``docker_engine`` (a client of the reachable engine; skips the test without one,
   fails it when DLSCHED_REQUIRE_DOCKER=1) and ``workload_image`` (the workload image, built
-  offline once per session or reused; its tag). Mark tests that use them ``@pytest.mark.docker``.
+  offline once per session or reused; its tag), ``local_engines`` (two more engines on this
+  machine, for cluster episodes). Mark tests that use them ``@pytest.mark.docker``.
 """
 
 # --- mlflow ---
@@ -159,6 +160,40 @@ def workload_image(docker_engine):
     from dlsched.envs.docker.image import build_image
 
     return build_image(docker_engine, offline=True).tag
+
+
+@pytest.fixture(scope="session")
+def local_engines(docker_engine, workload_image):
+    """Two extra local engines standing for two hosts: their ``EngineStart`` records.
+
+    Started once per session (``dlsched docker engines up``, the workload image copied from
+    ``docker_engine``); the ones this fixture started are stopped at its end, engines that ran
+    already are left running. Skipped where engines cannot be started (not root, no dockerd),
+    failed instead when DLSCHED_REQUIRE_DOCKER=1. A test that stops one starts it again.
+    """
+    import os
+    import shutil
+
+    from dlsched.envs.docker import local_engines as engines
+    from dlsched.envs.errors import BackendError
+
+    why_not = None
+    if os.geteuid() != 0:
+        why_not = "starting Docker engines needs root"
+    elif shutil.which("dockerd") is None:
+        why_not = "no dockerd on PATH"
+    if why_not is not None:
+        if _docker_required():
+            pytest.fail(f"DLSCHED_REQUIRE_DOCKER=1 but {why_not}")
+        pytest.skip(why_not)
+    try:
+        started = engines.up(2, report=print)
+    except BackendError as error:
+        pytest.fail(f"could not start 2 local engines: {error}")
+    yield started
+    for start in started:
+        if not start.reused:
+            engines.stop(start.engine)
 
 
 # --- reliability ---

@@ -23,8 +23,11 @@ Every job runs in its own container of the workload image
   (a thread pool refuses work at interpreter exit), and a signal that arrives during that
   removal waits for its end. What a killed process leaves behind, ``dlsched docker cleanup``
   removes;
-- raises :class:`~dlsched.envs.errors.EngineLostError`, naming the engine and
-  ``dlsched docker cleanup``, when an engine stops answering mid-episode.
+- reports the jobs of an engine that stops answering mid-episode as ``FAILED`` (an incident of
+  the episode) while the other engines' workers go on, as a cluster goes on without a lost host;
+  when no engine of the episode answers any more, it raises
+  :class:`~dlsched.envs.errors.EngineLostError`, naming the engine and ``dlsched docker
+  cleanup``.
 
 Workers map to engines through ``scenario.workers[i].endpoint``: ``None`` is the engine
 docker-py finds from the environment (``DOCKER_HOST``, else the local socket); any other value is
@@ -440,6 +443,9 @@ class DockerBackend(Backend):
         self._cleanup: weakref.finalize[Any, Any] | None = None
         self._owner = ProcessOwner.current()
         self._incidents: list[str] = []
+        #: Engines of this episode that stopped answering: endpoint -> the error's type name.
+        self._lost: dict[str | None, str] = {}
+        self._lost_lock = threading.Lock()
         self._clock_start = 0.0
         self._epoch_start = 0.0
         self._time_s = 0.0
@@ -477,6 +483,11 @@ class DockerBackend(Backend):
         self._end_episode()
         self._threading = _episode_threading(self._workload_threading, scenario)
         self._incidents = []
+        for endpoint in self._lost:  # reconnect: a lost engine may be back, or says it is not
+            lost_client = self._clients.pop(endpoint, None)
+            if lost_client is not None:
+                lost_client.close()
+        self._lost = {}
         unknown = sorted({job.workload for job in jobs} - set(WORKLOADS))
         if unknown:
             raise ScenarioError(
@@ -570,7 +581,8 @@ class DockerBackend(Backend):
 
     def incidents(self) -> tuple[str, ...]:
         """What happened this episode that makes its figures doubtful: here, containers that
-        vanished (removed by someone else) while their job ran."""
+        vanished (removed by someone else) while their job ran, and engines that stopped
+        answering."""
         return tuple(self._incidents)
 
     def close(self) -> None:
@@ -614,22 +626,54 @@ class DockerBackend(Backend):
 
     @contextlib.contextmanager
     def _engine_calls(self) -> Iterator[None]:
-        """Engine calls within which a lost connection is an :class:`EngineLostError`."""
+        """Engine calls after which an episode whose every engine is lost is an
+        :class:`EngineLostError` (one lost engine of several only fails its jobs)."""
         try:
             yield
         except requests.exceptions.ConnectionError as error:
-            engines = ", ".join(
-                dict.fromkeys(endpoint_url(engine.endpoint) for engine in self._engines)
-            )
+            # a call outside any one engine's _answering: count every engine as lost
+            for engine in self._engines:
+                self._lose(engine.endpoint, error)
+        endpoints = {engine.endpoint for engine in self._engines}
+        if self._lost and endpoints <= set(self._lost):
+            engines = ", ".join(endpoint_url(endpoint) for endpoint in dict.fromkeys(endpoints))
             if self._cleanup is not None:
                 # removing the containers would only fail again, and say so at length
                 self._cleanup.detach()
             raise EngineLostError(
                 f"the Docker engine at {engines} stopped answering mid-episode "
-                f"({type(error).__name__}); episode {self._episode} is lost, and its containers "
-                "may still run there: when the engine is back, remove them with "
-                "`dlsched docker cleanup`"
+                f"({', '.join(sorted(set(self._lost.values())))}); episode {self._episode} is "
+                "lost, and its containers may still run there: when the engine is back, remove "
+                "them with `dlsched docker cleanup`"
             ) from None
+
+    @contextlib.contextmanager
+    def _answering(self, endpoint: str | None) -> Iterator[None]:
+        """Calls to the engine at ``endpoint``; a lost connection marks it lost, not raised."""
+        try:
+            yield
+        except requests.exceptions.ConnectionError as error:
+            self._lose(endpoint, error)
+
+    def _lose(self, endpoint: str | None, error: BaseException) -> None:
+        """Count the engine at ``endpoint`` lost for the rest of the episode (once)."""
+        with self._lost_lock:
+            if endpoint in self._lost:
+                return
+            self._lost[endpoint] = type(error).__name__
+        workers = [i for i, engine in enumerate(self._engines) if engine.endpoint == endpoint]
+        message = (
+            f"the Docker engine at {endpoint_url(endpoint)} stopped answering at "
+            f"{self._now():.0f} s ({type(error).__name__}): the jobs of worker"
+            f"{'s' if len(workers) != 1 else ''} {', '.join(map(str, workers))} failed, and its "
+            "containers may still run there (`dlsched docker cleanup --endpoint "
+            f"{endpoint_url(endpoint)}` when it is back)"
+        )
+        self._incidents.append(message)
+        _log.warning("%s", message)
+
+    def _worker_lost(self, worker: int) -> bool:
+        return self._engines[worker].endpoint in self._lost
 
     def _end_episode(self) -> None:
         for job in self._jobs.values():
@@ -797,9 +841,16 @@ class DockerBackend(Backend):
 
     def _place(self, placement: Placement, limit: float | None) -> None:
         spec = self._specs[placement.job_id]
-        run, (read_back, quota) = self._start(
-            spec, placement.worker, 1.0 if limit is None else limit, 0, 0
-        )
+        asked = 1.0 if limit is None else limit
+        if not self._worker_lost(placement.worker):
+            with self._answering(self._engines[placement.worker].endpoint):
+                run, (read_back, quota) = self._start(spec, placement.worker, asked, 0, 0)
+        if self._worker_lost(placement.worker):
+            # placed on a host that is gone: the job fails there, as it would in a cluster
+            self._jobs[spec.job_id] = _Job(
+                spec, placement.worker, placement.slot, asked, -1, state=JobState.FAILED
+            )
+            return
         job = _Job(
             spec=spec,
             worker=placement.worker,
@@ -814,21 +865,30 @@ class DockerBackend(Backend):
         job = self._jobs[placement.job_id]
         if job.state is not JobState.RUNNING:
             return  # it finished or died since the decision; nothing is left to move
+        if self._worker_lost(placement.worker) or self._worker_lost(job.worker):
+            return  # a lost engine's jobs fail at the next measurement; none moves to one
         old = job.run
-        client = self._engines[old.worker].client
-        self._read_cpu(old)
-        # SIGTERM: the workload stops at the end of its current unit, so the count it last
-        # reported is exactly the work done; SIGKILL after stop_timeout_s if it does not.
-        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-            client.api.stop(old.container_id, timeout=math.ceil(self._stop_timeout_s))
-        old.output.wait_ended(self._output_grace_s)
-        progress = old.output.progress()
-        training = job.spec.kind is JobKind.TRAINING
-        resume = progress.iterations if training else progress.batches
-        checkpoint = self._checkpoint_of(job) if training else None
-        run, (job.limit, job.quota_us) = self._start(
-            job.spec, placement.worker, job.limit, resume, len(job.runs), checkpoint
-        )
+        source = self._engines[old.worker]
+        with self._answering(source.endpoint):
+            self._read_cpu(old)
+            # SIGTERM: the workload stops at the end of its current unit, so the count it last
+            # reported is exactly the work done; SIGKILL after stop_timeout_s if it does not.
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                source.client.api.stop(old.container_id, timeout=math.ceil(self._stop_timeout_s))
+            old.output.wait_ended(self._output_grace_s)
+            progress = old.output.progress()
+            training = job.spec.kind is JobKind.TRAINING
+            resume = progress.iterations if training else progress.batches
+            checkpoint = self._checkpoint_of(job) if training else None
+        if self._worker_lost(old.worker):
+            return
+        with self._answering(self._engines[placement.worker].endpoint):
+            run, (job.limit, job.quota_us) = self._start(
+                job.spec, placement.worker, job.limit, resume, len(job.runs), checkpoint
+            )
+        if self._worker_lost(placement.worker):
+            job.state = JobState.FAILED  # stopped on its engine, and its new one is gone
+            return
         job.runs.append(run)
         job.worker = placement.worker
         job.slot = placement.slot
@@ -856,11 +916,15 @@ class DockerBackend(Backend):
         job = self._jobs[job_id]
         client = self._engines[job.worker].client
         quota = self._quota_us(job.worker, limit)
+        endpoint = self._engines[job.worker].endpoint
         try:
             client.api.update_container(
                 job.run.container_id, cpu_period=self._cpu_period_us, cpu_quota=quota
             )
             inspected = client.api.inspect_container(job.run.container_id)
+        except requests.exceptions.ConnectionError as error:
+            self._lose(endpoint, error)  # its jobs fail at the next measurement
+            return
         except docker.errors.NotFound:
             return  # it is gone: the next measurement reports it failed
         except docker.errors.APIError as error:
@@ -896,20 +960,30 @@ class DockerBackend(Backend):
             if seconds is not None:
                 run.record(seconds, self._now(), self._min_usage_window_s)
             return
-        reading = self._stats_reading(run)
-        if reading is not None:
-            run.record(*reading, self._min_usage_window_s)
+        with self._answering(self._engines[run.worker].endpoint):
+            reading = self._stats_reading(run)
+            if reading is not None:
+                run.record(*reading, self._min_usage_window_s)
 
     def _engine_states(self) -> dict[str, str]:
-        """The state of every container of the episode, by id (one call per engine)."""
+        """The state of every container of the episode, by id (one call per engine that
+        answers; one that does not is lost)."""
         states: dict[str, str] = {}
-        for client in {id(engine.client): engine.client for engine in self._engines}.values():
-            for summary in managed_containers(client, self._episode):
-                states[summary["Id"]] = summary["State"]
+        engines = {engine.endpoint: engine.client for engine in self._engines}
+        for endpoint, client in engines.items():
+            if endpoint in self._lost:
+                continue
+            with self._answering(endpoint):
+                for summary in managed_containers(client, self._episode):
+                    states[summary["Id"]] = summary["State"]
         return states
 
     def _measure(self) -> Telemetry:
         states = self._engine_states()
+        for job in self._jobs.values():
+            if job.state is JobState.RUNNING and self._worker_lost(job.worker):
+                job.state = JobState.FAILED  # its host is gone (an incident says so)
+                job.run.output.close()
         running = [job for job in self._jobs.values() if job.state is JobState.RUNNING]
         live = [job.run for job in running if states.get(job.run.container_id) in _LIVE_STATES]
         # Files first (microseconds each); the engine's statistics in parallel.
@@ -919,7 +993,10 @@ class DockerBackend(Backend):
         self._map(self._read_cpu, [run for run in live if run.cpu_file is None])
         now = self._now()
         for job in running:
-            if states.get(job.run.container_id) not in _LIVE_STATES:
+            if self._worker_lost(job.worker):  # lost while its CPU was read
+                job.state = JobState.FAILED
+                job.run.output.close()
+            elif states.get(job.run.container_id) not in _LIVE_STATES:
                 self._finish(job, now)
         jobs = []
         for job in sorted(self._jobs.values(), key=lambda j: (j.spec.arrival_s, j.spec.job_id)):
@@ -939,6 +1016,11 @@ class DockerBackend(Backend):
             exit_code = int(client.api.inspect_container(run.container_id)["State"]["ExitCode"])
         except docker.errors.NotFound:
             exit_code = None
+        except requests.exceptions.ConnectionError as error:
+            self._lose(self._engines[run.worker].endpoint, error)
+            job.state = JobState.FAILED
+            run.output.close()
+            return
         run.output.wait_ended(self._output_grace_s)
         progress = run.output.progress()
         finished = (
