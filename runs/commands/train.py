@@ -26,6 +26,7 @@ from dlsched.runs.training.harness import (
     NETWORKS,
     HyperValue,
     TrainingConfig,
+    TrainingResult,
     register_model,
     train,
 )
@@ -304,15 +305,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"best validation score {best.score:.4f} at {best.timesteps} timesteps")
         for key, value in sorted(best.metrics.items()):
             print(f"  {key} = {value:.4f}")
+    return _print_outcome(result, target, config.scenarios[0], latest_weights=True)
+
+
+def _print_outcome(
+    result: TrainingResult, target: TrackingTarget | None, scenario: str, latest_weights: bool
+) -> int:
+    """Print where a training's files, run and model are; re-raise its interruption."""
     print(f"local files: {result.folder.resolve()}")
     if result.run_id is not None and target is not None:
         print(f"MLflow run {result.run_id} (experiment {result.experiment_id}) in {target.uri}")
     print(f"model: {result.model_uri}")
-    print(f"latest weights: {result.final_model_uri}")
+    if latest_weights:
+        print(f"latest weights: {result.final_model_uri}")
     if result.registered_uri is not None:
         print(f"registered: {result.registered_uri}")
     print(
-        f"evaluate it: dlsched evaluate --scenario {config.scenarios[0]} "
+        f"evaluate it: dlsched evaluate --scenario {scenario} "
         f"--policy default,{result.model_uri} --seed 100 --episodes 10"
     )
     if result.interruption is not None:
@@ -392,19 +401,7 @@ def _run_rllib(args: argparse.Namespace) -> int:
         else "done"
     )
     print(f"training {result.training_id}: {result.timesteps} timesteps on RLlib, {ending}")
-    print(f"local files: {result.folder.resolve()}")
-    if result.run_id is not None and target is not None:
-        print(f"MLflow run {result.run_id} (experiment {result.experiment_id}) in {target.uri}")
-    print(f"model: {result.model_uri}")
-    if result.registered_uri is not None:
-        print(f"registered: {result.registered_uri}")
-    print(
-        f"evaluate it: dlsched evaluate --scenario {config.scenario} "
-        f"--policy default,{result.model_uri} --seed 100 --episodes 10"
-    )
-    if result.interruption is not None:
-        raise result.interruption
-    return 0
+    return _print_outcome(result, target, config.scenario, latest_weights=False)
 
 
 def parse_widths(text: str) -> tuple[int, ...]:

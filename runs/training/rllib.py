@@ -231,7 +231,9 @@ def train_rllib(
         )
     interruption: KeyboardInterrupt | None = None
     try:
-        with ray_session(config.address, config.num_cpus):
+        with ray_session(config.address, config.num_cpus) as gcs_address:
+            if tracking is not None:
+                _set_tag(tracking, "ray.gcs_address", gcs_address)
             algo = _build_algorithm(config, env_id, scenario)
             try:
                 steps, interruption = _learn(algo, config, folder, tracking, report)
@@ -271,7 +273,7 @@ def train_rllib(
 
 
 @contextlib.contextmanager
-def ray_session(address: str | None, num_cpus: int) -> Iterator[None]:
+def ray_session(address: str | None, num_cpus: int) -> Iterator[str]:
     """Ray for the duration of a training: joined at ``address``, or started on loopback.
 
     A Ray this process had already initialised is used as it is and left running; one started
@@ -280,11 +282,14 @@ def ray_session(address: str | None, num_cpus: int) -> Iterator[None]:
     Args:
         address: the cluster to join, or ``None`` to start one on 127.0.0.1.
         num_cpus: the CPUs of a started instance.
+
+    Yields:
+        The address of the cluster's control store (GCS), ``HOST:PORT``.
     """
     import ray
 
     if ray.is_initialized():
-        yield
+        yield ray.get_runtime_context().gcs_address
         return
     # Ray reports usage statistics to its authors unless told not to; dlsched does not opt in
     # for its users.
@@ -300,7 +305,7 @@ def ray_session(address: str | None, num_cpus: int) -> Iterator[None]:
             "`ray start --head` and give its address (HOST:6379, or auto on one of its machines)"
         ) from error
     try:
-        yield
+        yield ray.get_runtime_context().gcs_address
     finally:
         ray.shutdown()
 
@@ -570,6 +575,13 @@ def _params(config: RllibConfig, scenario: Scenario) -> dict[str, str]:
         }
     )
     return params
+
+
+def _set_tag(tracking: TrainingTracking, key: str, value: str) -> None:
+    try:
+        tracking.client.set_tag(tracking.run_id, key, value)
+    except STORE_ERRORS as error:
+        print(f"warning: MLflow refused tag {key}: {first_line(error)}", file=sys.stderr)
 
 
 def _finish_run(tracking: TrainingTracking, result: TrainingResult) -> None:
