@@ -26,7 +26,13 @@ from dlsched.policies.learned import CARD_FILE, MODEL_FILE, LearnedPolicy
 from dlsched.runs.cli import main
 from dlsched.runs.policy_specs import resolve_policy
 from dlsched.runs.training.harness import BEST_MODEL_DIR, CONFIG_FILE, PROGRESS_FILE
-from dlsched.runs.training.rllib import CHECKPOINT_DIR, RllibConfig, require_ray, train_rllib
+from dlsched.runs.training.rllib import (
+    CHECKPOINT_DIR,
+    LOOPBACK_SWITCH,
+    RllibConfig,
+    require_ray,
+    train_rllib,
+)
 
 
 def _need_ray() -> None:
@@ -39,9 +45,21 @@ def _need_ray() -> None:
         pytest.skip(str(error))
 
 
-#: A small inference scenario: six 10 s steps per episode, three jobs on one 8-core worker.
-SCENARIO = "dqoes-resnet50-burst-target20"
-#: Two PPO iterations of 128 steps each: 4 episodes side by side.
+#: A small inference scenario: six 10 s steps per episode, four services on one 8-core worker
+#: (written to a file by the ``scenario_file`` fixture: a scenario by path travels with the job).
+SHORT_SCENARIO = """\
+name: rllib-short
+kind: inference
+interval_s: 10
+horizon_s: 60
+slots_per_worker: 4
+workers: {count: 1, cores: 8}
+jobs:
+  - {workload: resnet50, count: 2, arrival: {kind: burst}, targets_s: [20]}
+  - {workload: vgg16, count: 2, arrival: {kind: fixed, every_s: 15}, targets_s: [40]}
+"""
+SCENARIO = str(Path(tempfile.gettempdir()) / f"dlsched-rllib-{uuid.uuid4().hex[:8]}.yaml")
+#: Two PPO iterations of 128 steps each: 4 episodes side by side, several ending in each.
 TRAIN_ARGS = [
     "train", "--engine", "rllib", "--scenario", SCENARIO, "--timesteps", "256",
     "--n-envs", "4", "--net-arch", "16", "--num-cpus", "1",
@@ -60,13 +78,23 @@ def _ray_processes(root: Path) -> list[str]:
     return found
 
 
+@pytest.fixture(scope="module", autouse=True)
+def scenario_file() -> Iterator[Path]:
+    path = Path(SCENARIO)
+    path.write_text(SHORT_SCENARIO, encoding="utf-8")
+    yield path
+    path.unlink()
+
+
 @pytest.fixture(scope="module")
 def ray_root() -> Iterator[Path]:
     """A fresh, short RAY_TMPDIR (Ray's sockets must fit a Unix path); after the module, no
     process of the Ray sessions in it may be left, and it is removed."""
-    _need_ray()
-    root = Path(tempfile.mkdtemp(prefix="dlsched-ray-"))
     with pytest.MonkeyPatch.context() as patch:
+        # as the CLI does before it first imports Ray for a local instance (require_ray)
+        patch.setenv(LOOPBACK_SWITCH, "0")
+        _need_ray()
+        root = Path(tempfile.mkdtemp(prefix="dlsched-ray-"))
         patch.setenv("RAY_TMPDIR", str(root))
         yield root
     import ray
@@ -118,8 +146,11 @@ def test_an_rllib_training_is_tracked_like_an_sb3_one(trained: tuple[str, str, s
     assert steps[0] >= 128 and steps[1] >= 256 and steps[0] < steps[1]
     losses = client.get_metric_history(run_id, "train/value_loss")
     assert len(losses) == 2 and all(np.isfinite(metric.value) for metric in losses)
-    # episodes of six steps ended in both iterations: their return is logged
-    assert len(client.get_metric_history(run_id, "rollout/ep_len_mean")) == 2
+    # episodes of six steps ended in both iterations: their return and length are logged (RLlib
+    # counts an episode cut by the end of an iteration a step longer: 6.2 in the second)
+    lengths = [m.value for m in client.get_metric_history(run_id, "rollout/ep_len_mean")]
+    assert len(lengths) == 2 and all(6 <= length < 7 for length in lengths), lengths
+    assert len(client.get_metric_history(run_id, "rollout/ep_rew_mean")) == 2
     top = {artifact.path for artifact in client.list_artifacts(run_id)}
     assert {BEST_MODEL_DIR, CHECKPOINT_DIR, CONFIG_FILE, PROGRESS_FILE, "scenarios"} <= top
     inner = {
@@ -164,7 +195,7 @@ def test_the_exported_policy_acts_as_rllib_does(trained: tuple[str, str, str, Pa
         checkpoint / "learner_group" / "learner" / "rl_module" / "default_policy"
     )
     policy = resolve_policy(f"runs:/{run_id}/model", tracking_uri=uri)
-    env = gym.make("dlsched/Inference-v0", scenario=load_scenario(SCENARIO))
+    env = gym.make("dlsched/Inference-v0", scenario=load_scenario(SCENARIO), render_mode=None)
     observation, _ = env.reset(seed=7)
     with torch.no_grad():
         out = module.forward_inference({Columns.OBS: torch.as_tensor(observation.reshape(1, -1))})

@@ -381,7 +381,8 @@ def _run_rllib(args: argparse.Namespace) -> int:
         torch_threads=args.torch_threads,
     )
     config.check()
-    require_ray()  # before the store is touched: a missing extra is the first thing to say
+    # before the store is touched: a missing extra is the first thing to say
+    require_ray(local=config.address is None)
     client, target = _tracking(args)
     result = train_rllib(
         config,

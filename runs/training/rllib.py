@@ -85,6 +85,9 @@ INSTALL_HINT = 'pip install "dlsched[ray]" (from a checkout: pip install -e ".[r
 CHECKPOINT_DIR = "rllib-checkpoint"
 #: The largest difference allowed between RLlib's and the exported network's actions.
 EXPORT_TOLERANCE = 1e-5
+#: Ray's switch for clusters of several machines, read when Ray is imported; "0" keeps every
+#: process of a local instance on 127.0.0.1 (named for the platforms where that is the default).
+LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 #: RLlib's module id of a single-agent policy.
 _MODULE_ID = "default_policy"
 
@@ -98,6 +101,12 @@ _METRICS: Mapping[tuple[str, ...], tuple[str, float]] = {
     ("learners", _MODULE_ID, "mean_kl_loss"): ("train/approx_kl", 1.0),
     ("learners", _MODULE_ID, "total_loss"): ("train/loss", 1.0),
 }
+
+#: The columns of ``progress.csv`` after ``time/total_timesteps``; a value RLlib did not report
+#: in an iteration (no episode ended) is left empty.
+PROGRESS_FIELDS: tuple[str, ...] = tuple(
+    sorted(["time/iterations", "time/fps", *(name for name, _ in _METRICS.values())])
+)
 
 
 @dataclass(frozen=True)
@@ -168,12 +177,21 @@ class RllibConfig:
         return data
 
 
-def require_ray() -> None:
+def require_ray(local: bool = False) -> None:
     """Import Ray RLlib, or say how to install it.
+
+    Args:
+        local: the training will start its own Ray; if Ray is imported here for the first time,
+            that instance will stay on the loopback interface. Ray otherwise binds the
+            machine's outward address even for a single machine: it keeps to 127.0.0.1 only
+            under the switch it has for the platforms where that is the default
+            (:data:`LOOPBACK_SWITCH`), which it reads once, on its first import.
 
     Raises:
         MissingExtraError: Ray (with RLlib's dependencies) is not installed.
     """
+    if local and "ray" not in sys.modules:
+        os.environ.setdefault(LOOPBACK_SWITCH, "0")
     try:
         import ray  # noqa: F401
         from ray.rllib.algorithms.ppo import PPOConfig  # noqa: F401
@@ -212,7 +230,7 @@ def train_rllib(
         TrackingError: the store refused to start the run, or to take its artifacts.
     """
     config.check()
-    require_ray()
+    require_ray(local=config.address is None)
     scenario = load_scenario(config.scenario)
     env_id = f"dlsched.envs:{ENV_IDS[scenario.kind]}"
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
@@ -284,7 +302,8 @@ def ray_session(address: str | None, num_cpus: int) -> Iterator[str]:
         num_cpus: the CPUs of a started instance.
 
     Yields:
-        The address of the cluster's control store (GCS), ``HOST:PORT``.
+        The address of the cluster's control store (GCS), ``HOST:PORT``; ``127.0.0.1:PORT``
+        for a local instance when :func:`require_ray` first imported Ray with ``local=True``.
     """
     import ray
 
@@ -364,9 +383,10 @@ def _learn(
 ) -> tuple[int, KeyboardInterrupt | None]:
     """Train until ``config.timesteps``; the steps done and the interruption, if one came."""
     steps = iteration = 0
-    fields: list[str] = []
+    fields = ["time/total_timesteps", *PROGRESS_FIELDS]
     with (folder / PROGRESS_FILE).open("w", newline="", encoding="utf-8") as progress:
         writer = csv.writer(progress)
+        writer.writerow(fields)
         try:
             while steps < config.timesteps:
                 started = time.monotonic()
@@ -376,9 +396,6 @@ def _learn(
                 new_steps = int(sampled) if sampled is not None else steps
                 values = _iteration_metrics(result, iteration, new_steps - steps, started)
                 steps = new_steps
-                if not fields:
-                    fields = ["time/total_timesteps", *sorted(values)]
-                    writer.writerow(fields)
                 row = {"time/total_timesteps": float(steps), **values}
                 writer.writerow([row.get(name, "") for name in fields])
                 progress.flush()
