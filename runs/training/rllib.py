@@ -50,7 +50,13 @@ import numpy as np
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
-from dlsched.envs.errors import MissingExtraError, PolicyError, ScenarioError, TrackingError
+from dlsched.envs.errors import (
+    MissingExtraError,
+    ModelError,
+    PolicyError,
+    ScenarioError,
+    TrackingError,
+)
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.agent_actions import ActionMapping, ActionMode
@@ -77,6 +83,7 @@ from dlsched.runs.training.harness import (
 
 if TYPE_CHECKING:
     from ray.rllib.algorithms import Algorithm
+    from ray.rllib.connectors.connector_v2 import ConnectorV2
     from stable_baselines3 import PPO
 
 #: How to install what this module needs.
@@ -332,7 +339,6 @@ def ray_session(address: str | None, num_cpus: int) -> Iterator[str]:
 def _build_algorithm(config: RllibConfig, env_id: str, scenario: Scenario) -> Algorithm:
     import torch
     from ray.rllib.algorithms.ppo import PPOConfig
-    from ray.rllib.connectors.env_to_module import FlattenObservations
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
     torch.set_num_threads(config.torch_threads)
@@ -347,7 +353,7 @@ def _build_algorithm(config: RllibConfig, env_id: str, scenario: Scenario) -> Al
             num_env_runners=config.env_runners,
             num_envs_per_env_runner=config.num_envs,
             gym_env_vectorize_mode="vector_entry_point",
-            env_to_module_connector=lambda env, spaces, device: FlattenObservations(),
+            env_to_module_connector=_flatten_observations,
         )
         .learners(num_learners=0)
         .rl_module(
@@ -361,8 +367,10 @@ def _build_algorithm(config: RllibConfig, env_id: str, scenario: Scenario) -> Al
         )
         .debugging(seed=config.seed)
     )
+    # RLlib types each keyword apart; a wrong one is its error to report, below
+    hyperparams: dict[str, Any] = dict(config.hyperparams)
     try:
-        ppo = ppo.training(**dict(config.hyperparams))
+        ppo = ppo.training(**hyperparams)
         return ppo.build_algo()
     except (TypeError, ValueError) as error:
         if isinstance(error, ScenarioError | PolicyError):
@@ -372,6 +380,13 @@ def _build_algorithm(config: RllibConfig, env_id: str, scenario: Scenario) -> Al
             f"{first_line(error)}; see the arguments of PPOConfig.training in the RLlib "
             "documentation"
         ) from error
+
+
+def _flatten_observations(env: Any, spaces: Any = None, device: Any = None) -> ConnectorV2:
+    """RLlib's env-to-module connector: each ``(slots, features)`` observation as one vector."""
+    from ray.rllib.connectors.env_to_module import FlattenObservations
+
+    return FlattenObservations()
 
 
 def _learn(
@@ -479,40 +494,46 @@ def export_policy(
     import torch
     from ray.rllib.core.columns import Columns
 
+    assert algo.learner_group is not None  # PPO always has one
     state = algo.learner_group.get_state(components="learner/rl_module")
     weights = state["learner"]["rl_module"][_MODULE_ID]
     model = _sb3_ppo(scenario, config.net_arch)
     policy = model.policy
-    hidden = len(config.net_arch)
-    layers = {
-        "mlp_extractor.policy_net": "encoder.actor_encoder.net.mlp",
-        "mlp_extractor.value_net": "encoder.critic_encoder.net.mlp",
-    }
-    mapped: dict[str, Any] = {}
-    for sb3, rllib in layers.items():
-        for layer in range(hidden):  # Linear, activation, Linear, activation, ...
+    # SB3's name of each tensor, from RLlib's: the hidden layers are Linear, activation, ...
+    names = {"log_std": "pi.log_std"}
+    for sb3, rllib in (("policy_net", "actor_encoder"), ("value_net", "critic_encoder")):
+        for layer in range(len(config.net_arch)):
             for kind in ("weight", "bias"):
-                mapped[f"{sb3}.{2 * layer}.{kind}"] = weights[f"{rllib}.{2 * layer}.{kind}"]
+                key = f"{2 * layer}.{kind}"
+                names[f"mlp_extractor.{sb3}.{key}"] = f"encoder.{rllib}.net.mlp.{key}"
     for kind in ("weight", "bias"):
-        mapped[f"action_net.{kind}"] = weights[f"pi.net.mlp.0.{kind}"]
-        mapped[f"value_net.{kind}"] = weights[f"vf.net.mlp.0.{kind}"]
-    mapped["log_std"] = weights["pi.log_std"]
+        names[f"action_net.{kind}"] = f"pi.net.mlp.0.{kind}"
+        names[f"value_net.{kind}"] = f"vf.net.mlp.0.{kind}"
+    missing = sorted(set(names.values()) - set(weights))
+    if missing:
+        raise ModelError(
+            f"RLlib's PPO network has no {', '.join(missing)} (it has {', '.join(sorted(weights))}"
+            f"); this RLlib's network is not the one dlsched exports. Its checkpoint is in "
+            f"{destination.parent / CHECKPOINT_DIR}"
+        )
     policy.load_state_dict(
-        {name: torch.as_tensor(np.asarray(value)) for name, value in mapped.items()}, strict=True
+        {sb3: torch.as_tensor(np.asarray(weights[rllib])) for sb3, rllib in names.items()},
+        strict=True,
     )
     # Both networks must act alike on the same observations, or the export is wrong.
     space = model.observation_space
     probe = np.stack([space.sample() for _ in range(16)]).astype(np.float32)
     module = algo.get_module(_MODULE_ID)
     assert module is not None
+    slots = int(np.prod(model.action_space.shape or ()))
     with torch.no_grad():
         rllib_out = module.forward_inference({Columns.OBS: torch.as_tensor(probe.reshape(16, -1))})
-        rllib_mean = rllib_out[Columns.ACTION_DIST_INPUTS][:, : model.action_space.shape[0]]
-        sb3_mean = policy.get_distribution(policy.obs_to_tensor(probe)[0]).distribution.mean
+        rllib_mean = rllib_out[Columns.ACTION_DIST_INPUTS][:, :slots]
+        distribution = policy.get_distribution(policy.obs_to_tensor(probe)[0]).distribution
+        assert isinstance(distribution, torch.distributions.Normal)
+        sb3_mean = distribution.mean
     gap = float((rllib_mean - sb3_mean).abs().max())
     if not gap <= EXPORT_TOLERANCE:
-        from dlsched.envs.errors import ModelError
-
         raise ModelError(
             f"the exported network's actions differ from RLlib's by up to {gap:.3g} (more than "
             f"{EXPORT_TOLERANCE:g}); this RLlib's PPO network is not the one dlsched exports. "
