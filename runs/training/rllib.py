@@ -51,6 +51,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from dlsched.envs.errors import (
+    BackendError,
     MissingExtraError,
     ModelError,
     PolicyError,
@@ -326,7 +327,7 @@ def ray_session(address: str | None, num_cpus: int) -> Iterator[str]:
     try:
         ray.init(address=address, **options)
     except (ConnectionError, ValueError) as error:
-        raise TrackingError(
+        raise BackendError(
             f"cannot reach the Ray cluster at {address!r}: {first_line(error)}; start it with "
             "`ray start --head` and give its address (HOST:6379, or auto on one of its machines)"
         ) from error
