@@ -59,10 +59,11 @@ jobs:
   - {workload: vgg16, count: 2, arrival: {kind: fixed, every_s: 15}, targets_s: [40]}
 """
 SCENARIO = str(Path(tempfile.gettempdir()) / f"dlsched-rllib-{uuid.uuid4().hex[:8]}.yaml")
-#: Two PPO iterations of 128 steps each: 4 episodes side by side, several ending in each.
+#: Two PPO iterations of 128 steps each: 4 episodes side by side, several ending in each, in
+#: one env runner: a Ray actor in its own process, as on a cluster.
 TRAIN_ARGS = [
     "train", "--engine", "rllib", "--scenario", SCENARIO, "--timesteps", "256",
-    "--n-envs", "4", "--net-arch", "16", "--num-cpus", "1",
+    "--n-envs", "4", "--net-arch", "16", "--env-runners", "1", "--num-cpus", "2",
     "--hp", "train_batch_size_per_learner=128", "--hp", "minibatch_size=64",
     "--hp", "num_epochs=2",
 ]  # fmt: skip
@@ -137,6 +138,7 @@ def test_an_rllib_training_is_tracked_like_an_sb3_one(trained: tuple[str, str, s
     assert run.data.tags["dlsched.kind"] == "training"
     params = run.data.params
     assert (params["engine"], params["algo"], params["ray.cluster"]) == ("rllib", "ppo", "local")
+    assert params["env_runners"] == "1"
     assert params["hp.train_batch_size_per_learner"] == "128"
     assert params["net_arch"] == "16"
     # one point per training iteration, at the environment steps sampled so far
