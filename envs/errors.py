@@ -83,5 +83,9 @@ class TrackingError(DlschedError, RuntimeError):
     """The MLflow tracking store is unreachable or refuses a write."""
 
 
+class MissingExtraError(DlschedError, ImportError):
+    """An optional part of dlsched is used without its extra installed (``dlsched[ray]``)."""
+
+
 class HostBusyError(BackendError):
     """A measurement of the host (calibration) was refused because other work held its cores."""

@@ -4,28 +4,67 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import yaml
+from mlflow import MlflowClient
 
 from dlsched.envs.backends import BACKENDS
-from dlsched.envs.errors import PolicyError
+from dlsched.envs.errors import ArgumentError, PolicyError, TrackingError
 from dlsched.envs.rewards import REWARDS
 from dlsched.policies.agent_actions import ActionMode
 from dlsched.policies.learned import ALGORITHMS
 from dlsched.runs.commands.arguments import output_folder, seed, tracking_uri
 from dlsched.runs.parser import ListOption
 from dlsched.runs.tracking.owners import end_orphaned_runs
-from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+from dlsched.runs.tracking.store import TrackingTarget, connect, resolve_tracking_uri
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 from dlsched.runs.training.environments import VecEnvKind
-from dlsched.runs.training.harness import NETWORKS, HyperValue, TrainingConfig, train
+from dlsched.runs.training.harness import (
+    NETWORKS,
+    HyperValue,
+    TrainingConfig,
+    TrainingResult,
+    register_model,
+    train,
+)
+from dlsched.runs.training.rllib import RllibConfig, require_ray, train_rllib
+
+#: The training engines ``--engine`` takes.
+ENGINES: tuple[str, ...] = ("sb3", "rllib")
+_SB3_DEFAULTS = TrainingConfig(algo="ppo", scenarios=(), timesteps=1)
+RLLIB_DEFAULTS = RllibConfig(scenario="", timesteps=1)
+#: Options only ``--engine sb3`` takes, by destination, with their defaults.
+SB3_ONLY: Mapping[str, object] = {
+    "algo": "ppo",
+    "eval_scenario": [],
+    "eval_every": _SB3_DEFAULTS.eval_every,
+    "eval_episodes": _SB3_DEFAULTS.eval_episodes,
+    "patience": _SB3_DEFAULTS.patience,
+    "backend": _SB3_DEFAULTS.backend,
+    "network": _SB3_DEFAULTS.network,
+    "actions": _SB3_DEFAULTS.actions.value,
+    "max_step": _SB3_DEFAULTS.max_step,
+    "frame_stack": _SB3_DEFAULTS.frame_stack,
+    "slot_agents": False,
+    "own_weight": _SB3_DEFAULTS.own_weight,
+    "policy_kwarg": [],
+    "no_reward_normalization": False,
+    "vec_env": _SB3_DEFAULTS.vec_env.value,
+}
+#: Options only ``--engine rllib`` takes, by destination, with their defaults.
+RLLIB_ONLY: Mapping[str, object] = {
+    "ray_address": None,
+    "env_runners": RLLIB_DEFAULTS.env_runners,
+    "num_cpus": RLLIB_DEFAULTS.num_cpus,
+}
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``dlsched train`` to the CLI."""
-    defaults = TrainingConfig(algo="ppo", scenarios=(), timesteps=1)
+    defaults = _SB3_DEFAULTS
     parser = subparsers.add_parser(
         "train",
         help="train a learned scheduler (Stable-Baselines3) and log it to MLflow",
@@ -35,6 +74,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "and log it to MLflow; evaluate it with `dlsched evaluate --policy "
             "runs:/<run_id>/model`."
         ),
+    )
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="sb3",
+        help="sb3: Stable-Baselines3 in this process; rllib: PPO on Ray RLlib, on a local Ray or "
+        "a cluster (--ray-address), from the extra dlsched[ray] (%(default)s)",
     )
     parser.add_argument("--algo", choices=tuple(ALGORITHMS), default="ppo", help="(ppo)")
     parser.add_argument(
@@ -46,7 +92,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "several are mixed",
     )
     parser.add_argument("--timesteps", type=int, required=True, help="environment steps")
-    parser.add_argument("--n-envs", type=int, default=defaults.n_envs, help="(%(default)s)")
+    parser.add_argument(
+        "--n-envs",
+        type=int,
+        help=f"environments stepped side by side; with rllib, episodes per env runner "
+        f"({defaults.n_envs}; rllib: {RLLIB_DEFAULTS.num_envs})",
+    )
     parser.add_argument("--seed", type=seed, default=defaults.seed, help="(%(default)s)")
     parser.add_argument(
         "--eval-scenario",
@@ -156,6 +207,26 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--torch-threads", type=int, default=defaults.torch_threads, help="(%(default)s)"
     )
+    rllib = parser.add_argument_group("rllib", "options of --engine rllib")
+    rllib.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="the Ray cluster to train on (HOST:6379, ray://HOST:10001, or auto on one of its "
+        "machines; default: a Ray started on 127.0.0.1 for this training)",
+    )
+    rllib.add_argument(
+        "--env-runners",
+        type=int,
+        default=RLLIB_DEFAULTS.env_runners,
+        help="Ray actors that sample, each with --n-envs episodes; 0 samples in this process "
+        "(%(default)s)",
+    )
+    rllib.add_argument(
+        "--num-cpus",
+        type=int,
+        default=RLLIB_DEFAULTS.num_cpus,
+        help="CPUs of the local Ray (%(default)s; ignored with --ray-address)",
+    )
     parser.add_argument(
         "--tracking-uri",
         type=tracking_uri,
@@ -184,11 +255,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched train`` as ``args`` say; the exit code."""
+    if args.engine == "rllib":
+        return _run_rllib(args)
+    _refuse_options(args, RLLIB_ONLY, "sb3")
     config = TrainingConfig(
         algo=args.algo,
         scenarios=tuple(args.scenario),
         timesteps=args.timesteps,
-        n_envs=args.n_envs,
+        n_envs=args.n_envs if args.n_envs is not None else TrainingConfig.n_envs,
         seed=args.seed,
         eval_scenarios=tuple(args.eval_scenario),
         eval_episodes=args.eval_episodes,
@@ -209,12 +283,7 @@ def run(args: argparse.Namespace) -> int:
         vec_env=VecEnvKind(args.vec_env),
         torch_threads=args.torch_threads,
     )
-    client = target = None
-    if not args.no_tracking:
-        target = resolve_tracking_uri(args.tracking_uri)
-        print(target.describe(), file=sys.stderr)
-        client = connect(target)
-        end_orphaned_runs(client, lambda line: print(line, file=sys.stderr))
+    client, target = _tracking(args)
     result = train(
         config,
         args.out,
@@ -236,20 +305,104 @@ def run(args: argparse.Namespace) -> int:
         print(f"best validation score {best.score:.4f} at {best.timesteps} timesteps")
         for key, value in sorted(best.metrics.items()):
             print(f"  {key} = {value:.4f}")
+    return _print_outcome(result, target, config.scenarios[0], latest_weights=True)
+
+
+def _print_outcome(
+    result: TrainingResult, target: TrackingTarget | None, scenario: str, latest_weights: bool
+) -> int:
+    """Print where a training's files, run and model are; re-raise its interruption."""
     print(f"local files: {result.folder.resolve()}")
     if result.run_id is not None and target is not None:
         print(f"MLflow run {result.run_id} (experiment {result.experiment_id}) in {target.uri}")
     print(f"model: {result.model_uri}")
-    print(f"latest weights: {result.final_model_uri}")
+    if latest_weights:
+        print(f"latest weights: {result.final_model_uri}")
     if result.registered_uri is not None:
         print(f"registered: {result.registered_uri}")
     print(
-        f"evaluate it: dlsched evaluate --scenario {config.scenarios[0]} "
+        f"evaluate it: dlsched evaluate --scenario {scenario} "
         f"--policy default,{result.model_uri} --seed 100 --episodes 10"
     )
     if result.interruption is not None:
         raise result.interruption
     return 0
+
+
+def _tracking(args: argparse.Namespace) -> tuple[MlflowClient | None, TrackingTarget | None]:
+    """The checked MLflow store the command logs to, unless ``--no-tracking``."""
+    if args.no_tracking:
+        return None, None
+    target = resolve_tracking_uri(args.tracking_uri)
+    print(target.describe(), file=sys.stderr)
+    client = connect(target)
+    end_orphaned_runs(client, lambda line: print(line, file=sys.stderr))
+    return client, target
+
+
+def _refuse_options(args: argparse.Namespace, options: Mapping[str, object], engine: str) -> None:
+    """Refuse options given away from their defaults that ``engine`` does not take."""
+    given = [
+        f"--{name.replace('_', '-')}"
+        for name, default in options.items()
+        if getattr(args, name) != default
+    ]
+    if given:
+        raise ArgumentError(
+            f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --engine "
+            f"{engine}; drop {'it' if len(given) == 1 else 'them'}, or choose the other engine"
+        )
+
+
+def _run_rllib(args: argparse.Namespace) -> int:
+    """``dlsched train --engine rllib``."""
+    _refuse_options(args, SB3_ONLY, "rllib")
+    if args.register_as is not None and args.no_tracking:
+        raise TrackingError(
+            f"cannot register the model as {args.register_as!r} without tracking; drop "
+            "--no-tracking, or drop --register-as"
+        )
+    if len(args.scenario) != 1:
+        raise ArgumentError(
+            f"--engine rllib trains on one scenario (its batched environment runs one), got "
+            f"{', '.join(args.scenario)}; give one --scenario"
+        )
+    config = RllibConfig(
+        scenario=args.scenario[0],
+        timesteps=args.timesteps,
+        num_envs=args.n_envs if args.n_envs is not None else RLLIB_DEFAULTS.num_envs,
+        env_runners=args.env_runners,
+        seed=args.seed,
+        reward=args.reward,
+        net_arch=parse_widths(args.net_arch),
+        hyperparams=parse_settings(args.hp, "--hp"),
+        address=args.ray_address,
+        num_cpus=args.num_cpus,
+        torch_threads=args.torch_threads,
+    )
+    config.check()
+    # before the store is touched: a missing extra is the first thing to say
+    require_ray(local=config.address is None)
+    client, target = _tracking(args)
+    result = train_rllib(
+        config,
+        args.out,
+        client,
+        target,
+        experiment=args.experiment,
+        report=None if args.no_progress else lambda line: print(line, file=sys.stderr),
+    )
+    if result.run_id is not None and args.register_as is not None and client is not None:
+        result = dataclasses.replace(
+            result, registered_uri=register_model(client, result.run_id, args.register_as)
+        )
+    ending = (
+        f"interrupted ({result.interruption or 'SIGINT'}); its work is saved"
+        if result.interruption is not None
+        else "done"
+    )
+    print(f"training {result.training_id}: {result.timesteps} timesteps on RLlib, {ending}")
+    return _print_outcome(result, target, config.scenario, latest_weights=False)
 
 
 def parse_widths(text: str) -> tuple[int, ...]:

@@ -291,8 +291,8 @@ class TrainingResult:
 
 
 @dataclass
-class _Tracking:
-    """The MLflow side of one run."""
+class TrainingTracking:
+    """The MLflow side of one training run."""
 
     client: MlflowClient
     target: TrackingTarget
@@ -352,7 +352,13 @@ def train(
     folder.mkdir(parents=True, exist_ok=False)
     _write_inputs(folder, config, scenarios, eval_scenarios)
     tracking = (
-        _start_run(client, target, config, training_id, scenarios[0], experiment)
+        start_training_run(
+            client,
+            target,
+            _params(config),
+            training_id,
+            experiment or f"{scenarios[0].name}-training",
+        )
         if client is not None and target is not None
         else None
     )
@@ -411,30 +417,40 @@ def _write_inputs(
         )
 
 
-def _start_run(
+def start_training_run(
     client: MlflowClient,
     target: TrackingTarget,
-    config: TrainingConfig,
+    params: dict[str, str],
     training_id: str,
-    scenario: Scenario,
-    experiment: str | None,
-) -> _Tracking:
-    name = experiment or f"{scenario.name}-training"
+    experiment: str,
+) -> TrainingTracking:
+    """Create the MLflow run of one training (tagged as a training, owned by this process).
+
+    Args:
+        client: a client of the checked store.
+        target: the store, for messages.
+        params: the run's parameters, as text.
+        training_id: the run's name (its local folder's).
+        experiment: the experiment's name, created if missing.
+
+    Raises:
+        TrackingError: the store refused; nothing has been trained.
+    """
     try:
-        experiment_id = store_experiment_id(client, name, target)
+        experiment_id = store_experiment_id(client, experiment, target)
         tags = {TAG_KIND: "training", **owner_tags()}
         commit = source_commit()
         if commit is not None:
             tags[MLFLOW_GIT_COMMIT] = commit
         run = client.create_run(experiment_id, run_name=training_id, tags=tags)
         run_id = run.info.run_id
-        log_in_batches(client, run_id, params=_params(config))
+        log_in_batches(client, run_id, params=params)
     except STORE_ERRORS as error:
         raise TrackingError(
             f"MLflow tracking store {target.uri} refused to start the training run: {error}; "
             "check the store, or train without tracking (--no-tracking)"
         ) from error
-    return _Tracking(client, target, run_id, experiment_id)
+    return TrainingTracking(client, target, run_id, experiment_id)
 
 
 def param_text(value: object) -> str:
@@ -473,7 +489,7 @@ def _learn(
     eval_scenarios: Sequence[Scenario],
     folder: Path,
     training_id: str,
-    tracking: _Tracking | None,
+    tracking: TrainingTracking | None,
     progress: bool,
 ) -> TrainingResult:
     torch.set_num_threads(config.torch_threads)
@@ -633,7 +649,7 @@ def register_model(client: MlflowClient, run_id: str, name: str) -> str:
     return f"models:/{name}/{version.version}"
 
 
-def _finish_run(tracking: _Tracking, result: TrainingResult) -> None:
+def _finish_run(tracking: TrainingTracking, result: TrainingResult) -> None:
     client, run_id = tracking.client, tracking.run_id
     folder = result.folder
     mlflow_model = save_mlflow_model(result.model_folder, folder / MLFLOW_MODEL_DIR)
