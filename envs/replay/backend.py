@@ -515,12 +515,15 @@ class ReplayBackend(Backend):
         else:
             # The last unit completed ends when the work reached its bound; it began where the
             # unit before it ended, either earlier (stored) or within this span too.
-            last_two = bounds[max(completed - 2, 0) : completed]
-            reached = np.minimum(
-                until, self._now + np.maximum(last_two - work_before, 0.0) / self._rate[index]
-            )
-            end = float(reached[-1])
-            start = float(self._unit_start[index] if completed - 1 == first_new else reached[0])
+            # In floats, one job at a time: the arithmetic of the arrays, elementwise.
+            rate = self._rate[index]
+            ended = max(bounds[completed - 1] - work_before, 0.0) / rate
+            end = float(min(until, self._now + ended))
+            if completed - 1 == first_new:
+                start = float(self._unit_start[index])
+            else:
+                began = max(bounds[completed - 2] - work_before, 0.0) / rate
+                start = float(min(until, self._now + began))
             self._latency[index] = end - start
             self._unit_start[index] = end
         self._next_bound[index] = bounds[completed]
@@ -529,11 +532,13 @@ class ReplayBackend(Backend):
 
     def _telemetry(self) -> Telemetry:
         placed = np.flatnonzero(self._phase != _UNPLACED)
+        placed_usage = self._usage[placed]
+        placed_worker = self._worker[placed]
         workers = tuple(
             WorkerTelemetry(
                 index=w,
                 cores=float(cores),
-                cpu_usage=float(self._usage[placed][self._worker[placed] == w].sum()),
+                cpu_usage=float(placed_usage[placed_worker == w].sum()),
             )
             for w, cores in enumerate(self._cores)
         )
@@ -549,31 +554,35 @@ class ReplayBackend(Backend):
         latency = self._latency.tolist()
         loss = self._loss.tolist()
         completed = self._completed.tolist()
+        total = self._total.tolist()
         for i in placed.tolist():
             spec = self._jobs[i]
             training = spec.kind is JobKind.TRAINING
+            # Every field, in the dataclass's order (see JobTelemetry.from_fields).
             jobs.append(
-                JobTelemetry(
-                    job_id=spec.job_id,
-                    workload=spec.workload,
-                    kind=spec.kind,
-                    state=_STATE_OF_PHASE[phase[i]],
-                    worker=worker[i],
-                    slot=slot[i],
-                    arrival_s=spec.arrival_s,
-                    age_s=now - spec.arrival_s,
-                    limit=limit[i],
-                    cpu_usage=usage[i],
-                    cpu_seconds=cpu_seconds[i],
-                    target_s=spec.target_s,
-                    tolerance=spec.tolerance,
-                    batches=0 if training else units[i],
-                    latency_s=None if math.isnan(latency[i]) else latency[i],
-                    iterations=units[i] if training else 0,
-                    total_iterations=int(self._total[i]) if training else None,
-                    loss=None if math.isnan(loss[i]) else loss[i],
-                    completed_s=None if math.isnan(completed[i]) else completed[i],
-                    loss_targets=spec.loss_targets,
+                JobTelemetry.from_fields(
+                    {
+                        "job_id": spec.job_id,
+                        "workload": spec.workload,
+                        "kind": spec.kind,
+                        "state": _STATE_OF_PHASE[phase[i]],
+                        "worker": worker[i],
+                        "slot": slot[i],
+                        "arrival_s": spec.arrival_s,
+                        "age_s": now - spec.arrival_s,
+                        "limit": limit[i],
+                        "cpu_usage": usage[i],
+                        "cpu_seconds": cpu_seconds[i],
+                        "target_s": spec.target_s,
+                        "tolerance": spec.tolerance,
+                        "batches": 0 if training else units[i],
+                        "latency_s": None if math.isnan(latency[i]) else latency[i],
+                        "iterations": units[i] if training else 0,
+                        "total_iterations": total[i] if training else None,
+                        "loss": None if math.isnan(loss[i]) else loss[i],
+                        "completed_s": None if math.isnan(completed[i]) else completed[i],
+                        "loss_targets": spec.loss_targets,
+                    }
                 )
             )
         return Telemetry(
