@@ -23,7 +23,7 @@ from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Decision, Migration, Placement
 from dlsched.envs.errors import ActionError, ArgumentError
 from dlsched.envs.observation import ObservationLayout, encode
-from dlsched.envs.placement import Placer, SpreadPlacer
+from dlsched.envs.placement import Placer, SpreadPlacer, SpreadQueue
 from dlsched.envs.rendering import RENDER_FPS, RENDER_MODES, FrameRenderer, render_ansi
 from dlsched.envs.rewards import RewardFn, reward_function
 from dlsched.envs.scenarios.limits import check_scenario_limits
@@ -335,8 +335,11 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def _place_arrivals(self, now_s: float, backend_now: Telemetry | None = None) -> bool:
         """Place every arrived, unplaced job that finds a free slot; whether any was placed."""
         view = self._with_waiting(backend_now) if backend_now is not None else self.telemetry
+        arrived = [job for job in self._pending if job.arrival_s <= now_s + 1e-9]
+        if type(self.placer) is SpreadPlacer:
+            return self._spread_arrivals(arrived, view)
         placements = []
-        for job in [job for job in self._pending if job.arrival_s <= now_s + 1e-9]:
+        for job in arrived:
             if job.worker is not None:
                 candidates = [job.worker] if self._free_slot(job.worker) is not None else []
             else:
@@ -357,6 +360,35 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
             self._pending.remove(job)
             placements.append(Placement(job.job_id, worker, slot))
             view = _with_placed(view, job, worker, slot)
+        if placements:
+            self.backend.apply({}, placements, ())
+        return bool(placements)
+
+    def _spread_arrivals(self, arrived: Sequence[JobSpec], view: Telemetry) -> bool:
+        """``_place_arrivals`` with the spread placer: the same placements, found in time
+        linear in the jobs (:class:`~dlsched.envs.placement.SpreadQueue`)."""
+        counts = dict.fromkeys(range(len(self._slots)), 0)
+        for active in view.active_jobs:
+            if active.worker in counts:
+                counts[active.worker] += 1
+        queue = SpreadQueue(
+            list(counts.values()),
+            [sum(occupant is None for occupant in slots) for slots in self._slots],
+        )
+        placements = []
+        for job in arrived:
+            if job.worker is not None:
+                worker = job.worker if queue.has_free_slot(job.worker) else None
+            else:
+                worker = queue.choose()
+            if worker is None:
+                continue  # it waits for a slot
+            slot = self._free_slot(worker)
+            assert slot is not None
+            self._slots[worker][slot] = job.job_id
+            self._pending.remove(job)
+            placements.append(Placement(job.job_id, worker, slot))
+            queue.took(worker)
         if placements:
             self.backend.apply({}, placements, ())
         return bool(placements)

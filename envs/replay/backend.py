@@ -424,10 +424,11 @@ class ReplayBackend(Backend):
         using = (self._phase == _RUNNING) | booting
         demand = np.where(booting, self._boot_demand, self._demand)
         self._share = np.zeros(len(self._jobs))
-        workers = (
-            range(len(self._cores)) if len(self._cores) < 3 else np.unique(self._worker[using])
-        )
-        on_worker = [(int(w), np.flatnonzero(using & (self._worker == w))) for w in workers]
+        if len(self._cores) < 3:
+            workers = range(len(self._cores))
+            on_worker = [(w, np.flatnonzero(using & (self._worker == w))) for w in workers]
+        else:
+            on_worker = _by_worker(np.flatnonzero(using), self._worker)
         for worker, members in on_worker:
             cores = self._cores[worker]
             self._share[members] = water_fill(cores, self._limit[members] * cores, demand[members])
@@ -532,14 +533,13 @@ class ReplayBackend(Backend):
 
     def _telemetry(self) -> Telemetry:
         placed = np.flatnonzero(self._phase != _UNPLACED)
-        placed_usage = self._usage[placed]
-        placed_worker = self._worker[placed]
+        if len(self._cores) < 3:
+            on_worker = [(w, placed[self._worker[placed] == w]) for w in range(len(self._cores))]
+        else:
+            on_worker = _by_worker(placed, self._worker)
+        usage_of = {worker: self._usage[members].sum() for worker, members in on_worker}
         workers = tuple(
-            WorkerTelemetry(
-                index=w,
-                cores=float(cores),
-                cpu_usage=float(placed_usage[placed_worker == w].sum()),
-            )
+            WorkerTelemetry(index=w, cores=float(cores), cpu_usage=float(usage_of.get(w, 0.0)))
             for w, cores in enumerate(self._cores)
         )
         now = self._now
@@ -588,6 +588,18 @@ class ReplayBackend(Backend):
         return Telemetry(
             time_s=now, interval_s=self._scenario.interval_s, workers=workers, jobs=tuple(jobs)
         )
+
+
+def _by_worker(jobs: np.ndarray, worker: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """``jobs`` (ascending indices) grouped by their ``worker``: per worker that has some, in
+    ascending order, its jobs in ascending order; one sort, not a scan of all jobs per worker."""
+    if jobs.size == 0:
+        return []
+    workers = worker[jobs]
+    order = np.argsort(workers, kind="stable")
+    jobs, workers = jobs[order], workers[order]
+    starts = np.flatnonzero(np.diff(workers)) + 1
+    return list(zip(workers[np.r_[0, starts]].tolist(), np.split(jobs, starts), strict=True))
 
 
 def _total_iterations(job: JobSpec, profile: WorkloadProfile) -> int:
