@@ -42,6 +42,9 @@ from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry
 
 #: Bisection steps when inverting a throughput curve: 60 halvings reach float precision.
 _BISECTION_STEPS = 60
+#: Inversions the oracle remembers before it starts again (a profile set read from a folder is
+#: read anew at every call, so its profiles are new objects each time).
+_REMEMBERED = 4096
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,7 @@ class CheatingOracle(Baseline):
         super().__init__()
         self.aim = check_number(self.name, "aim", aim, low=0.0, low_open=True)
         self._placer = CheatingPlacer(self)
+        self._cores_known: dict[tuple[int, float], tuple[WorkloadProfile, float | None]] = {}
 
     @property
     def placer(self) -> Placer:
@@ -169,8 +173,23 @@ class CheatingOracle(Baseline):
         profile = profiles[workload]
         if target_s is None:
             return ServiceNeed(job_id, None)
-        rate = 1.0 / (self.aim * target_s)
-        return ServiceNeed(job_id, cores_for_rate(profile.units_per_s, rate, profile.demand_cores))
+        return ServiceNeed(job_id, self._cores_for(profile, 1.0 / (self.aim * target_s)))
+
+    def _cores_for(self, profile: WorkloadProfile, rate: float) -> float | None:
+        """:func:`cores_for_rate` on ``profile``'s curve, remembered.
+
+        Every service of every worker needs it at every step and for every placement, and each
+        answer is a bisection of 60 evaluations of the curve; the answer depends on the profile
+        and the rate only. The entry holds the profile, so the ``id`` in its key stays its own.
+        """
+        key = (id(profile), rate)
+        known = self._cores_known.get(key)
+        if known is None:
+            if len(self._cores_known) >= _REMEMBERED:
+                self._cores_known.clear()
+            known = (profile, cores_for_rate(profile.units_per_s, rate, profile.demand_cores))
+            self._cores_known[key] = known
+        return known[1]
 
     @staticmethod
     def work(

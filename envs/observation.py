@@ -7,6 +7,7 @@ whose :class:`ObservationLayout` differs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,11 +64,16 @@ def encode(
 ) -> np.ndarray:
     """The observation of ``telemetry``; ``before`` gives rates, ``first_loss`` loss ratios."""
     observation = np.zeros(layout.shape, dtype=np.float32)
-    column = {name: index for index, name in enumerate(layout.features)}
+    column = _columns(layout.features)
     iterations_before = {job.job_id: job.iterations for job in before.jobs} if before else {}
     worker_usage = [w.cpu_usage / w.cores if w.cores else 0.0 for w in telemetry.workers]
-    worker_jobs = [len(telemetry.on_worker(w.index)) for w in telemetry.workers]
-    for job in telemetry.active_jobs:
+    # Active jobs per worker (len(telemetry.on_worker(w)) for each w), counted in one pass.
+    worker_jobs = dict.fromkeys((w.index for w in telemetry.workers), 0)
+    active = telemetry.active_jobs
+    for job in active:
+        if job.worker in worker_jobs:
+            worker_jobs[job.worker] += 1
+    for job in active:
         if job.worker is None or job.slot is None:
             continue
         cores = telemetry.workers[job.worker].cores
@@ -98,8 +104,16 @@ def encode(
                 first = first_loss.get(job.job_id, job.loss)
                 ratio = job.loss / first if first > 0 else 1.0
                 values["loss_ratio"] = ratio / LOSS_RATIO_CAP
-        row = layout.row(job.worker, job.slot)
+        # One row written at once: numpy rounds each value to float32 as item assignment would.
+        row = [0.0] * len(column)
         for name, value in values.items():
-            observation[row, column[name]] = value
+            row[column[name]] = value
+        observation[layout.row(job.worker, job.slot)] = row
     np.clip(observation, 0.0, 1.0, out=observation)
     return observation
+
+
+@functools.cache
+def _columns(features: tuple[str, ...]) -> dict[str, int]:
+    """Column index by feature name."""
+    return {name: index for index, name in enumerate(features)}

@@ -9,6 +9,7 @@ fix the job kind, the default scenario and reward, and document the rest.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from os import PathLike
 from typing import Any, ClassVar
@@ -22,7 +23,7 @@ from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Decision, Migration, Placement
 from dlsched.envs.errors import ActionError, ArgumentError
 from dlsched.envs.observation import ObservationLayout, encode
-from dlsched.envs.placement import Placer, SpreadPlacer
+from dlsched.envs.placement import Placer, SpreadPlacer, SpreadQueue
 from dlsched.envs.rendering import RENDER_FPS, RENDER_MODES, FrameRenderer, render_ansi
 from dlsched.envs.rewards import RewardFn, reward_function
 from dlsched.envs.scenarios.limits import check_scenario_limits
@@ -178,12 +179,12 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
                 f"{array[bad].tolist()}; every entry must be a limit in [0, 1]"
             )
         # An agent's raw output may leave the box; a typed Decision may not (it is refused).
-        clipped = np.clip(array, 0.0, 1.0)
+        clipped = np.clip(array, 0.0, 1.0).tolist()
         limits = {}
         for worker, slots in enumerate(self._slots):
             for slot, job_id in enumerate(slots):
                 if job_id is not None:
-                    limits[job_id] = float(clipped[self.layout.row(worker, slot)])
+                    limits[job_id] = clipped[self.layout.row(worker, slot)]
         return limits
 
     def decision_to_action(self, decision: Decision) -> np.ndarray:
@@ -254,8 +255,14 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
                     f"decision sets a limit for job {job_id!r}, which has not arrived; jobs "
                     f"present: {sorted(placed)}"
                 )
-            number = is_number(limit)  # kept apart: is_number would narrow limit to Real
-            if not number or not np.isfinite(limit):
+            # A float (what step() passes) needs no type check; is_number is kept apart as it
+            # would narrow limit to Real.
+            if type(limit) is float:
+                valid = math.isfinite(limit)
+            else:
+                number = is_number(limit)
+                valid = number and bool(np.isfinite(limit))
+            if not valid:
                 raise ActionError(
                     f"limit of job {job_id!r} is {limit!r} ({type(limit).__name__}); expected a "
                     "finite number, a fraction of a worker in [0, 1]"
@@ -328,8 +335,11 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def _place_arrivals(self, now_s: float, backend_now: Telemetry | None = None) -> bool:
         """Place every arrived, unplaced job that finds a free slot; whether any was placed."""
         view = self._with_waiting(backend_now) if backend_now is not None else self.telemetry
+        arrived = [job for job in self._pending if job.arrival_s <= now_s + 1e-9]
+        if type(self.placer) is SpreadPlacer:
+            return self._spread_arrivals(arrived, view)
         placements = []
-        for job in [job for job in self._pending if job.arrival_s <= now_s + 1e-9]:
+        for job in arrived:
             if job.worker is not None:
                 candidates = [job.worker] if self._free_slot(job.worker) is not None else []
             else:
@@ -354,6 +364,35 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
             self.backend.apply({}, placements, ())
         return bool(placements)
 
+    def _spread_arrivals(self, arrived: Sequence[JobSpec], view: Telemetry) -> bool:
+        """``_place_arrivals`` with the spread placer: the same placements, found in time
+        linear in the jobs (:class:`~dlsched.envs.placement.SpreadQueue`)."""
+        counts = dict.fromkeys(range(len(self._slots)), 0)
+        for active in view.active_jobs:
+            if active.worker in counts:
+                counts[active.worker] += 1
+        queue = SpreadQueue(
+            list(counts.values()),
+            [sum(occupant is None for occupant in slots) for slots in self._slots],
+        )
+        placements = []
+        for job in arrived:
+            if job.worker is not None:
+                worker = job.worker if queue.has_free_slot(job.worker) else None
+            else:
+                worker = queue.choose()
+            if worker is None:
+                continue  # it waits for a slot
+            slot = self._free_slot(worker)
+            assert slot is not None
+            self._slots[worker][slot] = job.job_id
+            self._pending.remove(job)
+            placements.append(Placement(job.job_id, worker, slot))
+            queue.took(worker)
+        if placements:
+            self.backend.apply({}, placements, ())
+        return bool(placements)
+
     def _with_waiting(self, telemetry: Telemetry) -> Telemetry:
         """Add arrived jobs still waiting for a slot, which no backend knows of yet."""
         waiting = [
@@ -370,24 +409,28 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         """Telemetry with CPU usage averaged over the whole step, and waiting jobs added."""
         seconds_before = {job.job_id: job.cpu_seconds for job in before.jobs}
         jobs = []
+        # Per worker, its active jobs' usage added in job order from 0, as sum() adds it.
+        usage: dict[int, float] = {worker.index: 0 for worker in backend_now.workers}
         for job in backend_now.jobs:
             if span_s > 0:
                 covered = min(span_s, job.age_s) or span_s
                 used = job.cpu_seconds - seconds_before.get(job.job_id, 0.0)
-                job = dataclasses.replace(job, cpu_usage=max(used, 0.0) / covered)
+                job = job.with_cpu_usage(max(used, 0.0) / covered)
             if job.loss is not None and job.job_id not in self._first_loss:
                 self._first_loss[job.job_id] = job.loss
+            if job.active and job.worker in usage:
+                usage[job.worker] += job.cpu_usage
             jobs.append(job)
         workers = tuple(
-            WorkerTelemetry(
-                w.index,
-                w.cores,
-                sum(j.cpu_usage for j in jobs if j.worker == w.index and j.active),
-            )
-            for w in backend_now.workers
+            WorkerTelemetry(w.index, w.cores, usage[w.index]) for w in backend_now.workers
         )
         return self._with_waiting(
-            dataclasses.replace(backend_now, jobs=tuple(jobs), workers=workers)
+            Telemetry(
+                time_s=backend_now.time_s,
+                interval_s=backend_now.interval_s,
+                workers=workers,
+                jobs=tuple(jobs),
+            )
         )
 
     def _info(self, telemetry: Telemetry) -> dict[str, Any]:

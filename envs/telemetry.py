@@ -7,8 +7,10 @@ prints (iteration and loss, or batch latency) and its age.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from dlsched.envs.scenarios.model import JobKind, JobSpec
 
@@ -84,6 +86,32 @@ class JobTelemetry:
         """Whether the job holds a slot and still competes for CPU."""
         return self.state in (JobState.RUNNING, JobState.MIGRATING)
 
+    @classmethod
+    def from_fields(cls, fields: dict[str, Any]) -> JobTelemetry:
+        """The measurement whose fields are ``fields``, every one of them, by name.
+
+        Equal to ``JobTelemetry(**fields)`` but built without a frozen dataclass's generated
+        ``__init__`` (one ``object.__setattr__`` per field), which costs a backend more than the
+        rest of a job's measurement, every job every step. The caller gives every field, in the
+        class's order.
+        """
+        job = object.__new__(cls)
+        job.__dict__.update(fields)
+        return job
+
+    def with_cpu_usage(self, cpu_usage: float) -> JobTelemetry:
+        """This measurement with ``cpu_usage`` in place of its own.
+
+        ``dataclasses.replace(self, cpu_usage=...)`` gives the same object; this copies the
+        fields instead of re-running a frozen dataclass's ``__init__`` (one ``object.__setattr__``
+        per field), as the environments do for every job every step.
+        """
+        copy = object.__new__(JobTelemetry)
+        fields = copy.__dict__
+        fields.update(self.__dict__)
+        fields["cpu_usage"] = cpu_usage
+        return copy
+
     @property
     def quality_s(self) -> float | None:
         """DQoES's ``q_i = o_i - p_i`` (target minus latency), ``None`` without a measurement."""
@@ -127,8 +155,12 @@ class Telemetry:
     workers: tuple[WorkerTelemetry, ...]
     jobs: tuple[JobTelemetry, ...]
 
-    @property
+    @functools.cached_property
     def active_jobs(self) -> tuple[JobTelemetry, ...]:
+        """The jobs that hold a slot (running or migrating), in arrival order.
+
+        Computed once per snapshot (the reward, the observation and the info all read it).
+        """
         return tuple(job for job in self.jobs if job.active)
 
     def job(self, job_id: str) -> JobTelemetry:
@@ -139,7 +171,7 @@ class Telemetry:
 
     def on_worker(self, worker: int) -> tuple[JobTelemetry, ...]:
         """The active jobs of one worker."""
-        return tuple(job for job in self.jobs if job.active and job.worker == worker)
+        return tuple(job for job in self.active_jobs if job.worker == worker)
 
     def count(self, qoe_class: QoEClass) -> int:
         """How many active inference jobs are in a DQoES set."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -16,8 +18,10 @@ from dlsched.envs.decision import Placement
 from dlsched.envs.errors import ActionError, BackendError, ScenarioError, UnknownNameError
 from dlsched.envs.replay.backend import ReplayBackend
 from dlsched.envs.replay.profile import load_profile_set
+from dlsched.envs.scenarios import load_scenario
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario, WorkerSpec
-from dlsched.envs.telemetry import JobState, QoEClass, Telemetry
+from dlsched.envs.scheduling_env import SchedulingEnv
+from dlsched.envs.telemetry import JobState, JobTelemetry, QoEClass, Telemetry
 
 PROVENANCE = {
     "source": "unit test",
@@ -495,3 +499,23 @@ def test_advance_refuses_negative_time() -> None:
     backend.reset(scenario(JobKind.INFERENCE), serving(1), np.random.default_rng(0))
     with pytest.raises(ActionError, match=r"advance\(seconds=-1.0\)"):
         backend.advance(-1.0)
+
+
+def test_measurements_built_without_init_are_whole_and_equal_to_constructed_ones() -> None:
+    """The env's copies (with_cpu_usage) and the backend's fast construction (from_fields) hold
+    every field, as JobTelemetry(...) does: a field left out would read its class default."""
+    env = gym.make("dlsched/Training-v0", scenario=load_scenario("flowcon-10-random"))
+    env.reset(seed=2)
+    for _ in range(12):
+        _, _, _, _, info = env.step(np.full(env.action_space.shape, 0.3, np.float32))
+    scheduling = env.unwrapped
+    assert isinstance(scheduling, SchedulingEnv)
+    names = [field.name for field in dataclasses.fields(JobTelemetry)]
+    jobs = [*info["telemetry"].jobs, *scheduling.backend.advance(0.0).jobs]
+    assert any(job.loss is not None for job in jobs)
+    for job in jobs:
+        assert list(vars(job)) == names
+        assert job == JobTelemetry(**{name: getattr(job, name) for name in names})
+    copy = jobs[0].with_cpu_usage(0.25)
+    assert copy == dataclasses.replace(jobs[0], cpu_usage=0.25)
+    assert list(vars(copy)) == names

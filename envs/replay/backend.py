@@ -424,10 +424,11 @@ class ReplayBackend(Backend):
         using = (self._phase == _RUNNING) | booting
         demand = np.where(booting, self._boot_demand, self._demand)
         self._share = np.zeros(len(self._jobs))
-        workers = (
-            range(len(self._cores)) if len(self._cores) < 3 else np.unique(self._worker[using])
-        )
-        on_worker = [(int(w), np.flatnonzero(using & (self._worker == w))) for w in workers]
+        if len(self._cores) < 3:
+            workers = range(len(self._cores))
+            on_worker = [(w, np.flatnonzero(using & (self._worker == w))) for w in workers]
+        else:
+            on_worker = _by_worker(np.flatnonzero(using), self._worker)
         for worker, members in on_worker:
             cores = self._cores[worker]
             self._share[members] = water_fill(cores, self._limit[members] * cores, demand[members])
@@ -515,12 +516,15 @@ class ReplayBackend(Backend):
         else:
             # The last unit completed ends when the work reached its bound; it began where the
             # unit before it ended, either earlier (stored) or within this span too.
-            last_two = bounds[max(completed - 2, 0) : completed]
-            reached = np.minimum(
-                until, self._now + np.maximum(last_two - work_before, 0.0) / self._rate[index]
-            )
-            end = float(reached[-1])
-            start = float(self._unit_start[index] if completed - 1 == first_new else reached[0])
+            # In floats, one job at a time: the arithmetic of the arrays, elementwise.
+            rate = self._rate[index]
+            ended = max(bounds[completed - 1] - work_before, 0.0) / rate
+            end = float(min(until, self._now + ended))
+            if completed - 1 == first_new:
+                start = float(self._unit_start[index])
+            else:
+                began = max(bounds[completed - 2] - work_before, 0.0) / rate
+                start = float(min(until, self._now + began))
             self._latency[index] = end - start
             self._unit_start[index] = end
         self._next_bound[index] = bounds[completed]
@@ -529,12 +533,13 @@ class ReplayBackend(Backend):
 
     def _telemetry(self) -> Telemetry:
         placed = np.flatnonzero(self._phase != _UNPLACED)
+        if len(self._cores) < 3:
+            on_worker = [(w, placed[self._worker[placed] == w]) for w in range(len(self._cores))]
+        else:
+            on_worker = _by_worker(placed, self._worker)
+        usage_of = {worker: self._usage[members].sum() for worker, members in on_worker}
         workers = tuple(
-            WorkerTelemetry(
-                index=w,
-                cores=float(cores),
-                cpu_usage=float(self._usage[placed][self._worker[placed] == w].sum()),
-            )
+            WorkerTelemetry(index=w, cores=float(cores), cpu_usage=float(usage_of.get(w, 0.0)))
             for w, cores in enumerate(self._cores)
         )
         now = self._now
@@ -549,36 +554,52 @@ class ReplayBackend(Backend):
         latency = self._latency.tolist()
         loss = self._loss.tolist()
         completed = self._completed.tolist()
+        total = self._total.tolist()
         for i in placed.tolist():
             spec = self._jobs[i]
             training = spec.kind is JobKind.TRAINING
+            # Every field, in the dataclass's order (see JobTelemetry.from_fields).
             jobs.append(
-                JobTelemetry(
-                    job_id=spec.job_id,
-                    workload=spec.workload,
-                    kind=spec.kind,
-                    state=_STATE_OF_PHASE[phase[i]],
-                    worker=worker[i],
-                    slot=slot[i],
-                    arrival_s=spec.arrival_s,
-                    age_s=now - spec.arrival_s,
-                    limit=limit[i],
-                    cpu_usage=usage[i],
-                    cpu_seconds=cpu_seconds[i],
-                    target_s=spec.target_s,
-                    tolerance=spec.tolerance,
-                    batches=0 if training else units[i],
-                    latency_s=None if math.isnan(latency[i]) else latency[i],
-                    iterations=units[i] if training else 0,
-                    total_iterations=int(self._total[i]) if training else None,
-                    loss=None if math.isnan(loss[i]) else loss[i],
-                    completed_s=None if math.isnan(completed[i]) else completed[i],
-                    loss_targets=spec.loss_targets,
+                JobTelemetry.from_fields(
+                    {
+                        "job_id": spec.job_id,
+                        "workload": spec.workload,
+                        "kind": spec.kind,
+                        "state": _STATE_OF_PHASE[phase[i]],
+                        "worker": worker[i],
+                        "slot": slot[i],
+                        "arrival_s": spec.arrival_s,
+                        "age_s": now - spec.arrival_s,
+                        "limit": limit[i],
+                        "cpu_usage": usage[i],
+                        "cpu_seconds": cpu_seconds[i],
+                        "target_s": spec.target_s,
+                        "tolerance": spec.tolerance,
+                        "batches": 0 if training else units[i],
+                        "latency_s": None if math.isnan(latency[i]) else latency[i],
+                        "iterations": units[i] if training else 0,
+                        "total_iterations": total[i] if training else None,
+                        "loss": None if math.isnan(loss[i]) else loss[i],
+                        "completed_s": None if math.isnan(completed[i]) else completed[i],
+                        "loss_targets": spec.loss_targets,
+                    }
                 )
             )
         return Telemetry(
             time_s=now, interval_s=self._scenario.interval_s, workers=workers, jobs=tuple(jobs)
         )
+
+
+def _by_worker(jobs: np.ndarray, worker: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """``jobs`` (ascending indices) grouped by their ``worker``: per worker that has some, in
+    ascending order, its jobs in ascending order; one sort, not a scan of all jobs per worker."""
+    if jobs.size == 0:
+        return []
+    workers = worker[jobs]
+    order = np.argsort(workers, kind="stable")
+    jobs, workers = jobs[order], workers[order]
+    starts = np.flatnonzero(np.diff(workers)) + 1
+    return list(zip(workers[np.r_[0, starts]].tolist(), np.split(jobs, starts), strict=True))
 
 
 def _total_iterations(job: JobSpec, profile: WorkloadProfile) -> int:

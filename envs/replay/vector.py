@@ -45,7 +45,7 @@ from gymnasium.vector.utils import batch_space
 from dlsched.envs.decision import Migration
 from dlsched.envs.errors import ActionError, BackendError, ScenarioError
 from dlsched.envs.observation import ObservationLayout
-from dlsched.envs.placement import Placer, SpreadPlacer
+from dlsched.envs.placement import Placer, SpreadPlacer, SpreadQueue
 from dlsched.envs.replay.backend import _DONE, _MIGRATING, _STATE_OF_PHASE, _UNPLACED
 from dlsched.envs.replay.batch import ACTIVE_PHASES, ReplayBatch
 from dlsched.envs.replay.columns import TelemetryColumns, column_reward, encode_columns
@@ -504,19 +504,22 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         the spread placer); whether any was placed."""
         batch = self._batch
         arrived = self._pending[row] & (batch.arrival[row] <= now_s + _ARRIVED_EPS)
+        free = (self._slot_job[row].reshape(batch.workers, batch.slots) < 0).sum(axis=1)
+        queue = SpreadQueue(counts.tolist(), free.tolist())
         placements = []
         for job in np.flatnonzero(arrived).tolist():
             pinned = batch.specs[row][job].worker
-            workers = [pinned] if pinned is not None else range(batch.workers)
-            candidates = [w for w in workers if self._free_slot(row, w) is not None]
-            if not candidates:
+            if pinned is not None:
+                worker = pinned if queue.has_free_slot(pinned) else None
+            else:
+                worker = queue.choose()
+            if worker is None:
                 continue  # it waits for a slot
-            worker = min(candidates, key=lambda w: (counts[w], w))
+            queue.took(worker)
             slot = self._free_slot(row, worker)
             assert slot is not None
             self._slot_job[row, worker * batch.slots + slot] = job
             self._pending[row, job] = False
-            counts[worker] += 1
             placements.append((job, worker, slot))
         for job, worker, slot in placements:
             batch.place(row, job, worker, slot)

@@ -1,0 +1,84 @@
+"""The spread placement of a burst: SpreadQueue chooses as SpreadPlacer does, in linear time."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from dlsched.envs.placement import SpreadPlacer, SpreadQueue
+from dlsched.envs.scenarios import load_scenario
+from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
+from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry, waiting_job
+
+
+def _running(spec: JobSpec, worker: int) -> JobTelemetry:
+    return dataclasses.replace(
+        waiting_job(spec, 0.0), state=JobState.RUNNING, worker=worker, slot=0
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_queue_chooses_the_worker_spread_placer_chooses(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    workers, slots = 7, 3
+    free = rng.integers(0, slots + 1, workers).tolist()
+    counts = [slots - f + int(rng.integers(0, 2)) for f in free]  # not always slots in use
+    jobs = []
+    for worker, count in enumerate(counts):
+        for k in range(count):
+            spec = JobSpec(f"r{worker}-{k}", "resnet50", JobKind.INFERENCE, 0.0, target_s=10.0)
+            jobs.append(_running(spec, worker))
+    telemetry = Telemetry(
+        0.0, 10.0, tuple(WorkerTelemetry(w, 4.0, 0.0) for w in range(workers)), tuple(jobs)
+    )
+    queue = SpreadQueue(counts, free)
+    placer = SpreadPlacer()
+    chosen = 0
+    for index in range(sum(free) + 2):
+        spec = JobSpec(f"n{index}", "resnet50", JobKind.INFERENCE, 0.0, target_s=10.0)
+        pinned = int(rng.integers(0, workers)) if index % 4 == 3 else None
+        candidates = [w for w in range(workers) if free[w] > 0]
+        if pinned is not None:
+            expected = pinned if free[pinned] > 0 else None
+            got = pinned if queue.has_free_slot(pinned) else None
+        else:
+            expected = placer.place(spec, telemetry, candidates) if candidates else None
+            got = queue.choose()
+        assert got == expected
+        if got is None:
+            continue
+        chosen += 1
+        queue.took(got)
+        free[got] -= 1
+        telemetry = dataclasses.replace(telemetry, jobs=(*telemetry.jobs, _running(spec, got)))
+    assert chosen > 0 and queue.choose() is None
+
+
+class _AnotherSpread(SpreadPlacer):
+    """SpreadPlacer's choices through the placer interface (the env's path for any placer)."""
+
+
+def _crowded(scenario: Scenario) -> Scenario:
+    """The scenario with fewer slots than jobs, so arrivals wait and take freed slots."""
+    return dataclasses.replace(scenario, slots_per_worker=max(2, scenario.slots_per_worker // 2))
+
+
+@pytest.mark.parametrize("name", ["flowcon-cluster-20", "dqoes-cluster-40"])
+def test_the_spread_placer_places_as_the_placer_interface_does(name: str) -> None:
+    scenario = _crowded(load_scenario(name))
+    env_id = "dlsched/Training-v0" if scenario.kind is JobKind.TRAINING else "dlsched/Inference-v0"
+    fast = gym.make(env_id, scenario=scenario)
+    generic = gym.make(env_id, scenario=scenario, placer=_AnotherSpread())
+    action = np.full(fast.action_space.shape, 0.4, np.float32)
+    first, _ = fast.reset(seed=1)
+    second, _ = generic.reset(seed=1)
+    np.testing.assert_array_equal(first, second)
+    for _ in range(25):
+        first, reward, *_, info = fast.step(action)
+        second, other, *_, other_info = generic.step(action)
+        np.testing.assert_array_equal(first, second)
+        assert reward == other
+        assert info["telemetry"] == other_info["telemetry"]
