@@ -145,10 +145,12 @@ def containers_left_behind(docker_engine):
     up: a test answers for its own.
     """
     label = {"label": "dlsched.managed"}
-    before = {c.id for c in docker_engine.containers.list(all=True, filters=label)}
+    before = {
+        c.id for c in docker_engine.containers.list(all=True, ignore_removed=True, filters=label)
+    }
 
     def left_behind() -> list[str]:
-        now = docker_engine.containers.list(all=True, filters=label)
+        now = docker_engine.containers.list(all=True, ignore_removed=True, filters=label)
         return [container.name for container in now if container.id not in before]
 
     return left_behind

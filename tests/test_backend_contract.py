@@ -51,7 +51,9 @@ class Case:
         """Names of the containers of the backend's current (or last) episode."""
         assert self.engine is not None and isinstance(self.backend, DockerBackend)
         found = self.engine.containers.list(
-            all=True, filters={"label": [f"{LABEL_EPISODE}={self.backend.episode}"]}
+            all=True,
+            ignore_removed=True,
+            filters={"label": [f"{LABEL_EPISODE}={self.backend.episode}"]},
         )
         return [container.name for container in found]
 
@@ -152,5 +154,5 @@ def test_reset_ends_the_previous_episode(case):
     assert case.backend.advance(0.0).jobs == ()
     if case.engine is not None:
         assert len(previous) == 2
-        names = {c.name for c in case.engine.containers.list(all=True)}
+        names = {c.name for c in case.engine.containers.list(all=True, ignore_removed=True)}
         assert names.isdisjoint(previous)

@@ -341,7 +341,7 @@ def _episode_containers(client, episode: str, job_id: str | None = None) -> list
     labels = [f"{docker_backend.LABEL_EPISODE}={episode}"]
     if job_id is not None:
         labels.append(f"{docker_backend.LABEL_JOB}={job_id}")
-    return client.containers.list(all=True, filters={"label": labels})
+    return client.containers.list(all=True, ignore_removed=True, filters={"label": labels})
 
 
 def _services(count: int, cores: float) -> Scenario:
@@ -606,7 +606,9 @@ def test_unlabelled_container_keeps_its_limit_and_life(docker_engine, workload_i
         listed = capsys.readouterr().out
         assert leftover.id[:12] in listed
         assert bystander.id[:12] not in listed
-        assert leftover.id in {c.id for c in docker_engine.containers.list(all=True)}
+        assert leftover.id in {
+            c.id for c in docker_engine.containers.list(all=True, ignore_removed=True)
+        }
 
         assert cli_main(["docker", "cleanup", "--episode", leftover_episode]) == 0
         removed = capsys.readouterr().out

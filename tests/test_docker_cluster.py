@@ -190,7 +190,7 @@ def _of_episode(client, episode: str, job_id: str | None = None) -> list:
     labels = [f"{LABEL_EPISODE}={episode}"]
     if job_id is not None:
         labels.append(f"{LABEL_JOB}={job_id}")
-    return client.containers.list(all=True, filters={"label": labels})
+    return client.containers.list(all=True, ignore_removed=True, filters={"label": labels})
 
 
 def _losses(container) -> list[float]:

@@ -42,11 +42,15 @@ def _scenario_file(folder: Path, client, services: int = 2, horizon_s: float = 4
 
 
 def _owned_by(client, pid: int) -> list:
-    return client.containers.list(all=True, filters={"label": [f"{LABEL_OWNER}.pid={pid}"]})
+    return client.containers.list(
+        all=True, ignore_removed=True, filters={"label": [f"{LABEL_OWNER}.pid={pid}"]}
+    )
 
 
 def _of_episode(client, episode: str) -> list:
-    return client.containers.list(all=True, filters={"label": [f"{LABEL_EPISODE}={episode}"]})
+    return client.containers.list(
+        all=True, ignore_removed=True, filters={"label": [f"{LABEL_EPISODE}={episode}"]}
+    )
 
 
 def _wait_for(predicate, timeout_s: float, what: str):

@@ -317,7 +317,9 @@ def test_a_capped_calibration_run_measures_rate_and_cpu(docker_engine, workload_
     cores = docker_engine.info()["NCPU"]
 
     def calibration_containers() -> set[str]:
-        found = docker_engine.containers.list(all=True, filters={"label": CALIBRATION_LABEL})
+        found = docker_engine.containers.list(
+            all=True, ignore_removed=True, filters={"label": CALIBRATION_LABEL}
+        )
         return {container.id for container in found}
 
     already_there = calibration_containers()  # another calibration may share the engine

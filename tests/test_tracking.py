@@ -416,7 +416,7 @@ def test_a_docker_evaluation_with_stock_workloads_records_the_threading(
     assert record["backend_options"] == {"workload_threading": "stock"}
     # none of this evaluation's containers is left (others' may run on the shared engine)
     mine = [f"{LABEL_OWNER}.pid={os.getpid()}", f"{LABEL_OWNER}.host={socket.gethostname()}"]
-    assert not docker_engine.containers.list(all=True, filters={"label": mine})
+    assert not docker_engine.containers.list(all=True, ignore_removed=True, filters={"label": mine})
 
 
 def test_plots_are_sharp_and_latency_panels_name_their_model(tmp_path, monkeypatch):

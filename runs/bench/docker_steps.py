@@ -193,7 +193,8 @@ def _time_engine_stats(endpoint: str | None, episode: str | None) -> float:
     client = connect(endpoint)
     try:
         found = client.containers.list(
-            filters={"label": [MANAGED_FILTER, f"{LABEL_EPISODE}={episode}"]}
+            filters={"label": [MANAGED_FILTER, f"{LABEL_EPISODE}={episode}"]},
+            ignore_removed=True,
         )
         start = time.perf_counter()
         for container in found:
