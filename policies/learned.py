@@ -233,6 +233,8 @@ class LearnedPolicy(Policy):
         card: its model card (layout, algorithm, action bounds).
         normalizer: the observation statistics it was trained with (``None``: raw observations).
         source: where it was loaded from (a path or a ``runs:/`` URI), for tracking.
+        name: its name in tables, runs and folders; by default the algorithm and the first
+            characters of its training run (``ppo-df70df98``).
     """
 
     def __init__(
@@ -241,6 +243,7 @@ class LearnedPolicy(Policy):
         card: ModelCard,
         normalizer: VecNormalize | None = None,
         source: str = "",
+        name: str | None = None,
     ) -> None:
         slots = card.layout.workers * card.layout.slots_per_worker
         expected = (1,) if card.slot_agents else (slots,)
@@ -266,7 +269,7 @@ class LearnedPolicy(Policy):
         self.source = source
         self._frames: StackedObservations[np.ndarray] | None = None
         suffix = f"-{card.run_id[:8]}" if card.run_id else ""
-        self._name = f"{card.algo}{suffix}"
+        self._name = name or f"{card.algo}{suffix}"
 
     # A learned policy is named after its model, so that two models can be evaluated together.
     @property
@@ -379,13 +382,14 @@ def save_model(
     return folder
 
 
-def load_model(path: Path, source: str = "") -> LearnedPolicy:
+def load_model(path: Path, source: str = "", name: str | None = None) -> LearnedPolicy:
     """Load a model folder, or the ``model.zip`` inside one, as a :class:`LearnedPolicy`.
 
     Args:
         path: the folder :func:`save_model` wrote, its ``model.zip``, or the MLflow Model
             holding it (:mod:`dlsched.policies.mlflow_model`).
         source: how the user named it (a ``runs:/`` URI); the path by default.
+        name: the policy's name (:class:`LearnedPolicy`); by default the algorithm and run.
 
     Raises:
         PolicyError: the model, its card or its statistics are missing or unreadable.
@@ -413,7 +417,7 @@ def load_model(path: Path, source: str = "") -> LearnedPolicy:
     model = _load_sb3(card.algo, model_path)
     normalizer_path = folder / NORMALIZER_FILE
     normalizer = load_normalizer(normalizer_path) if normalizer_path.exists() else None
-    return LearnedPolicy(model, card, normalizer, source=source or str(path))
+    return LearnedPolicy(model, card, normalizer, source=source or str(path), name=name)
 
 
 #: What SB3's ``save`` writes into a model's zip; a zip without these is no SB3 model.

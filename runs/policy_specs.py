@@ -6,7 +6,8 @@ either.
 - a baseline name (``default``, ``dqoes``, ...): :func:`dlsched.baselines.make`;
 - a trained model by path: the ``model.zip`` that ``dlsched train`` wrote, or its folder;
 - a trained model in MLflow: ``runs:/<run_id>/model`` (or a registered ``models:/<name>/<v>``),
-  downloaded from the tracking store and loaded the same way.
+  downloaded from the tracking store and loaded the same way;
+- a model shipped with dlsched: ``pretrained:<name>`` (:mod:`dlsched.policies.pretrained`).
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ from pathlib import Path
 from dlsched.envs.errors import PolicyError
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.policy import ParamValue, Policy
+from dlsched.policies.pretrained import PRETRAINED_SCHEME, is_pretrained_spec, load_pretrained
 
 #: URI schemes that name MLflow artifacts.
 MLFLOW_SCHEMES: tuple[str, ...] = ("runs:/", "models:/")
 
 
 def is_model_spec(spec: str) -> bool:
-    """Whether ``spec`` names a trained model (an MLflow URI or a path) rather than a baseline."""
-    if spec.startswith(MLFLOW_SCHEMES):
+    """Whether ``spec`` names a trained model (an MLflow URI, a shipped model or a path) rather
+    than a baseline."""
+    if spec.startswith((*MLFLOW_SCHEMES, PRETRAINED_SCHEME)):
         return True
     return spec.endswith(".zip") or "/" in spec or "\\" in spec or Path(spec).is_dir()
 
@@ -38,14 +41,14 @@ def resolve_policy(
     """Build the policy ``spec`` names.
 
     Args:
-        spec: a baseline name, a model path (``.zip`` or its folder), or a ``runs:/`` or
-            ``models:/`` URI.
+        spec: a baseline name, a model path (``.zip`` or its folder), a ``runs:/`` or
+            ``models:/`` URI, or a shipped model (``pretrained:<name>``).
         params: a baseline's parameters; a trained model takes none.
         tracking_uri: the MLflow store of a ``runs:/`` URI; by default the one ``dlsched
             evaluate`` uses (``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``).
 
     Raises:
-        UnknownNameError: an unknown baseline name.
+        UnknownNameError: an unknown baseline or pretrained model name.
         PolicyError: a bad parameter, parameters for a trained model, or a model that cannot
             be found or loaded.
     """
@@ -58,6 +61,8 @@ def resolve_policy(
             f"policy {spec!r} is a trained model and takes no parameters, got "
             f"{', '.join(sorted(params))}"
         )
+    if is_pretrained_spec(spec):
+        return load_pretrained(spec)
     # imported here: it loads SB3 and torch, which a baseline does not need
     from dlsched.policies.learned import MODEL_FILE, load_model
 
@@ -67,7 +72,8 @@ def resolve_policy(
     if not path.exists():
         raise PolicyError(
             f"model {spec!r} does not exist; give the {MODEL_FILE} (or its folder) that "
-            "`dlsched train` wrote, a runs:/<run_id>/model URI, or a baseline name"
+            "`dlsched train` wrote, a runs:/<run_id>/model URI, a pretrained:<name> "
+            "(`dlsched baselines` lists them), or a baseline name"
         )
     return load_model(path, source=spec)
 

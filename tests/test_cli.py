@@ -39,6 +39,11 @@ print(json.dumps(sorted(name for name in {heavy!r} if name in sys.modules)))
         ["evaluate", "--help"],
         ["evaluate", "--scenario", "dqoes-varied-burst", "--policy", "dqoes", "--epsiodes", "3"],
         ["compare", "--help"],
+        ["validate", "--help"],
+        ["bench", "tracking", "--help"],
+        ["bench", "training", "--help"],
+        ["runs", "--help"],
+        ["reproduce", "--list"],
     ],
 )
 def test_light_commands_import_no_torch_sb3_mlflow_or_matplotlib(argv: list[str]) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import uuid
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
 import dlsched.runs.evaluation as evaluation_module
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
@@ -15,8 +17,10 @@ from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import EpisodeMetrics, EpisodeScore, PolicyIdentity
 from dlsched.runs.tracking.compare import compare_stored
+from dlsched.runs.tracking.comparison_run import COMPARE_EXPERIMENT
 from dlsched.runs.tracking.store import ENV_VAR
 from dlsched.runs.tracking.stored_runs import StoredEpisode
+from dlsched.runs.tracking.tracker import TAG_KIND
 
 SCENARIO = "dqoes-resnet50-burst-target40"
 
@@ -109,6 +113,38 @@ def test_evaluations_run_apart_are_compared_without_rerunning_and_never_pooled(
     assert markdown.startswith(f"### {scenario['scenario']} (inference, replay backend")
     assert "| policy | sat.frac mean |" in markdown and "|---|---:|" in markdown
     assert r"| \|S\| end |" in markdown  # a pipe in a header must not split the column
+
+
+def test_compare_is_logged_as_a_run_with_its_plot_and_headlines(
+    capsys, store, short_scenario, tmp_path, mlflow_store
+):
+    evaluate(capsys, short_scenario, store, "default,dqoes", "--episodes", "2")
+    plot = tmp_path / "compare.png"
+    code, table, err = cli(capsys, "compare", "--experiment", store, "--plot", str(plot))
+    assert code == 0, err
+    (run_id,) = re.findall(
+        r"comparison logged: MLflow run (\w+) \(experiment dlsched-compare\)", err
+    )
+    client = MlflowClient(mlflow_store[1])
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags[TAG_KIND] == "comparison"
+    assert client.get_experiment(run.info.experiment_id).name == COMPARE_EXPERIMENT
+    assert run.data.params["filter.experiment"] == store
+    artifacts = {artifact.path for artifact in client.list_artifacts(run_id)}
+    assert {"compare.png", "compare.txt", "compare.json"} == artifacts
+    # the headline of every row, and nothing else
+    summary = json.loads(next(Path("runs").glob("*/summary.json")).read_text())["scenarios"][0]
+    expected = {
+        f"satisfied_fraction_mean/{summary['scenario']}/{entry['label']}": (
+            entry["metrics"]["satisfied_fraction_mean"]["mean"]
+        )
+        for entry in summary["policies"]
+    }
+    assert run.data.metrics == pytest.approx(expected)
+    # a comparison run is never read back as an episode; --no-log logs none
+    code, again, err = cli(capsys, "compare", "--experiment", store, "--no-plot", "--no-log")
+    assert code == 0 and again == table and "comparison logged" not in err
 
 
 def test_compare_with_nothing_stored_says_so(capsys, store, monkeypatch, tmp_path):

@@ -696,6 +696,16 @@ CASES = [
         "did you mean 'vgg16'?",
     ),
     case(
+        "workloads-of-another-set",
+        INFERENCE,
+        "jobs[0].workloads[1]",
+        "resnet-svc",
+        "jobs[0].workloads[1] = 'resnet-svc': expected a workload of profile set 'paper': ",
+        "did you mean 'resnet50'? ('resnet-svc' is one of dlsched's own container workloads, "
+        "measured on a host: profile sets 'measured' and 'measured-stock'; set profile_set: "
+        "measured to use it)",
+    ),
+    case(
         "workloads-not-text",
         INFERENCE,
         "jobs[0].workloads[0]",

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from dlsched.envs.errors import ProfileError, UnknownNameError
-from dlsched.envs.replay.profile import load_profile_set, profile_names
+from dlsched.envs.replay.profile import load_profile_set, profile_names, profile_set_names
 from dlsched.envs.scenarios.limits import Counts, check_counts
 from dlsched.envs.scenarios.model import ArrivalPattern, IntRange, JobKind
 from dlsched.envs.scenarios.problems import Report, join, suggest
@@ -258,7 +258,8 @@ def _check_workloads(
                 name_path,
                 name,
                 f"a workload of profile set {context.profile_set!r}: "
-                f"{', '.join(sorted(known))}{suggest(name, sorted(known))}",
+                f"{', '.join(sorted(known))}{suggest(name, sorted(known))}"
+                f"{_other_sets(name, context.profile_set)}",
             )
         elif context.kind is not None and known[name] is not context.kind:
             same_kind = sorted(w for w, k in known.items() if k is context.kind)
@@ -269,6 +270,34 @@ def _check_workloads(
                 f"{_a(known[name].value)} workload; {context.kind.value} workloads: "
                 f"{', '.join(same_kind)}",
             )
+
+
+def _other_sets(name: str, profile_set: str | None) -> str:
+    """Where a workload missing from ``profile_set`` is, if another shipped set has it.
+
+    The two families of names are easy to mix up: the papers' models keep the papers' names
+    (``resnet50``, ``vgg16``: set ``paper``, replay only, derived from the papers' figures),
+    while dlsched's own image workloads, which run in containers, are named by role
+    (``resnet-svc``, ``cnn-digits``: sets ``measured`` and ``measured-stock``, measured on a
+    host).
+    """
+    sets = [
+        other
+        for other in profile_set_names()
+        if other != profile_set and name in profile_names(other)
+    ]
+    if not sets:
+        return ""
+    family = (
+        "a model of the papers, replayed from their figures"
+        if "paper" in sets
+        else "one of dlsched's own container workloads, measured on a host"
+    )
+    where = "profile set" if len(sets) == 1 else "profile sets"
+    return (
+        f" ({name!r} is {family}: {where} {' and '.join(map(repr, sets))}; set "
+        f"profile_set: {sets[0]} to use it)"
+    )
 
 
 def _check_targets(group: Mapping[Any, Any], path: str, count: int, report: Report) -> None:

@@ -23,6 +23,7 @@ from mlflow import MlflowClient
 from dlsched.baselines import make
 from dlsched.envs.errors import DlschedError
 from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.runs.bench.defaults import TRACKING_POLICIES, TRACKING_SCENARIO
 from dlsched.runs.tracking.store import TrackingTarget, connect
 from dlsched.runs.tracking.tracked_evaluation import (
     EvaluationRequest,
@@ -30,8 +31,8 @@ from dlsched.runs.tracking.tracked_evaluation import (
     evaluate_untracked,
 )
 
-DEFAULT_SCENARIO = "dqoes-resnet50-burst-target40"
-DEFAULT_POLICIES = ("default", "dqoes")
+DEFAULT_SCENARIO = TRACKING_SCENARIO
+DEFAULT_POLICIES = TRACKING_POLICIES
 
 
 @dataclass(frozen=True)

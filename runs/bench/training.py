@@ -22,9 +22,10 @@ from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.policies.agent_actions import ActionMapping, ActionMode
 from dlsched.policies.normalization import slot_normalizer
 from dlsched.policies.slot_network import SlotActorCriticPolicy
+from dlsched.runs.bench.defaults import TRAINING_SCENARIO
 from dlsched.runs.training.environments import VecEnvKind, make_vec_env
 
-DEFAULT_SCENARIO = "train-inference-mix"
+DEFAULT_SCENARIO = TRAINING_SCENARIO
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 from dlsched.baselines.registry import baseline_class, defaults, names
+from dlsched.policies.pretrained import pretrained_cards
 from dlsched.runs.commands.arguments import positive_int
 from dlsched.runs.parser import ListOption, deprecated_alias
 from dlsched.runs.reproduce.baselines_report import format_report, report
@@ -23,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "baselines",
         help="list the papers' baselines and their parameters, or print their report",
         description=(
-            "Without a subcommand, list every baseline with its parameters and defaults. "
+            "Without a subcommand, list every baseline with its parameters and defaults, then "
+            "the learned schedulers shipped with dlsched (--policy pretrained:<name>) with how "
+            "each was trained. "
             "'report' runs the scenarios of the papers' claims on the replay backend under the "
             "baselines that fit each (inference: default, equal, dqoes, oracle; training: "
             "default, equal, flowcon, specon, tradl, oracle) and prints the satisfied count "
@@ -63,12 +66,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run_list(args: argparse.Namespace) -> int:
-    """Print every baseline, its one-line summary and its parameters; the exit code."""
+    """Print every baseline, its one-line summary and its parameters, then every pretrained
+    model's card; the exit code."""
     for name in names():
         doc = (baseline_class(name).__doc__ or "").strip().splitlines()
         print(f"{name}: {doc[0] if doc else ''}")
         for param, default in defaults(name).items():
             print(f"    {param} = {default!r}")
+    cards = pretrained_cards()
+    if cards:
+        print("\nlearned schedulers shipped with dlsched (evaluate --policy pretrained:<name>):")
+    for card in cards:
+        print(card.describe())
     return 0
 
 

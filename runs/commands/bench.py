@@ -13,6 +13,7 @@ from dataclasses import asdict
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.runs.bench.contention import TRAINING_WORKLOADS, measure_contention
+from dlsched.runs.bench.defaults import TRACKING_POLICIES, TRACKING_SCENARIO, TRAINING_SCENARIO
 from dlsched.runs.bench.docker_steps import DOCKER_STEP_TARGET_S, bench_docker
 from dlsched.runs.bench.replay import (
     DEFAULT_CONTAINERS,
@@ -21,11 +22,6 @@ from dlsched.runs.bench.replay import (
     measure_vector_speed,
 )
 from dlsched.runs.bench.replay import DEFAULT_SCENARIO as REPLAY_SCENARIO
-from dlsched.runs.bench.tracking import DEFAULT_POLICIES as TRACKING_POLICIES
-from dlsched.runs.bench.tracking import DEFAULT_SCENARIO as TRACKING_SCENARIO
-from dlsched.runs.bench.tracking import bench_tracking
-from dlsched.runs.bench.training import DEFAULT_SCENARIO as TRAINING_SCENARIO
-from dlsched.runs.bench.training import bench_training
 from dlsched.runs.commands.arguments import (
     positive_float,
     positive_int,
@@ -124,6 +120,8 @@ def _register_tracking(
 
 def run_tracking(args: argparse.Namespace) -> int:
     """Run the tracking benchmark as ``args`` say; print the figures; the exit code (0)."""
+    from dlsched.runs.bench.tracking import bench_tracking  # imports MLflow
+
     policies = tuple(args.policy)
     result = bench_tracking(args.scenario, policies, args.episodes, args.tracking_uri)
     print(json.dumps(asdict(result), indent=2) if args.json else result.report())
@@ -219,6 +217,8 @@ def _register_training(benchmarks: argparse._SubParsersAction[argparse.ArgumentP
 
 def run_training(args: argparse.Namespace) -> int:
     """Run the training benchmark as ``args`` say; print the figures; the exit code (0)."""
+    from dlsched.runs.bench.training import bench_training  # imports torch and SB3
+
     result = bench_training(args.scenario, args.timesteps, args.n_envs, args.n_steps)
     if args.json:
         figures = asdict(result) | {

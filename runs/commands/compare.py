@@ -33,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Read the episode runs of earlier evaluations back from MLflow and print, per "
             "scenario and policy, each metric's mean with its 95% confidence interval across "
-            "seeds and the ratio to default, the best marked; write the same as a plot."
+            "seeds and the ratio to default, the best marked; write the same as a plot, and "
+            "log the plot and the table as a run of the MLflow experiment dlsched-compare."
         ),
     )
     parser.add_argument("--experiment", help="only this MLflow experiment")
@@ -51,6 +52,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"where to write the plot (default {DEFAULT_OUT}/compare-<UTC time>.png)",
     )
     parser.add_argument("--no-plot", action="store_true", help="write no plot")
+    parser.add_argument(
+        "--no-log",
+        action="store_true",
+        help="do not log the comparison (plot, table, headline metrics) as a run of the MLflow "
+        "experiment dlsched-compare",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -64,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         TrackingError: no store where it looks, or no finished episode in it.
     """
     # imported here, so that parsing (and refusing) the arguments does not wait for MLflow
+    from dlsched.runs.tracking.comparison_run import log_comparison
     from dlsched.runs.tracking.owners import end_orphaned_runs
     from dlsched.runs.tracking.plots import plot_comparison
     from dlsched.runs.tracking.store import connect, resolve_tracking_uri
@@ -89,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         print(render_markdown(comparisons))
     else:
         print(render_table(comparisons))
+    path = None
     if not args.no_plot:
         path = args.plot
         if path is None:
@@ -103,4 +112,10 @@ def run(args: argparse.Namespace) -> int:
                 "writable folder, or --no-plot"
             ) from error
         print(f"plot: {path}", file=sys.stderr)
+    if not args.no_log:
+        filters = {"experiment": args.experiment, "scenario": args.scenario}
+        run_id = log_comparison(client, target, comparisons, path, filters)
+        print(
+            f"comparison logged: MLflow run {run_id} (experiment dlsched-compare)", file=sys.stderr
+        )
     return 0

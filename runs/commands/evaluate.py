@@ -54,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="P[,P...]",
         help="policies, repeatable or comma-separated: baseline names (e.g. default,dqoes), "
         "trained model paths (model.zip or its folder), runs:/<run id>/model or "
-        "models:/<name>/<version> URIs",
+        "models:/<name>/<version> URIs, shipped models (pretrained:<name>; `dlsched baselines` "
+        "lists them)",
     )
     parser.add_argument(
         "--set",

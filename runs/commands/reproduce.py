@@ -13,11 +13,8 @@ from pathlib import Path
 from dlsched.runs.commands.arguments import output_folder, positive_int, seed, tracking_uri
 from dlsched.runs.parser import ListOption
 from dlsched.runs.reproduce.claims import CLAIMS_FILE, load_claims
-from dlsched.runs.reproduce.publish import DEFAULT_OUT, reproduce_and_publish
-from dlsched.runs.reproduce.report import format_estimate
-from dlsched.runs.reproduce.runner import Options
-from dlsched.runs.reproduce.tracking import DEFAULT_EXPERIMENT
-from dlsched.runs.tracking.store import resolve_tracking_uri
+from dlsched.runs.reproduce.runner import DEFAULT_EXPERIMENT, Options
+from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 
 BACKENDS = ("replay", "docker")
 
@@ -102,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
             twin = " (docker twin)" if claim.twin else ""
             print(f"{claim.id}: {claim.paper} {claim.section}: {claim.text}{twin}")
         return 0
+    # imported here, so that parsing, --help and --list do not wait for MLflow and matplotlib
+    from dlsched.runs.reproduce.publish import reproduce_and_publish
+    from dlsched.runs.reproduce.report import format_estimate
+    from dlsched.runs.tracking.store import resolve_tracking_uri
+
     readings = args.readings if args.readings is not None else args.backend == "replay"
     options = Options(args.backend, args.episodes, args.seed, readings)
     target = None

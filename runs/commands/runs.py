@@ -13,9 +13,6 @@ import sys
 from pathlib import Path
 
 from dlsched.runs.commands.arguments import tracking_uri
-from dlsched.runs.tracking.owners import end_orphaned_runs, orphaned_runs
-from dlsched.runs.tracking.store import connect, resolve_tracking_uri
-from dlsched.runs.tracking.sync import describe, sync_folder
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,6 +55,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run_repair(args: argparse.Namespace) -> int:
     """Run ``dlsched runs repair``; the exit code (0)."""
+    # imported here, so that parsing (and --help) does not wait for MLflow
+    from dlsched.runs.tracking.owners import end_orphaned_runs, orphaned_runs
+    from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+
     target = resolve_tracking_uri(args.tracking_uri)
     print(target.describe(), file=sys.stderr)
     client = connect(target)
@@ -74,6 +75,8 @@ def run_repair(args: argparse.Namespace) -> int:
 
 def run_sync(args: argparse.Namespace) -> int:
     """Run ``dlsched runs sync``; the exit code (0)."""
+    from dlsched.runs.tracking.sync import describe, sync_folder
+
     for folder in args.folders:
         print(f"{folder}: {describe(sync_folder(folder))}")
     return 0

@@ -19,15 +19,8 @@ from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.runs.commands.arguments import output_folder, positive_int, seed, tracking_uri
 from dlsched.runs.commands.evaluate import parse_settings
 from dlsched.runs.fidelity.validation import Side, render_report, report_data, run_validation
-from dlsched.runs.fidelity.validation_run import (
-    ValidationRequest,
-    host_warnings,
-    scenario_threading,
-    validate_tracked,
-)
 from dlsched.runs.parser import ListOption
 from dlsched.runs.policy_specs import build_policies
-from dlsched.runs.tracking.store import connect, resolve_tracking_uri
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 
 _DESCRIPTION = """\
@@ -159,6 +152,15 @@ def reference_side(against: str, workload_threading: str | None, default_threadi
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched validate`` as ``args`` say; the exit code."""
+    # imported here, so that parsing (and --help) does not wait for MLflow and matplotlib
+    from dlsched.runs.fidelity.validation_run import (
+        ValidationRequest,
+        host_warnings,
+        scenario_threading,
+        validate_tracked,
+    )
+    from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+
     scenario = load_scenario(args.scenario)
     specs = list(args.policy)
     held_out = tuple(name.strip() for name in args.held_out.split(",") if name.strip())

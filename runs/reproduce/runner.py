@@ -30,6 +30,9 @@ from dlsched.runs.reproduce.verdict import Judgement, judge
 
 #: The name of the papers' own parameters among the readings.
 DEFAULT_READING = "default"
+#: The MLflow experiment reproductions go to unless told otherwise (here, not in
+#: :mod:`.tracking`, so that ``dlsched reproduce --help`` shows it without importing MLflow).
+DEFAULT_EXPERIMENT = "dlsched-reproduce"
 
 Params = tuple[tuple[str, ParamValue], ...]
 

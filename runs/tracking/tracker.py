@@ -31,11 +31,10 @@ import secrets
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
 from urllib.parse import urlparse
 
 from mlflow import MlflowClient
@@ -65,6 +64,7 @@ from dlsched.runs.tracking.trajectory import EvaluationFolder, TrackingRecord, e
 #: MLflow's batch limits (mlflow.utils.validation).
 MAX_METRICS_PER_CALL = 1000
 MAX_PARAMS_PER_CALL = 100
+MAX_ENTITIES_PER_CALL = 1000
 
 TAG_KIND = "dlsched.kind"  # "evaluation" on parent runs, "episode" on child runs
 TAG_EVALUATION = "dlsched.evaluation"
@@ -113,9 +113,14 @@ def episode_params(
 
 
 def step_metrics(kind: JobKind, step: StepRecord) -> dict[str, float]:
-    """The per-step metrics of one step, by MLflow metric name."""
+    """The per-step metrics of one step, by MLflow metric name (MLflow's step is the step).
+
+    Each point costs the store about 65 us, which is more than a replay step, so only what a
+    reader charts is a metric: the step's time (``interval_s`` times the step) and DQoES's
+    ``Q_G`` and ``Q_B`` are in the episode's ``episode.json`` artifact with every other
+    aggregate.
+    """
     values: dict[str, float] = {
-        "time_s": step.time_s,
         "active_jobs": float(step.active_jobs),
         "total_limit": step.total_limit,
     }
@@ -126,8 +131,6 @@ def step_metrics(kind: JobKind, step: StepRecord) -> dict[str, float]:
             satisfied=float(step.satisfied),
             G=float(step.g),
             B=float(step.b),
-            Q_G=step.q_g,
-            Q_B=step.q_b,
         )
         if step.satisfied_fraction is not None:
             values["satisfied_fraction"] = step.satisfied_fraction
@@ -141,14 +144,6 @@ def episode_metrics_by_name(metrics: EpisodeMetrics) -> dict[str, float]:
     return {EPISODE_METRIC_PREFIX + name: value for name, value in metrics.defined().items()}
 
 
-_T = TypeVar("_T")
-
-
-def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 def log_in_batches(
     client: MlflowClient,
     run_id: str,
@@ -156,15 +151,31 @@ def log_in_batches(
     params: Mapping[str, str] | None = None,
     tags: Mapping[str, str] | None = None,
 ) -> None:
-    """Log metrics, params and tags with as few ``log_batch`` calls as MLflow's limits allow."""
+    """Log metrics, params and tags in as few ``log_batch`` calls as MLflow's limits allow.
+
+    Each call is a transaction of the store (a few milliseconds on sqlite whatever it holds), so
+    params, tags and metrics share calls: an episode's run is one call.
+    """
     param_list = [Param(key, value) for key, value in (params or {}).items()]
     tag_list = [RunTag(key, value) for key, value in (tags or {}).items()]
-    for params_chunk in _chunks(param_list, MAX_PARAMS_PER_CALL):
-        client.log_batch(run_id, params=params_chunk, synchronous=True)
-    for tags_chunk in _chunks(tag_list, MAX_PARAMS_PER_CALL):
-        client.log_batch(run_id, tags=tags_chunk, synchronous=True)
-    for metrics_chunk in _chunks(metrics, MAX_METRICS_PER_CALL):
-        client.log_batch(run_id, metrics=metrics_chunk, synchronous=True)
+    metric_list = list(metrics)
+    while param_list or tag_list or metric_list:
+        params_chunk, param_list = (
+            param_list[:MAX_PARAMS_PER_CALL],
+            param_list[MAX_PARAMS_PER_CALL:],
+        )
+        tags_chunk, tag_list = tag_list[:MAX_PARAMS_PER_CALL], tag_list[MAX_PARAMS_PER_CALL:]
+        room = min(
+            MAX_METRICS_PER_CALL, MAX_ENTITIES_PER_CALL - len(params_chunk) - len(tags_chunk)
+        )
+        metrics_chunk, metric_list = metric_list[:room], metric_list[room:]
+        client.log_batch(
+            run_id,
+            metrics=metrics_chunk,
+            params=params_chunk,
+            tags=tags_chunk,
+            synchronous=True,
+        )
 
 
 class EvaluationTracker:
@@ -189,7 +200,8 @@ class EvaluationTracker:
         seeds: the seeds of every policy's episodes.
         experiment: the experiment's name; the scenario's name by default.
         warn: where warnings go (stderr in the CLI).
-        plots: draw the episode plots (they cost more than the rest of the tracking).
+        plots: draw the plots (each episode's and the evaluation's timeline; they cost more than
+            the rest of the tracking).
         backend_options: the keyword arguments the backend is built with.
     """
 
@@ -378,7 +390,7 @@ class EvaluationTracker:
             self._fail("the server stopped answering before the summary was logged")
             return
         metrics = summary_metrics(summaries, self.scenario.kind)
-        if self._timelines:
+        if self.plots and self._timelines:
             timeline = plot_timeline(
                 self.scenario.kind,
                 self._timelines,

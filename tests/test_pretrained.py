@@ -1,0 +1,81 @@
+"""The learned schedulers shipped with dlsched (``--policy pretrained:<name>``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dlsched.baselines import make
+from dlsched.envs.errors import ModelError, PolicyError, UnknownNameError
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.policies.learned import CARD_FILE, LearnedPolicy
+from dlsched.policies.pretrained import (
+    PRETRAINED_CARD_FILE,
+    PretrainedCard,
+    pretrained_card,
+    pretrained_folder,
+    pretrained_names,
+)
+from dlsched.runs import resolve_policy
+from dlsched.runs.cli import main
+from dlsched.runs.evaluation import run_episode
+
+INFERENCE_MODEL = "ppo-inference-mix"
+#: The first of the held-out seeds the README evaluates the recipe's model on (100-119: used
+#: neither in training, seeds 0-7, nor in validation, 1,000,000+); fixed before the test was
+#: first run, not picked from its results.
+HELD_OUT_SEED = 100
+
+
+def test_the_inference_model_is_shipped_with_a_card_of_its_training() -> None:
+    assert INFERENCE_MODEL in pretrained_names()
+    card = pretrained_card(INFERENCE_MODEL)
+    assert card.name == INFERENCE_MODEL
+    assert card.command.startswith("dlsched train --scenario train-inference-mix ")
+    assert len(card.commit) == 40
+    assert card.timesteps >= 1_000_000 and card.seed == 0
+    assert 0 < card.validation_score <= 1
+    # the card's run is the one the model's own card names
+    model_card = json.loads((pretrained_folder(INFERENCE_MODEL) / CARD_FILE).read_text())
+    assert model_card["run_id"] == card.training_run
+    assert model_card["kind"] == "inference"
+
+
+def test_resolve_policy_loads_it_under_its_name() -> None:
+    policy = resolve_policy(f"pretrained:{INFERENCE_MODEL}")
+    assert isinstance(policy, LearnedPolicy)
+    assert policy.name == INFERENCE_MODEL
+    assert policy.params()["model"] == f"pretrained:{INFERENCE_MODEL}"
+
+
+def test_an_unknown_name_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(UnknownNameError, match=f"Did you mean '{INFERENCE_MODEL}'"):
+        resolve_policy("pretrained:ppo-inference-mx")
+
+
+def test_a_pretrained_model_takes_no_parameters() -> None:
+    with pytest.raises(PolicyError, match="takes no parameters"):
+        resolve_policy(f"pretrained:{INFERENCE_MODEL}", {"alpha": 0.1})
+
+
+def test_a_malformed_card_names_its_file() -> None:
+    with pytest.raises(ModelError, match=f"x/{PRETRAINED_CARD_FILE} is malformed"):
+        PretrainedCard.from_json('{"format": 1, "name": "x"}', f"x/{PRETRAINED_CARD_FILE}")
+
+
+def test_it_beats_dqoes_on_a_held_out_seed() -> None:
+    scenario = load_scenario("dqoes-varied-fixed50")
+    learned = run_episode(scenario, resolve_policy(f"pretrained:{INFERENCE_MODEL}"), HELD_OUT_SEED)
+    dqoes = run_episode(scenario, make("dqoes"), HELD_OUT_SEED)
+    learned_score = learned.metrics.satisfied_fraction_mean
+    dqoes_score = dqoes.metrics.satisfied_fraction_mean
+    assert learned_score is not None and dqoes_score is not None
+    assert learned_score > dqoes_score, (learned_score, dqoes_score)
+
+
+def test_dlsched_baselines_lists_it_with_its_card(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["baselines"]) == 0
+    out = capsys.readouterr().out
+    assert f"pretrained:{INFERENCE_MODEL}: " in out
+    assert "command: dlsched train --scenario train-inference-mix" in out
