@@ -32,7 +32,8 @@ if TYPE_CHECKING:
         evaluate_tracked,
         evaluate_untracked,
     )
-    from dlsched.runs.training.harness import TrainingConfig, train
+    from dlsched.runs.training.config import TrainingConfig
+    from dlsched.runs.training.harness import train
 
 #: Each public name and the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -45,7 +46,7 @@ _EXPORTS: dict[str, str] = {
     "EvaluationRequest": "dlsched.runs.tracking.tracked_evaluation",
     "evaluate_tracked": "dlsched.runs.tracking.tracked_evaluation",
     "evaluate_untracked": "dlsched.runs.tracking.tracked_evaluation",
-    "TrainingConfig": "dlsched.runs.training.harness",
+    "TrainingConfig": "dlsched.runs.training.config",
     "train": "dlsched.runs.training.harness",
 }
 

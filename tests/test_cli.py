@@ -44,6 +44,8 @@ print(json.dumps(sorted(name for name in {heavy!r} if name in sys.modules)))
         ["bench", "training", "--help"],
         ["runs", "--help"],
         ["reproduce", "--list"],
+        ["train", "--help"],
+        ["train", "--scenario", "train-inference-mix", "--timesteps", "5", "--epsiodes", "3"],
     ],
 )
 def test_light_commands_import_no_torch_sb3_mlflow_or_matplotlib(argv: list[str]) -> None:
@@ -53,6 +55,13 @@ def test_light_commands_import_no_torch_sb3_mlflow_or_matplotlib(argv: list[str]
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == []
+
+
+def test_train_s_light_algorithm_names_are_those_it_trains() -> None:
+    from dlsched.policies.learned import ALGORITHMS
+    from dlsched.runs.training.config import ALGORITHM_NAMES
+
+    assert tuple(ALGORITHMS) == ALGORITHM_NAMES
 
 
 def test_the_command_table_matches_each_command_s_own_help() -> None:

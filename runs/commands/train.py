@@ -7,30 +7,31 @@ import contextlib
 import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import yaml
-from mlflow import MlflowClient
 
 from dlsched.envs.backends import BACKENDS
 from dlsched.envs.errors import ArgumentError, PolicyError, TrackingError
 from dlsched.envs.rewards import REWARDS
 from dlsched.policies.agent_actions import ActionMode
-from dlsched.policies.learned import ALGORITHMS
 from dlsched.runs.commands.arguments import output_folder, seed, tracking_uri
 from dlsched.runs.parser import ListOption
-from dlsched.runs.tracking.owners import end_orphaned_runs
-from dlsched.runs.tracking.store import TrackingTarget, connect, resolve_tracking_uri
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
-from dlsched.runs.training.environments import VecEnvKind
-from dlsched.runs.training.harness import (
+from dlsched.runs.training.config import (
+    ALGORITHM_NAMES,
     NETWORKS,
     HyperValue,
+    RllibConfig,
     TrainingConfig,
-    TrainingResult,
-    register_model,
-    train,
+    VecEnvKind,
 )
-from dlsched.runs.training.rllib import RllibConfig, require_ray, train_rllib
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+    from dlsched.runs.tracking.store import TrackingTarget
+    from dlsched.runs.training.harness import TrainingResult
 
 #: The training engines ``--engine`` takes.
 ENGINES: tuple[str, ...] = ("sb3", "rllib")
@@ -82,7 +83,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="sb3: Stable-Baselines3 in this process; rllib: PPO on Ray RLlib, on a local Ray or "
         "a cluster (--ray-address), from the extra dlsched[ray] (%(default)s)",
     )
-    parser.add_argument("--algo", choices=tuple(ALGORITHMS), default="ppo", help="(ppo)")
+    parser.add_argument("--algo", choices=ALGORITHM_NAMES, default="ppo", help="(ppo)")
     parser.add_argument(
         "--scenario",
         action=ListOption,
@@ -255,6 +256,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched train`` as ``args`` say; the exit code."""
+    # imported here, so that parsing (and --help) does not wait for torch, SB3 and MLflow
+    from dlsched.runs.training.harness import train
+
     if args.engine == "rllib":
         return _run_rllib(args)
     _refuse_options(args, RLLIB_ONLY, "sb3")
@@ -331,6 +335,9 @@ def _print_outcome(
 
 def _tracking(args: argparse.Namespace) -> tuple[MlflowClient | None, TrackingTarget | None]:
     """The checked MLflow store the command logs to, unless ``--no-tracking``."""
+    from dlsched.runs.tracking.owners import end_orphaned_runs
+    from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+
     if args.no_tracking:
         return None, None
     target = resolve_tracking_uri(args.tracking_uri)
@@ -356,6 +363,9 @@ def _refuse_options(args: argparse.Namespace, options: Mapping[str, object], eng
 
 def _run_rllib(args: argparse.Namespace) -> int:
     """``dlsched train --engine rllib``."""
+    from dlsched.runs.training.harness import register_model
+    from dlsched.runs.training.rllib import require_ray, train_rllib
+
     _refuse_options(args, SB3_ONLY, "rllib")
     if args.register_as is not None and args.no_tracking:
         raise TrackingError(

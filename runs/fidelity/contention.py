@@ -192,6 +192,15 @@ class ThreadingMeasurement:
             return None
         return sum(sample.rate for sample in self.beside_startup) / alone
 
+    def cells(
+        self, cores: float, demand: float | None = None
+    ) -> list[tuple[GridCell, float, float]]:
+        """Every cell of the grid with its ``R`` and its measured efficiency."""
+        return [
+            (cell, self.oversubscription(cell, cores, demand), self.efficiency(cell))
+            for cell in self.grid
+        ]
+
     def oversubscription(self, cell: GridCell, cores: float, demand: float | None = None) -> float:
         """The replay model's ``R`` of the cell (:func:`dlsched.envs.replay.contention`)."""
         count = len(cell.samples)
@@ -546,10 +555,7 @@ def fit_exponent(
         cores: the host's cores.
         demand: the workload's uncapped demand (default: the solo curve's largest usage).
     """
-    points = [
-        (cell, measured.oversubscription(cell, cores, demand), measured.efficiency(cell))
-        for cell in measured.grid
-    ]
+    points = measured.cells(cores, demand)
     usable = [
         (math.log(ratio), math.log(efficiency))
         for _, ratio, efficiency in points
@@ -634,10 +640,7 @@ def fit_workload_contention(
         cores: the host's cores.
         demand: the workload's uncapped demand (default: the solo curve's largest usage).
     """
-    points = [
-        (cell, measured.oversubscription(cell, cores, demand), measured.efficiency(cell))
-        for cell in measured.grid
-    ]
+    points = measured.cells(cores, demand)
     floor, exponent = fit_floor_and_exponent([(ratio, eff) for _, ratio, eff in points])
     residuals = tuple(
         CellResidual(

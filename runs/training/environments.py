@@ -21,7 +21,6 @@ observation normaliser of :mod:`dlsched.policies.normalization`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from enum import StrEnum
 from functools import partial
 from typing import Any
 
@@ -44,16 +43,8 @@ from dlsched.policies.agent_actions import ActionMapping, AgentActions
 from dlsched.policies.learned import describe_layout
 from dlsched.runs.evaluation import ENV_IDS
 from dlsched.runs.training.batched_vec_env import BatchedVecEnv
+from dlsched.runs.training.config import VecEnvKind
 from dlsched.runs.training.slot_agents import SlotAgentVecEnv
-
-
-class VecEnvKind(StrEnum):
-    """How the training environments of one run are stepped."""
-
-    AUTO = "auto"  # batched for the replay backend where it can, else dummy; subproc for real
-    BATCHED = "batched"  # all in one natively batched replay environment, stepped at once
-    DUMMY = "dummy"  # all in this process, one after the other
-    SUBPROC = "subproc"  # one process each, stepped in parallel
 
 
 def layout_of(scenario: Scenario) -> ObservationLayout:

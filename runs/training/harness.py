@@ -28,9 +28,9 @@ stops answering, training goes on untracked and ``dlsched runs sync <folder>`` u
 
 Seeds: the training environments are reset with seeds ``seed .. seed + n_envs - 1`` once and
 then draw every later episode from their own generators; validation uses seeds from
-:data:`VALIDATION_SEED_BASE` on, so that no validation episode is a training one. Evaluate a
-trained model with yet other seeds (``dlsched evaluate --seed 100``, say): validation chose the
-model, so its seeds are no longer held out for a final comparison.
+:data:`~dlsched.runs.training.config.VALIDATION_SEED_BASE` on, so that no validation episode is
+a training one. Evaluate a trained model with yet other seeds (``dlsched evaluate --seed 100``,
+say): validation chose the model, so its seeds are no longer held out for a final comparison.
 """
 
 from __future__ import annotations
@@ -59,8 +59,6 @@ from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
 from dlsched.envs.errors import PolicyError, TrackingError
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
-from dlsched.policies.agent_actions import ActionMapping, ActionMode
-from dlsched.policies.hyperparameters import hyperparameter_problems
 from dlsched.policies.learned import ModelCard, algorithm_class, save_model
 from dlsched.policies.mlflow_model import save_mlflow_model
 from dlsched.policies.normalization import slot_normalizer
@@ -73,22 +71,13 @@ from dlsched.runs.tracking.store import experiment_id as store_experiment_id
 from dlsched.runs.tracking.tracker import TAG_KIND, log_in_batches
 from dlsched.runs.tracking.trajectory import TrackingRecord
 from dlsched.runs.training.callbacks import ProgressBar, RolloutQoE, Validation, ValidationRecord
+from dlsched.runs.training.config import TrainingConfig
 from dlsched.runs.training.environments import (
-    VecEnvKind,
     check_compatible,
     default_reward,
     layout_of,
     make_vec_env,
 )
-
-#: First seed of the validation episodes; far from any seed a user trains with.
-VALIDATION_SEED_BASE = 1_000_000
-#: Networks an agent can have: ``slot`` shares weights across slots (PPO, A2C only).
-NETWORKS: tuple[str, ...] = ("auto", "slot", "mlp")
-#: Algorithms whose policy is SB3's ActorCriticPolicy, which the slot network extends.
-ON_POLICY: tuple[str, ...] = ("ppo", "a2c")
-
-HyperValue = float | int | str | bool
 
 BEST_MODEL_DIR = "model"
 #: The local folder of the best model as an MLflow Model, logged as ``model/``.
@@ -98,148 +87,6 @@ CONFIG_FILE = "training_config.json"
 VALIDATION_FILE = "validation.json"
 PROGRESS_FILE = "progress.csv"
 SCENARIO_DIR = "scenarios"
-
-
-@dataclass(frozen=True)
-class TrainingConfig:
-    """Everything that defines a training run (logged as ``training_config.json``).
-
-    Attributes:
-        algo: the SB3 algorithm: ``ppo``, ``a2c``, ``sac`` or ``td3``.
-        scenarios: the training scenarios, by shipped name or YAML path; several are mixed,
-            one drawn per episode.
-        timesteps: environment steps to train for (PPO and A2C round up to whole rollouts).
-        n_envs: environments stepped side by side.
-        seed: seeds the agent's initialisation and the training environments' first resets.
-        eval_scenarios: validation scenarios (default: the training scenarios).
-        eval_episodes: validation episodes per scenario, on held-out seeds.
-        eval_every: timesteps between validations; 0 validates never.
-        patience: validations in a row without improvement that stop training; 0 never stops.
-        reward: the reward's name (``None``: the environment's default).
-        backend: the backend's registered name.
-        network: ``slot`` (shared across slots; PPO, A2C), ``mlp``, or ``auto`` (slot when
-            possible).
-        net_arch: hidden layer widths of the network.
-        actions: how the agent's actions become limits (see
-            :mod:`dlsched.policies.agent_actions`).
-        max_step: the largest factor one relative action changes a limit by.
-        frame_stack: consecutive observations the agent sees at once (1: the current one);
-            a batch latency stays the same until the next batch ends, and only a history
-            shows whether it is new and which limits it ran under.
-        slot_agents: make every slot an agent of one shared policy, rewarded for its own job
-            too (:mod:`dlsched.runs.training.slot_agents`); timesteps then count slot steps.
-        own_weight: with ``slot_agents``, the weight of an agent's own job in its reward.
-        hyperparams: keyword arguments of the SB3 algorithm (``learning_rate``, ``n_steps``, ...).
-        policy_kwargs: keyword arguments of its policy (``log_std_init``, ``ortho_init``, ...).
-        normalize_reward: scale rewards by the running deviation of returns while training.
-        vec_env: how environments are stepped (``auto``, ``dummy``, ``subproc``).
-        torch_threads: threads torch may use in this process.
-    """
-
-    algo: str
-    scenarios: tuple[str, ...]
-    timesteps: int
-    n_envs: int = 1
-    seed: int = 0
-    eval_scenarios: tuple[str, ...] = ()
-    eval_episodes: int = 5
-    eval_every: int = 10_000
-    patience: int = 5
-    reward: str | None = None
-    backend: str = "replay"
-    network: str = "auto"
-    net_arch: tuple[int, ...] = (64, 64)
-    actions: ActionMode = ActionMode.RELATIVE
-    max_step: float = 2.0
-    frame_stack: int = 1
-    slot_agents: bool = False
-    own_weight: float = 0.5
-    hyperparams: tuple[tuple[str, HyperValue], ...] = ()
-    policy_kwargs: tuple[tuple[str, HyperValue], ...] = ()
-    normalize_reward: bool = True
-    vec_env: VecEnvKind = VecEnvKind.AUTO
-    torch_threads: int = 1
-
-    @property
-    def training_seeds(self) -> tuple[int, ...]:
-        """The ``reset`` seeds of the training environments' first episodes."""
-        return tuple(range(self.seed, self.seed + self.n_envs))
-
-    @property
-    def validation_seeds(self) -> tuple[int, ...]:
-        """The held-out ``reset`` seeds of every validation."""
-        return tuple(range(VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + self.eval_episodes))
-
-    @property
-    def action_mapping(self) -> ActionMapping:
-        """The map from the agent's actions to limits."""
-        return ActionMapping(self.actions, self.max_step)
-
-    @property
-    def resolved_network(self) -> str:
-        """``slot`` or ``mlp``."""
-        if self.network == "auto":
-            return "slot" if self.algo in ON_POLICY else "mlp"
-        return self.network
-
-    def check(self) -> None:
-        """Refuse a configuration that cannot run, naming the value and the fix.
-
-        Raises:
-            PolicyError: a bad value.
-        """
-        algorithm_class(self.algo)
-        problems = []
-        if self.timesteps < 1:
-            problems.append(f"timesteps={self.timesteps} must be at least 1")
-        if self.n_envs < 1:
-            problems.append(f"n_envs={self.n_envs} must be at least 1")
-        if self.eval_every < 0:
-            problems.append(f"eval_every={self.eval_every} must be >= 0 (0: no validation)")
-        if self.eval_every and self.eval_episodes < 1:
-            problems.append(f"eval_episodes={self.eval_episodes} must be at least 1")
-        if self.patience < 0:
-            problems.append(f"patience={self.patience} must be >= 0 (0: never stop early)")
-        if self.network not in NETWORKS:
-            problems.append(f"network={self.network!r} must be one of {', '.join(NETWORKS)}")
-        elif self.resolved_network == "slot" and self.algo not in ON_POLICY:
-            problems.append(
-                f"network 'slot' extends the actor-critic policy of {', '.join(ON_POLICY)}, not "
-                f"{self.algo}; use network 'mlp' with {self.algo}"
-            )
-        if not self.net_arch or any(width < 1 for width in self.net_arch):
-            problems.append(f"net_arch={list(self.net_arch)} must be positive widths, e.g. 64,64")
-        if self.actions is ActionMode.RELATIVE and not self.max_step > 1:
-            problems.append(f"max_step={self.max_step} must be > 1")
-        if not 0.0 <= self.own_weight <= 1.0:
-            problems.append(f"own_weight={self.own_weight} must be in [0, 1]")
-        if self.frame_stack < 1:
-            problems.append(f"frame_stack={self.frame_stack} must be at least 1")
-        if self.torch_threads < 1:
-            problems.append(f"torch_threads={self.torch_threads} must be at least 1")
-        problems += hyperparameter_problems(self.algo, dict(self.hyperparams))
-        overlap = set(self.training_seeds) & set(self.validation_seeds)
-        if self.eval_every and overlap:
-            problems.append(
-                f"training seeds {sorted(overlap)} are also validation seeds; train with "
-                f"--seed below {VALIDATION_SEED_BASE - self.n_envs + 1}"
-            )
-        if any(key == "net_arch" for key, _ in self.policy_kwargs):
-            problems.append("policy keyword 'net_arch' is set by dlsched; use --net-arch")
-        if problems:
-            raise PolicyError("invalid training configuration: " + "; ".join(problems))
-
-    def to_data(self) -> dict[str, Any]:
-        """The configuration as plain JSON data."""
-        data = asdict(self)
-        data["hyperparams"] = dict(self.hyperparams)
-        data["policy_kwargs"] = dict(self.policy_kwargs)
-        data["vec_env"] = self.vec_env.value
-        data["actions"] = self.actions.value
-        data["training_seeds"] = list(self.training_seeds)
-        data["validation_seeds"] = list(self.validation_seeds)
-        data["resolved_network"] = self.resolved_network
-        return data
 
 
 @dataclass(frozen=True)

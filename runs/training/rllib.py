@@ -41,7 +41,6 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,6 +67,7 @@ from dlsched.runs.tracking.owners import end_run
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, first_line
 from dlsched.runs.tracking.tracker import log_in_batches
+from dlsched.runs.training.config import RllibConfig
 from dlsched.runs.training.environments import default_reward, layout_of
 from dlsched.runs.training.harness import (
     BEST_MODEL_DIR,
@@ -75,7 +75,6 @@ from dlsched.runs.training.harness import (
     MLFLOW_MODEL_DIR,
     PROGRESS_FILE,
     SCENARIO_DIR,
-    HyperValue,
     TrainingResult,
     TrainingTracking,
     param_text,
@@ -115,74 +114,6 @@ _METRICS: Mapping[tuple[str, ...], tuple[str, float]] = {
 PROGRESS_FIELDS: tuple[str, ...] = tuple(
     sorted(["time/iterations", "time/fps", *(name for name, _ in _METRICS.values())])
 )
-
-
-@dataclass(frozen=True)
-class RllibConfig:
-    """Everything that defines a training on RLlib (logged as ``training_config.json``).
-
-    Attributes:
-        scenario: the training scenario, by shipped name or YAML path (one: the batched
-            environment runs one scenario).
-        timesteps: environment steps to train for, rounded up to whole training iterations.
-        num_envs: episodes each env runner steps at once in its batched environment.
-        env_runners: Ray actors that sample besides the driver; 0 samples in the driver.
-        seed: seeds the network's initialisation and the environments.
-        reward: the reward's name (``None``: the environment's default).
-        net_arch: hidden layer widths of the policy and of the value network.
-        hyperparams: keyword arguments of RLlib's ``PPOConfig.training`` (``lr``,
-            ``train_batch_size_per_learner``, ``minibatch_size``, ``num_epochs``, ...).
-        address: the Ray cluster to join (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``);
-            ``None`` starts a Ray instance on loopback for this training.
-        num_cpus: the CPUs of that local instance (ignored with ``address``).
-        torch_threads: threads torch may use in the driver.
-    """
-
-    scenario: str
-    timesteps: int
-    num_envs: int = 8
-    env_runners: int = 0
-    seed: int = 0
-    reward: str | None = None
-    net_arch: tuple[int, ...] = (64, 64)
-    hyperparams: tuple[tuple[str, HyperValue], ...] = ()
-    address: str | None = None
-    num_cpus: int = 2
-    torch_threads: int = 1
-
-    def check(self) -> None:
-        """Refuse a configuration that cannot run, naming the value and the fix.
-
-        Raises:
-            PolicyError: a bad value.
-        """
-        problems = []
-        if self.timesteps < 1:
-            problems.append(f"timesteps={self.timesteps} must be at least 1")
-        if self.num_envs < 1:
-            problems.append(f"n_envs={self.num_envs} must be at least 1")
-        if self.env_runners < 0:
-            problems.append(f"env_runners={self.env_runners} must be >= 0 (0: in the driver)")
-        if self.num_cpus < 1:
-            problems.append(f"num_cpus={self.num_cpus} must be at least 1")
-        if self.address is None and self.env_runners + 1 > self.num_cpus:
-            problems.append(
-                f"env_runners={self.env_runners} need {self.env_runners + 1} CPUs with the "
-                f"driver, but the local Ray has num_cpus={self.num_cpus}; raise --num-cpus or "
-                "lower --env-runners"
-            )
-        if not self.net_arch or any(width < 1 for width in self.net_arch):
-            problems.append(f"net_arch={list(self.net_arch)} must be positive widths, e.g. 64,64")
-        if self.torch_threads < 1:
-            problems.append(f"torch_threads={self.torch_threads} must be at least 1")
-        if problems:
-            raise PolicyError("invalid RLlib training configuration: " + "; ".join(problems))
-
-    def to_data(self) -> dict[str, Any]:
-        """The configuration as plain JSON data."""
-        data = asdict(self)
-        data["hyperparams"] = dict(self.hyperparams)
-        return data
 
 
 def require_ray(local: bool = False) -> None:

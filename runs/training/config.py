@@ -1,0 +1,251 @@
+"""The configuration of a training run, apart from the training itself.
+
+``dlsched train`` builds its parser from :class:`TrainingConfig`'s and :class:`RllibConfig`'s
+defaults and these names, so this module imports neither torch, Stable-Baselines3, MLflow nor
+Ray: ``dlsched train --help`` and a mistyped option answer at once. :mod:`.harness` and
+:mod:`.rllib` train from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+from dlsched.envs.errors import PolicyError
+from dlsched.policies.agent_actions import ActionMapping, ActionMode
+
+#: First seed of the validation episodes; far from any seed a user trains with.
+VALIDATION_SEED_BASE = 1_000_000
+#: Networks an agent can have: ``slot`` shares weights across slots (PPO, A2C only).
+NETWORKS: tuple[str, ...] = ("auto", "slot", "mlp")
+#: Algorithms whose policy is SB3's ActorCriticPolicy, which the slot network extends.
+ON_POLICY: tuple[str, ...] = ("ppo", "a2c")
+#: The SB3 algorithms dlsched trains, by the name ``--algo`` takes (the keys of
+#: :data:`dlsched.policies.learned.ALGORITHMS`, which maps them to their classes).
+ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "sac", "td3")
+
+HyperValue = float | int | str | bool
+
+
+class VecEnvKind(StrEnum):
+    """How the training environments of one run are stepped."""
+
+    AUTO = "auto"  # batched for the replay backend where it can, else dummy; subproc for real
+    BATCHED = "batched"  # all in one natively batched replay environment, stepped at once
+    DUMMY = "dummy"  # all in this process, one after the other
+    SUBPROC = "subproc"  # one process each, stepped in parallel
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Everything that defines a training run (logged as ``training_config.json``).
+
+    Attributes:
+        algo: the SB3 algorithm: ``ppo``, ``a2c``, ``sac`` or ``td3``.
+        scenarios: the training scenarios, by shipped name or YAML path; several are mixed,
+            one drawn per episode.
+        timesteps: environment steps to train for (PPO and A2C round up to whole rollouts).
+        n_envs: environments stepped side by side.
+        seed: seeds the agent's initialisation and the training environments' first resets.
+        eval_scenarios: validation scenarios (default: the training scenarios).
+        eval_episodes: validation episodes per scenario, on held-out seeds.
+        eval_every: timesteps between validations; 0 validates never.
+        patience: validations in a row without improvement that stop training; 0 never stops.
+        reward: the reward's name (``None``: the environment's default).
+        backend: the backend's registered name.
+        network: ``slot`` (shared across slots; PPO, A2C), ``mlp``, or ``auto`` (slot when
+            possible).
+        net_arch: hidden layer widths of the network.
+        actions: how the agent's actions become limits (see
+            :mod:`dlsched.policies.agent_actions`).
+        max_step: the largest factor one relative action changes a limit by.
+        frame_stack: consecutive observations the agent sees at once (1: the current one);
+            a batch latency stays the same until the next batch ends, and only a history
+            shows whether it is new and which limits it ran under.
+        slot_agents: make every slot an agent of one shared policy, rewarded for its own job
+            too (:mod:`dlsched.runs.training.slot_agents`); timesteps then count slot steps.
+        own_weight: with ``slot_agents``, the weight of an agent's own job in its reward.
+        hyperparams: keyword arguments of the SB3 algorithm (``learning_rate``, ``n_steps``, ...).
+        policy_kwargs: keyword arguments of its policy (``log_std_init``, ``ortho_init``, ...).
+        normalize_reward: scale rewards by the running deviation of returns while training.
+        vec_env: how environments are stepped (``auto``, ``dummy``, ``subproc``).
+        torch_threads: threads torch may use in this process.
+    """
+
+    algo: str
+    scenarios: tuple[str, ...]
+    timesteps: int
+    n_envs: int = 1
+    seed: int = 0
+    eval_scenarios: tuple[str, ...] = ()
+    eval_episodes: int = 5
+    eval_every: int = 10_000
+    patience: int = 5
+    reward: str | None = None
+    backend: str = "replay"
+    network: str = "auto"
+    net_arch: tuple[int, ...] = (64, 64)
+    actions: ActionMode = ActionMode.RELATIVE
+    max_step: float = 2.0
+    frame_stack: int = 1
+    slot_agents: bool = False
+    own_weight: float = 0.5
+    hyperparams: tuple[tuple[str, HyperValue], ...] = ()
+    policy_kwargs: tuple[tuple[str, HyperValue], ...] = ()
+    normalize_reward: bool = True
+    vec_env: VecEnvKind = VecEnvKind.AUTO
+    torch_threads: int = 1
+
+    @property
+    def training_seeds(self) -> tuple[int, ...]:
+        """The ``reset`` seeds of the training environments' first episodes."""
+        return tuple(range(self.seed, self.seed + self.n_envs))
+
+    @property
+    def validation_seeds(self) -> tuple[int, ...]:
+        """The held-out ``reset`` seeds of every validation."""
+        return tuple(range(VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + self.eval_episodes))
+
+    @property
+    def action_mapping(self) -> ActionMapping:
+        """The map from the agent's actions to limits."""
+        return ActionMapping(self.actions, self.max_step)
+
+    @property
+    def resolved_network(self) -> str:
+        """``slot`` or ``mlp``."""
+        if self.network == "auto":
+            return "slot" if self.algo in ON_POLICY else "mlp"
+        return self.network
+
+    def check(self) -> None:
+        """Refuse a configuration that cannot run, naming the value and the fix.
+
+        Raises:
+            PolicyError: a bad value.
+        """
+        # imported here: they load SB3 and torch, which the command line's parser does not need
+        from dlsched.policies.hyperparameters import hyperparameter_problems
+        from dlsched.policies.learned import algorithm_class
+
+        algorithm_class(self.algo)
+        problems = []
+        if self.timesteps < 1:
+            problems.append(f"timesteps={self.timesteps} must be at least 1")
+        if self.n_envs < 1:
+            problems.append(f"n_envs={self.n_envs} must be at least 1")
+        if self.eval_every < 0:
+            problems.append(f"eval_every={self.eval_every} must be >= 0 (0: no validation)")
+        if self.eval_every and self.eval_episodes < 1:
+            problems.append(f"eval_episodes={self.eval_episodes} must be at least 1")
+        if self.patience < 0:
+            problems.append(f"patience={self.patience} must be >= 0 (0: never stop early)")
+        if self.network not in NETWORKS:
+            problems.append(f"network={self.network!r} must be one of {', '.join(NETWORKS)}")
+        elif self.resolved_network == "slot" and self.algo not in ON_POLICY:
+            problems.append(
+                f"network 'slot' extends the actor-critic policy of {', '.join(ON_POLICY)}, not "
+                f"{self.algo}; use network 'mlp' with {self.algo}"
+            )
+        if not self.net_arch or any(width < 1 for width in self.net_arch):
+            problems.append(f"net_arch={list(self.net_arch)} must be positive widths, e.g. 64,64")
+        if self.actions is ActionMode.RELATIVE and not self.max_step > 1:
+            problems.append(f"max_step={self.max_step} must be > 1")
+        if not 0.0 <= self.own_weight <= 1.0:
+            problems.append(f"own_weight={self.own_weight} must be in [0, 1]")
+        if self.frame_stack < 1:
+            problems.append(f"frame_stack={self.frame_stack} must be at least 1")
+        if self.torch_threads < 1:
+            problems.append(f"torch_threads={self.torch_threads} must be at least 1")
+        problems += hyperparameter_problems(self.algo, dict(self.hyperparams))
+        overlap = set(self.training_seeds) & set(self.validation_seeds)
+        if self.eval_every and overlap:
+            problems.append(
+                f"training seeds {sorted(overlap)} are also validation seeds; train with "
+                f"--seed below {VALIDATION_SEED_BASE - self.n_envs + 1}"
+            )
+        if any(key == "net_arch" for key, _ in self.policy_kwargs):
+            problems.append("policy keyword 'net_arch' is set by dlsched; use --net-arch")
+        if problems:
+            raise PolicyError("invalid training configuration: " + "; ".join(problems))
+
+    def to_data(self) -> dict[str, Any]:
+        """The configuration as plain JSON data."""
+        data = asdict(self)
+        data["hyperparams"] = dict(self.hyperparams)
+        data["policy_kwargs"] = dict(self.policy_kwargs)
+        data["vec_env"] = self.vec_env.value
+        data["actions"] = self.actions.value
+        data["training_seeds"] = list(self.training_seeds)
+        data["validation_seeds"] = list(self.validation_seeds)
+        data["resolved_network"] = self.resolved_network
+        return data
+
+
+@dataclass(frozen=True)
+class RllibConfig:
+    """Everything that defines a training on RLlib (logged as ``training_config.json``).
+
+    Attributes:
+        scenario: the training scenario, by shipped name or YAML path (one: the batched
+            environment runs one scenario).
+        timesteps: environment steps to train for, rounded up to whole training iterations.
+        num_envs: episodes each env runner steps at once in its batched environment.
+        env_runners: Ray actors that sample besides the driver; 0 samples in the driver.
+        seed: seeds the network's initialisation and the environments.
+        reward: the reward's name (``None``: the environment's default).
+        net_arch: hidden layer widths of the policy and of the value network.
+        hyperparams: keyword arguments of RLlib's ``PPOConfig.training`` (``lr``,
+            ``train_batch_size_per_learner``, ``minibatch_size``, ``num_epochs``, ...).
+        address: the Ray cluster to join (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``);
+            ``None`` starts a Ray instance on loopback for this training.
+        num_cpus: the CPUs of that local instance (ignored with ``address``).
+        torch_threads: threads torch may use in the driver.
+    """
+
+    scenario: str
+    timesteps: int
+    num_envs: int = 8
+    env_runners: int = 0
+    seed: int = 0
+    reward: str | None = None
+    net_arch: tuple[int, ...] = (64, 64)
+    hyperparams: tuple[tuple[str, HyperValue], ...] = ()
+    address: str | None = None
+    num_cpus: int = 2
+    torch_threads: int = 1
+
+    def check(self) -> None:
+        """Refuse a configuration that cannot run, naming the value and the fix.
+
+        Raises:
+            PolicyError: a bad value.
+        """
+        problems = []
+        if self.timesteps < 1:
+            problems.append(f"timesteps={self.timesteps} must be at least 1")
+        if self.num_envs < 1:
+            problems.append(f"n_envs={self.num_envs} must be at least 1")
+        if self.env_runners < 0:
+            problems.append(f"env_runners={self.env_runners} must be >= 0 (0: in the driver)")
+        if self.num_cpus < 1:
+            problems.append(f"num_cpus={self.num_cpus} must be at least 1")
+        if self.address is None and self.env_runners + 1 > self.num_cpus:
+            problems.append(
+                f"env_runners={self.env_runners} need {self.env_runners + 1} CPUs with the "
+                f"driver, but the local Ray has num_cpus={self.num_cpus}; raise --num-cpus or "
+                "lower --env-runners"
+            )
+        if not self.net_arch or any(width < 1 for width in self.net_arch):
+            problems.append(f"net_arch={list(self.net_arch)} must be positive widths, e.g. 64,64")
+        if self.torch_threads < 1:
+            problems.append(f"torch_threads={self.torch_threads} must be at least 1")
+        if problems:
+            raise PolicyError("invalid RLlib training configuration: " + "; ".join(problems))
+
+    def to_data(self) -> dict[str, Any]:
+        """The configuration as plain JSON data."""
+        data = asdict(self)
+        data["hyperparams"] = dict(self.hyperparams)
+        return data
