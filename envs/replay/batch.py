@@ -439,9 +439,10 @@ class ReplayBatch:
         slowed = using & (job_ratio > 1.0)
         floor = self.floor[slowed]
         kept = floor + (1.0 - floor) * job_ratio[slowed] ** -self.exponent[slowed]
-        starting = self._dense(booting.astype(float), using, 0.0).sum(axis=2) > 0
-        beside = np.take_along_axis(starting, self.worker, axis=1)[slowed]
-        kept = np.where(beside, np.minimum(kept, self.beside_startup[slowed]), kept)
+        if booting.any():  # most steps start no job: skip laying the start-ups out by worker
+            starting = self._dense(booting.astype(float), using, 0.0).sum(axis=2) > 0
+            beside = np.take_along_axis(starting, self.worker, axis=1)[slowed]
+            kept = np.where(beside, np.minimum(kept, self.beside_startup[slowed]), kept)
         self.rate[slowed] *= kept
 
     def _next_event(self, end: np.ndarray, moving: np.ndarray) -> np.ndarray:
