@@ -624,7 +624,13 @@ def profile_set_names() -> list[str]:
     return sorted(p.name for p in PROFILES_DIR.iterdir() if p.is_dir() and _profile_files(p))
 
 
-def _set_directory(name: str) -> Path:
+def profile_set_directory(name: str) -> Path:
+    """The folder of a profile set: a shipped set's by name, or the folder a path names.
+
+    Raises:
+        UnknownNameError: no shipped set has that name.
+        ProfileError: the folder a path names does not exist.
+    """
     if "/" in name or "\\" in name or name.startswith("."):
         directory = Path(name).expanduser()
         if not directory.is_dir():
@@ -653,7 +659,7 @@ def load_profile_set(name: str) -> dict[str, WorkloadProfile]:
         UnknownNameError: no shipped set has that name.
         ProfileError: the folder holds no profile, or a profile is malformed.
     """
-    directory = _set_directory(name)
+    directory = profile_set_directory(name)
     if directory.parent == PROFILES_DIR:
         return dict(_load_shipped_set(directory.name))
     return _load_directory(directory)
@@ -688,7 +694,7 @@ def load_set_contention(name: str) -> ContentionModel:
         UnknownNameError: no shipped set has that name.
         ProfileError: the set's ``contention.json`` is malformed.
     """
-    directory = _set_directory(name)
+    directory = profile_set_directory(name)
     if directory.parent == PROFILES_DIR:
         return _load_shipped_contention(directory.name)
     return load_contention(directory)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlsched.envs.errors import BackendError, PolicyError
 from dlsched.envs.replay.profile import profile_set_names
@@ -18,10 +19,20 @@ from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.runs.commands.arguments import output_folder, positive_int, seed, tracking_uri
 from dlsched.runs.commands.evaluate import parse_settings
-from dlsched.runs.fidelity.validation import Side, render_report, report_data, run_validation
+from dlsched.runs.fidelity.validation import (
+    REPLAY,
+    Side,
+    render_report,
+    report_data,
+    run_validation,
+)
 from dlsched.runs.parser import ListOption
 from dlsched.runs.policy_specs import build_policies
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
+
+if TYPE_CHECKING:
+    from dlsched.runs.fidelity.validation_run import ValidationRequest
+    from dlsched.runs.tracking.store import TrackingTarget
 
 _DESCRIPTION = """\
 Run every policy on the same seeds on the replay backend and on the local Docker engine (the same
@@ -92,6 +103,15 @@ def register(subparsers: Any) -> None:
         "the episodes an earlier evaluation recorded in FOLDER (recorded:FOLDER, e.g. the host "
         "side of an earlier validation under --out), which runs nothing on the host",
     )
+    parser.add_argument(
+        "--host-speed",
+        metavar="measure|none|FILE",
+        help="hold the host against replay rescaled to the host's speed: measure it first "
+        "(measure: each workload alone for about 15 s; the default against the engine), reuse "
+        "a host-speed.json a validation saved (FILE), or hold the profiles as they are (none; "
+        "the default against recorded or replay references). Hosts that report the same CPU "
+        "model differ in speed by up to 1.6x; the report names the ratios",
+    )
     parser.add_argument("--json", action="store_true", help="print only JSON on stdout")
     parser.add_argument(
         "--tracking-uri",
@@ -153,13 +173,13 @@ def reference_side(against: str, workload_threading: str | None, default_threadi
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched validate`` as ``args`` say; the exit code."""
     # imported here, so that parsing (and --help) does not wait for MLflow and matplotlib
+    from dlsched.runs.fidelity.host_speed import rescaled_model, resolve_host_speed
     from dlsched.runs.fidelity.validation_run import (
         ValidationRequest,
         host_warnings,
         scenario_threading,
-        validate_tracked,
     )
-    from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+    from dlsched.runs.tracking.store import resolve_tracking_uri
 
     scenario = load_scenario(args.scenario)
     specs = list(args.policy)
@@ -178,15 +198,36 @@ def run(args: argparse.Namespace) -> int:
         )
     reference = reference_side(args.against, args.workload_threading, scenario_threading(scenario))
     warnings = host_warnings(scenario, reference)
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    request = ValidationRequest(
-        scenario=scenario,
-        policies=policies,
-        seeds=tuple(range(args.seed, args.seed + args.episodes)),
-        reference=reference,
-        held_out=held_out,
-    )
+    speed = resolve_host_speed(args.host_speed, scenario, reference)
+    with tempfile.TemporaryDirectory(prefix="dlsched-rescaled-") as scratch:
+        model = REPLAY
+        if speed is not None:
+            model = rescaled_model(speed, Path(scratch) / "profiles")
+            warnings.append(speed.warning() or speed.note())
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        request = ValidationRequest(
+            scenario=scenario,
+            policies=policies,
+            seeds=tuple(range(args.seed, args.seed + args.episodes)),
+            reference=reference,
+            model=model,
+            held_out=held_out,
+            host_speed=speed,
+        )
+        return _validate(request, args, target, warnings)
+
+
+def _validate(
+    request: ValidationRequest,
+    args: argparse.Namespace,
+    target: TrackingTarget,
+    warnings: list[str],
+) -> int:
+    """Run the validation ``request`` describes, tracked unless ``--no-tracking``."""
+    from dlsched.runs.fidelity.validation_run import validate_tracked
+    from dlsched.runs.tracking.store import connect
+
     progress = not args.no_progress
     if args.no_tracking:
         report, _, _ = run_validation(
@@ -194,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
             request.policies,
             request.seeds,
             reference=request.reference,
+            model=request.model,
             held_out=request.held_out,
             progress=progress,
             warnings=warnings,
@@ -215,6 +257,12 @@ def run(args: argparse.Namespace) -> int:
     )
     _print(report_data(outcome.report) if args.json else render_report(outcome.report), args.json)
     print(f"validation records: {outcome.folder.resolve()}", file=sys.stderr)
+    if request.host_speed is not None:
+        print(
+            f"host speed: {request.host_speed.describe()} (--host-speed "
+            f"{outcome.folder.resolve() / 'host-speed.json'} reuses it)",
+            file=sys.stderr,
+        )
     if outcome.failure is not None:
         raise outcome.failure
     print(f"MLflow: validation run {outcome.run_id} in {target.uri}", file=sys.stderr)

@@ -311,12 +311,12 @@ def measure_grid(
     try:
         backend.reset(scenario, specs, np.random.default_rng(0))
         backend.apply({}, [Placement(ids[0], 0, 0)])
-        _wait_for_first_units(backend, ids[:1])
+        wait_for_first_units(backend, ids[:1])
         placed = 1
         solo = []
         for limit in sorted(solo_limits):
             report(f"solo at limit {limit:g}")
-            solo.extend(_window(backend, {ids[0]: limit}, settle_s, window_s, inference)[0])
+            solo.extend(measure_window(backend, {ids[0]: limit}, settle_s, window_s, inference)[0])
         grid = []
         for count in sorted(job_counts):
             members = ids[:count]
@@ -329,7 +329,7 @@ def measure_grid(
                         if slot >= placed
                     ],
                 )
-                running = _wait_for_first_units(backend, members, running=ids[0])
+                running = wait_for_first_units(backend, members, running=ids[0])
                 if placed == 1 and not inference:
                     report(f"{count - 1} starting beside 1 running")
                     beside_startup = running
@@ -339,7 +339,7 @@ def measure_grid(
                 report(
                     f"{count} jobs, {allocation}: limits {', '.join(f'{x:.3g}' for x in limits)}"
                 )
-                samples, other = _window(
+                samples, other = measure_window(
                     backend, dict(zip(members, limits, strict=True)), settle_s, window_s, inference
                 )
                 grid.append(GridCell(allocation, tuple(samples), other))
@@ -411,7 +411,7 @@ def check_grid_arguments(
         raise BackendError(f"window_s={window_s!r}: the window must be positive")
 
 
-def _window(
+def measure_window(
     backend: DockerBackend,
     limits: Mapping[str, float],
     settle_s: float,
@@ -454,7 +454,7 @@ def _window(
     return samples, max(0.0, (host_after - host_before - used) / elapsed)
 
 
-def _wait_for_first_units(
+def wait_for_first_units(
     backend: DockerBackend, job_ids: Sequence[str], running: str | None = None
 ) -> tuple[JobSample, ...]:
     """Advance until every job of ``job_ids`` has reported an iteration or a batch.

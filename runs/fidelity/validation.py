@@ -63,12 +63,16 @@ class Side:
         recorded: the local folder of an earlier evaluation whose episodes are this side's
             (the host side of an earlier validation, or ``dlsched evaluate --out``): nothing
             runs, so a changed replay model is held against one host recording in seconds.
+        speed_note: replay only: how :attr:`profile_set` differs from the scenario's, for the
+            report's label (a set rescaled to the host's speed lives in a temporary folder whose
+            path says nothing).
     """
 
     backend: str
     options: Mapping[str, str] = dataclasses.field(default_factory=dict)
     profile_set: str | None = None
     recorded: Path | None = None
+    speed_note: str | None = None
 
     def __post_init__(self) -> None:
         if self.profile_set is not None and self.backend != "replay":
@@ -82,6 +86,8 @@ class Side:
         base = backend_label(self.backend, self.options)
         if self.recorded is not None:
             return f"{base}, recorded"
+        if self.speed_note is not None:
+            return f"{base}[{self.speed_note}]"
         return base if self.profile_set is None else f"{base}[profile_set={self.profile_set}]"
 
     @classmethod

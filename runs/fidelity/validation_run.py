@@ -34,6 +34,7 @@ from dlsched.envs.workloads.cpu_quota import Threading
 from dlsched.policies.policy import Policy
 from dlsched.runs.evaluation import EpisodeResult
 from dlsched.runs.fidelity.calibration import HostDescription
+from dlsched.runs.fidelity.host_speed import HOST_SPEED_FILE, HostSpeed, write_host_speed
 from dlsched.runs.fidelity.quiet_host import QUIET_CORES, sample_load
 from dlsched.runs.fidelity.validation import (
     REPLAY,
@@ -61,6 +62,8 @@ class ValidationRequest:
         reference: what the model is held against.
         model: the model.
         held_out: names of the policies calibration did not see.
+        host_speed: the host's speed the model was rescaled to, saved beside the report
+            (``None``: the profiles as they are).
     """
 
     scenario: Scenario
@@ -69,6 +72,7 @@ class ValidationRequest:
     reference: Side
     model: Side = REPLAY
     held_out: tuple[str, ...] = ()
+    host_speed: HostSpeed | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +238,8 @@ def validate_tracked(
     )
     folder = out / validation_id
     files = _write_files(folder, report, model, reference, plots)
+    if request.host_speed is not None:
+        files.append(write_host_speed(request.host_speed, folder / HOST_SPEED_FILE))
     run_id = None
     if failure is None:
         try:

@@ -1,0 +1,418 @@
+"""How fast this host runs each workload, against the host its profiles were measured on.
+
+A profile's throughput curve holds the units per second one workload made per core *on the host
+it was measured on*. Hosts of the same CPU model name are not equally fast: two 2-core VMs that
+both report "AMD EPYC" ran dlsched's stock trainings alone at 0.60-0.75 of each other's speed
+(measured 2026-11-26), so a replay model calibrated on one is 1.3-1.6x too fast on the other
+before any question of sharing or contention arises. ``dlsched validate`` is about the model's
+shape (how jobs share cores, contend and start), so it first measures that speed ratio and
+holds the host against the profiles rescaled to it; the ratio is reported, and large ratios are
+warned about, since the profiles then describe another machine.
+
+The probe runs each workload of the scenario alone, uncapped, in one container of the workload
+image: after its first unit it waits ``settle_s`` and measures its units per second and the
+cores it used over ``window_s`` (:func:`~dlsched.runs.fidelity.contention.measure_window`). The
+ratio of a workload is that rate over its profile's at the same cores. A rescaled profile set
+(:func:`write_rescaled_set`) multiplies each probed workload's throughput by its ratio and
+divides its start-up times by it (a start-up is CPU work too); demands, noise, loss curves and
+the contention terms stay as measured. It is written as an ordinary profile-set folder, so any
+scenario can run on it with ``profile_set: DIR``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import math
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlsched.envs.decision import Placement
+from dlsched.envs.docker.backend import DockerBackend
+from dlsched.envs.docker.engine import connect
+from dlsched.envs.errors import BackendError, ProfileError
+from dlsched.envs.replay.contention import CONTENTION_FILE
+from dlsched.envs.replay.profile import load_profile_set, profile_set_directory
+from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
+from dlsched.envs.workloads.catalog import WORKLOADS
+from dlsched.envs.workloads.cpu_quota import Threading
+from dlsched.runs.fidelity.calibration import HostDescription
+from dlsched.runs.fidelity.contention import JobSample, measure_window, wait_for_first_units
+from dlsched.runs.fidelity.validation import Side
+
+#: Version of the ``host-speed.json`` format.
+HOST_SPEED_FORMAT = 1
+#: The file a probe is saved to, beside a validation's report.
+HOST_SPEED_FILE = "host-speed.json"
+#: A ratio further than this from 1 is warned about: the profiles describe another machine.
+SPEED_TOLERANCE = 0.10
+#: Batches a service's probe window holds at its profile's speed, at least.
+_SERVICE_BATCHES = 5.0
+#: More iterations than a probe runs, so that no training finishes during it.
+_ENDLESS_ITERATIONS = 10_000_000
+
+
+@dataclass(frozen=True)
+class WorkloadSpeed:
+    """One workload alone and uncapped on this host, against its profile.
+
+    Attributes:
+        workload: the workload's name.
+        unit: what it counts (``iteration`` or ``batch``).
+        cores: the cores it used here.
+        rate: its units per second here.
+        profile_rate: its profile's units per second at ``cores``.
+    """
+
+    workload: str
+    unit: str
+    cores: float
+    rate: float
+    profile_rate: float
+
+    @property
+    def ratio(self) -> float:
+        """This host's speed over the profile's host's (1: as fast)."""
+        return self.rate / self.profile_rate
+
+
+@dataclass(frozen=True)
+class HostSpeed:
+    """A probe of this host's speed for the workloads of one profile set.
+
+    Attributes:
+        host: the host, as calibration describes it (name, CPU model, cores, engine).
+        date: when, ``YYYY-MM-DD``.
+        profile_set: the set the ratios are relative to.
+        threading: how the probed workloads sized their threads.
+        workloads: one per probed workload.
+    """
+
+    host: str
+    date: str
+    profile_set: str
+    threading: Threading
+    workloads: tuple[WorkloadSpeed, ...]
+
+    def ratios(self) -> dict[str, float]:
+        """Each probed workload's ratio, by name."""
+        return {speed.workload: speed.ratio for speed in self.workloads}
+
+    def describe(self) -> str:
+        """One line: the ratio of every workload."""
+        return ", ".join(f"{w.workload} x{w.ratio:.2f}" for w in self.workloads)
+
+    def note(self) -> str:
+        """What a report says of a rescale that :meth:`warning` does not warn about."""
+        return (
+            f"replay rescaled to this host's speed ({self.describe()} the speed of the host "
+            f"profile set {self.profile_set!r} was measured on, within "
+            f"{SPEED_TOLERANCE:.0%}); --host-speed none holds the profiles as they are"
+        )
+
+    def warning(self, tolerance: float = SPEED_TOLERANCE) -> str | None:
+        """What to tell a user whose host differs from the profiles' by more than ``tolerance``."""
+        off = [w for w in self.workloads if abs(w.ratio - 1.0) > tolerance]
+        if not off:
+            return None
+        listing = ", ".join(
+            f"{w.workload} {w.rate:.3g} units/s at {w.cores:.2f} cores against the profile's "
+            f"{w.profile_rate:.3g}"
+            for w in off
+        )
+        return (
+            f"this host runs the workloads at {self.describe()} the speed of the host profile "
+            f"set {self.profile_set!r} was measured on ({listing}); replay was rescaled to this "
+            "host's speed (--host-speed none holds the profiles as they are). For replay "
+            "episodes that describe this host, calibrate it: dlsched calibrate --workload all "
+            "--output-dir DIR, then profile_set: DIR"
+        )
+
+
+def measure_host_speed(
+    scenario: Scenario,
+    threading: Threading,
+    window_s: float = 8.0,
+    settle_s: float = 3.0,
+    image: str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> HostSpeed:
+    """Probe every workload of ``scenario`` alone and uncapped on its first worker's engine.
+
+    Args:
+        scenario: the scenario whose workloads (and profile set) are probed.
+        threading: how the workloads size their thread pools (as the host episodes will).
+        window_s: seconds each rate is measured over (a service's: long enough for 5 batches
+            at its profile's speed, if longer).
+        settle_s: seconds waited after the first unit before measuring.
+        image: the workload image (``None``: dlsched's own).
+        say: where progress lines go (``None``: stderr).
+
+    Raises:
+        BackendError: no engine, a workload the image lacks, or a probe that stopped running.
+    """
+    if not (window_s > 0 and settle_s >= 0):
+        raise BackendError(
+            f"host speed probe: window_s {window_s!r} and settle_s {settle_s!r} must be a "
+            "positive and a non-negative number of seconds"
+        )
+    profiles = load_profile_set(scenario.profile_set)
+    names = sorted({name for group in scenario.groups for name in group.workloads})
+    missing = [name for name in names if name not in WORKLOADS or name not in profiles]
+    if missing:
+        raise BackendError(
+            f"host speed probe: workloads {missing} of scenario {scenario.name!r} are not both "
+            f"in the workload image and in profile set {scenario.profile_set!r}; only "
+            "dlsched's own workloads run on a host"
+        )
+    endpoint = scenario.workers[0].endpoint if scenario.workers else None
+    client = connect(endpoint)
+    try:
+        host = HostDescription.of(client)
+    finally:
+        client.close()
+    speeds = []
+    for name in names:
+        # A service's rate is one over its batches' mean latency: give it several batches.
+        profile = profiles[name]
+        seconds = max(window_s, _SERVICE_BATCHES / float(profile.units_per_s(profile.demand_cores)))
+        window = seconds if WORKLOADS[name].kind == "inference" else window_s
+        (say or _to_stderr)(f"[host speed] {name} alone, uncapped, {window:.0f} s")
+        sample = _probe(name, host.cores, endpoint, threading, window, settle_s, image)
+        speeds.append(
+            WorkloadSpeed(
+                workload=name,
+                unit=profiles[name].unit.value,
+                cores=sample.cores,
+                rate=sample.rate,
+                profile_rate=float(profiles[name].units_per_s(sample.cores)),
+            )
+        )
+    return HostSpeed(
+        host=host.describe(),
+        date=dt.date.today().isoformat(),
+        profile_set=scenario.profile_set,
+        threading=threading,
+        workloads=tuple(speeds),
+    )
+
+
+def _probe(
+    workload: str,
+    cores: int,
+    endpoint: str | None,
+    threading: Threading,
+    window_s: float,
+    settle_s: float,
+    image: str | None,
+) -> JobSample:
+    inference = WORKLOADS[workload].kind == "inference"
+    group = JobGroup(
+        workloads=(workload,),
+        count=1,
+        arrival=ArrivalPattern(),
+        **({"targets_s": (60.0,)} if inference else {"iterations": _ENDLESS_ITERATIONS}),
+    )
+    scenario = Scenario(
+        name="host-speed-probe",
+        kind=JobKind.INFERENCE if inference else JobKind.TRAINING,
+        workers=(WorkerSpec(cores=float(cores), endpoint=endpoint),),
+        groups=(group,),
+        slots_per_worker=1,
+        profile_set="measured",
+    )
+    specs = scenario.realise(np.random.default_rng(0))
+    job_id = specs[0].job_id
+    backend = DockerBackend(image=image, workload_threading=threading)
+    try:
+        backend.reset(scenario, specs, np.random.default_rng(0))
+        backend.apply({}, [Placement(job_id, 0, 0)])
+        wait_for_first_units(backend, [job_id])
+        samples, _ = measure_window(backend, {job_id: 1.0}, settle_s, window_s, inference)
+    finally:
+        backend.close()
+    sample = samples[0]
+    if not (sample.rate > 0 and sample.cores > 0):
+        raise BackendError(
+            f"host speed probe: {workload} made {sample.rate:g} units/s on {sample.cores:g} "
+            f"cores in {window_s:g} s; give it a longer window (a service needs several batches)"
+        )
+    return sample
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------- files
+
+
+def host_speed_data(speed: HostSpeed) -> dict[str, Any]:
+    """The JSON object of ``speed``, as :func:`read_host_speed` reads it."""
+    return {
+        "format": HOST_SPEED_FORMAT,
+        **{field.name: getattr(speed, field.name) for field in dataclasses.fields(speed)[:4]},
+        "workloads": [dataclasses.asdict(w) for w in speed.workloads],
+    }
+
+
+def write_host_speed(speed: HostSpeed, path: Path) -> Path:
+    """Save a probe (``host-speed.json``) so that a recorded validation can reuse it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(host_speed_data(speed), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def read_host_speed(path: Path) -> HostSpeed:
+    """A probe saved by :func:`write_host_speed`.
+
+    Raises:
+        ProfileError: the file cannot be read or is not a host speed probe.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise ProfileError(f"cannot read host speed file {path}: {error}") from None
+    try:
+        if data["format"] != HOST_SPEED_FORMAT:
+            raise ValueError(f"format {data['format']!r}, expected {HOST_SPEED_FORMAT}")
+        workloads = tuple(
+            WorkloadSpeed(
+                workload=str(w["workload"]),
+                unit=str(w["unit"]),
+                cores=float(w["cores"]),
+                rate=float(w["rate"]),
+                profile_rate=float(w["profile_rate"]),
+            )
+            for w in data["workloads"]
+        )
+        if (
+            not all(math.isfinite(w.ratio) and w.ratio > 0 and w.cores > 0 for w in workloads)
+            or not workloads
+        ):
+            raise ValueError("every workload needs positive, finite cores and rates")
+        return HostSpeed(
+            host=str(data["host"]),
+            date=str(data["date"]),
+            profile_set=str(data["profile_set"]),
+            threading=data["threading"],
+            workloads=workloads,
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise ProfileError(
+            f"host speed file {path} is not a probe saved by dlsched validate ({error}); "
+            "measure again with --host-speed measure"
+        ) from None
+
+
+def write_rescaled_set(speed: HostSpeed, directory: Path) -> Path:
+    """Write ``speed.profile_set`` rescaled to the probed host into ``directory``.
+
+    Each probed workload's throughput is multiplied by its ratio and its start-up times
+    divided by it; the other profiles and the set's contention file are copied unchanged. The
+    profiles' derivations say so.
+
+    Returns:
+        ``directory``, a profile-set folder (``profile_set: DIR`` in a scenario).
+
+    Raises:
+        ProfileError: ``directory`` exists and is not empty, or the set cannot be read.
+    """
+    if directory.exists() and any(directory.iterdir()):
+        raise ProfileError(
+            f"{directory} is not empty; a rescaled profile set is written into a new folder"
+        )
+    source = profile_set_directory(speed.profile_set)
+    load_profile_set(speed.profile_set)  # refuse a malformed set before copying it
+    directory.mkdir(parents=True, exist_ok=True)
+    ratios = speed.ratios()
+    for path in sorted(source.glob("*.json")):
+        if path.name == CONTENTION_FILE or path.stem not in ratios:
+            shutil.copyfile(path, directory / path.name)
+            continue
+        data = json.loads(path.read_text(encoding="utf-8"))
+        _rescale(data, ratios[path.stem], speed)
+        (directory / path.name).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return directory
+
+
+def _rescale(profile: dict[str, Any], ratio: float, speed: HostSpeed) -> None:
+    throughput = profile["throughput"]
+    throughput["units_per_s"] = [_significant(rate * ratio) for rate in throughput["units_per_s"]]
+    for field in ("startup_s", "startup_cpu_s"):
+        if field in profile:
+            profile[field] = _significant(profile[field] / ratio)
+    note = (
+        f"rescaled to {speed.host} on {speed.date}: throughput x{ratio:.4g} and start-up "
+        f"/{ratio:.4g}, from one uncapped run against the profile (dlsched validate's host "
+        "speed probe)"
+    )
+    provenance = profile.get("provenance")
+    if isinstance(provenance, dict):
+        derivation = str(provenance.get("derivation", ""))
+        provenance["derivation"] = f"{derivation}; {note}" if derivation else note
+
+
+def _significant(value: float, digits: int = 5) -> float:
+    return float(f"{value:.{digits}g}")
+
+
+# --------------------------------------------------------------------------------- validate
+
+
+def resolve_host_speed(option: str | None, scenario: Scenario, reference: Side) -> HostSpeed | None:
+    """The host speed a validation holds replay to, as ``--host-speed`` names it.
+
+    Args:
+        option: ``measure`` (probe the engine now), ``none`` (the profiles as they are), a
+            ``host-speed.json`` path, or ``None``: ``measure`` against a live engine, ``none``
+            against anything else.
+        scenario: the scenario validated.
+        reference: what replay is held against.
+
+    Raises:
+        BackendError: ``measure`` against a replay reference.
+        ProfileError: the file cannot be read, or probed another profile set or fewer
+            workloads than the scenario runs.
+    """
+    live = reference.backend == "docker" and reference.recorded is None
+    choice = option if option is not None else ("measure" if live else "none")
+    if choice == "none":
+        return None
+    if choice == "measure":
+        if reference.backend != "docker":
+            raise BackendError(
+                f"--host-speed measure probes a Docker engine, but the reference is "
+                f"{reference.label()}; give --host-speed none or a host-speed.json file"
+            )
+        threading: Threading = reference.options.get("workload_threading", "tuned")  # type: ignore[assignment]
+        return measure_host_speed(scenario, threading)
+    path = Path(choice)
+    if not path.is_file():
+        raise ProfileError(
+            f"--host-speed {choice!r}: expected measure, none, or a host-speed.json file that "
+            "dlsched validate saved beside a report; no such file"
+        )
+    speed = read_host_speed(path)
+    needed = sorted({name for group in scenario.groups for name in group.workloads})
+    missing = [name for name in needed if name not in speed.ratios()]
+    if speed.profile_set != scenario.profile_set or missing:
+        raise ProfileError(
+            f"--host-speed {path}: probed profile set {speed.profile_set!r} for "
+            f"{sorted(speed.ratios())}, but scenario {scenario.name!r} runs {needed} on "
+            f"{scenario.profile_set!r}; measure again with --host-speed measure"
+        )
+    return speed
+
+
+def rescaled_model(speed: HostSpeed, directory: Path) -> Side:
+    """Replay on ``speed``'s profile set rescaled into ``directory`` (which must be new)."""
+    write_rescaled_set(speed, directory)
+    return Side("replay", {}, str(directory), speed_note="rescaled to this host's speed")

@@ -1,0 +1,149 @@
+"""The host speed probe and replay rescaled to it (``dlsched validate --host-speed``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dlsched.baselines import make
+from dlsched.envs.errors import BackendError, ProfileError
+from dlsched.envs.replay.profile import load_profile_set, load_set_contention
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.runs.cli import main as cli_main
+from dlsched.runs.fidelity.host_speed import (
+    HostSpeed,
+    WorkloadSpeed,
+    measure_host_speed,
+    read_host_speed,
+    rescaled_model,
+    resolve_host_speed,
+    write_host_speed,
+    write_rescaled_set,
+)
+from dlsched.runs.fidelity.validation import REPLAY, Side, run_validation
+
+TRAININGS = ("cnn-digits", "gru-digits", "mlp-digits", "vae-digits")
+
+
+def _speed(ratios: dict[str, float], profile_set: str = "measured") -> HostSpeed:
+    """A probe whose workloads ran ``ratio`` times as fast as their profiles (at 1.5 cores)."""
+    profiles = load_profile_set(profile_set)
+    speeds = []
+    for name, ratio in ratios.items():
+        rate = float(profiles[name].units_per_s(1.5))
+        speeds.append(WorkloadSpeed(name, "iteration", 1.5, rate * ratio, rate))
+    return HostSpeed(
+        "test-host: AMD EPYC, 2 cores", "2026-11-26", profile_set, "tuned", tuple(speeds)
+    )
+
+
+def test_a_rescaled_set_scales_throughput_and_start_up_only(tmp_path):
+    speed = _speed({"mlp-digits": 0.5, "cnn-digits": 2.0})
+    directory = write_rescaled_set(speed, tmp_path / "rescaled")
+    original, rescaled = load_profile_set("measured"), load_profile_set(str(directory))
+    assert sorted(rescaled) == sorted(original)
+    for name, ratio in (("mlp-digits", 0.5), ("cnn-digits", 2.0)):
+        before, after = original[name], rescaled[name]
+        assert after.units_per_s(1.0) == pytest.approx(before.units_per_s(1.0) * ratio, rel=1e-4)
+        assert after.startup_s == pytest.approx(before.startup_s / ratio, rel=1e-4)
+        assert after.demand_cores == before.demand_cores
+        assert after.loss_at(100.0) == before.loss_at(100.0)
+        assert "rescaled to test-host" in after.provenance.derivation
+    assert rescaled["gru-digits"] == original["gru-digits"]
+    assert load_set_contention(str(directory)) == load_set_contention("measured")
+
+
+def test_a_rescaled_set_goes_into_a_new_folder(tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("a user's file")
+    with pytest.raises(ProfileError, match="is not empty"):
+        write_rescaled_set(_speed({"mlp-digits": 0.5}), tmp_path / "full")
+    assert (tmp_path / "full" / "keep.txt").read_text() == "a user's file"
+
+
+def test_a_probe_round_trips_through_its_file(tmp_path):
+    speed = _speed({name: 0.7 for name in TRAININGS})
+    path = write_host_speed(speed, tmp_path / "host-speed.json")
+    assert read_host_speed(path) == speed
+    assert [round(w.ratio, 6) for w in read_host_speed(path).workloads] == [0.7] * 4
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["not json", "[]", '{"format": 1}', '{"format": 9, "workloads": []}'],
+)
+def test_a_file_that_is_not_a_probe_is_named(tmp_path, content):
+    path = tmp_path / "host-speed.json"
+    path.write_text(content)
+    with pytest.raises(ProfileError, match=str(path)):
+        read_host_speed(path)
+
+
+def test_a_probe_warns_only_beyond_the_tolerance():
+    assert _speed({"mlp-digits": 1.05}).warning() is None
+    warning = _speed({"mlp-digits": 0.65, "cnn-digits": 0.95}).warning()
+    assert warning is not None
+    assert "mlp-digits x0.65" in warning and "dlsched calibrate" in warning
+    assert "cnn-digits 1" not in warning  # within the tolerance: listed in the ratios only
+
+
+def test_replay_rescaled_to_a_slower_reference_reports_no_error(tmp_path):
+    """The reference runs every workload at 0.6x; replay rescaled by the same probe matches it."""
+    scenario = load_scenario("docker-training-4")
+    speed = _speed({name: 0.6 for name in TRAININGS})
+    slower = Side("replay", profile_set=str(write_rescaled_set(speed, tmp_path / "slower")))
+    policies = [make("default"), make("equal")]
+    as_shipped, _, _ = run_validation(scenario, policies, (0,), reference=slower, progress=False)
+    assert as_shipped.all_jobs.median > 0.2  # the profiles' host is faster
+    model = rescaled_model(speed, tmp_path / "model")
+    rescaled, _, _ = run_validation(
+        scenario, policies, (0,), reference=slower, model=model, progress=False
+    )
+    assert rescaled.all_jobs.median == 0.0 and rescaled.all_jobs.max == 0.0
+    assert rescaled.sides[0] == "replay[rescaled to this host's speed]"
+
+
+def test_the_option_chooses_the_probe(tmp_path):
+    scenario = load_scenario("docker-training-4")
+    recorded = Side("docker", recorded=tmp_path)
+    assert resolve_host_speed(None, scenario, recorded) is None
+    assert resolve_host_speed("none", scenario, Side("docker")) is None
+    with pytest.raises(BackendError, match="--host-speed measure probes a Docker engine"):
+        resolve_host_speed("measure", scenario, REPLAY)
+    with pytest.raises(ProfileError, match="no such file"):
+        resolve_host_speed(str(tmp_path / "nothing.json"), scenario, recorded)
+    partial = write_host_speed(_speed({"mlp-digits": 0.7}), tmp_path / "partial.json")
+    with pytest.raises(ProfileError, match="measure again"):
+        resolve_host_speed(str(partial), scenario, recorded)
+    whole = write_host_speed(_speed({n: 0.7 for n in TRAININGS}), tmp_path / "whole.json")
+    assert resolve_host_speed(str(whole), scenario, recorded) == read_host_speed(whole)
+
+
+def test_validate_takes_a_saved_probe(tmp_path, capsys):
+    speed = _speed({n: 0.6 for n in TRAININGS})
+    slower = write_rescaled_set(speed, tmp_path / "slower")
+    probe = write_host_speed(speed, tmp_path / "host-speed.json")
+    arguments = ["validate", "--scenario", "docker-training-4", "--policy", "default"]
+    options = ["--episodes", "1", "--against", f"replay:{slower}", "--no-tracking", "--json"]
+    assert cli_main([*arguments, *options, "--host-speed", str(probe)]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["all_jobs"]["median"] == 0.0
+    assert "mlp-digits x0.60" in captured.err and "dlsched calibrate" in captured.err
+
+
+@pytest.mark.docker
+def test_the_probe_measures_a_workload_on_the_engine(docker_engine, workload_image, tmp_path):
+    scenario_file = tmp_path / "one.yaml"
+    scenario_file.write_text(
+        "name: one\nkind: training\ninterval_s: 2\nhorizon_s: 60\nslots_per_worker: 1\n"
+        "profile_set: measured\nworkers: {count: 1, cores: 2}\n"
+        "jobs:\n  - workload: mlp-digits\n    arrival: {kind: burst}\n    iterations: 100\n"
+    )
+    speed = measure_host_speed(load_scenario(str(scenario_file)), "tuned", window_s=4.0)
+    (mlp,) = speed.workloads
+    assert mlp.workload == "mlp-digits" and 0.5 < mlp.cores <= 2.05
+    # Any machine this runs on is within a factor of 4 of the profiles' host.
+    assert 0.25 < mlp.ratio < 4.0, speed.describe()
+    assert speed.profile_set == "measured"
