@@ -538,7 +538,12 @@ def step_record(step: int, telemetry: Telemetry, reward: float | None) -> StepRe
             )
         )
     active = telemetry.active_jobs
-    qualities = {qoe: [job.quality_s for job in active if job.qoe_class is qoe] for qoe in QoEClass}
+    # Each job's class once (it is a property computed on every read), its quality in its set.
+    qualities: dict[QoEClass, list[float | None]] = {qoe: [] for qoe in QoEClass}
+    for job in active:
+        qoe_class = job.qoe_class
+        if qoe_class is not None:
+            qualities[qoe_class].append(job.quality_s)
     cluster_cores = sum(cores.values())
     return StepRecord(
         step=step,

@@ -311,20 +311,26 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             )
         columns = self.columns
         batch = self._batch
+        # Every slot a job holds keeps its limit unless the decision names the job.
         limits = np.ones((self.num_envs, batch.workers * batch.slots))
+        rows, jobs = np.nonzero(columns.active)
+        held = batch.worker[rows, jobs] * batch.slots + batch.slot[rows, jobs]
+        limits[rows, held] = batch.limit[rows, jobs]
         for row, decision in enumerate(decisions):
             check_decision(decision)
-            specs = batch.specs[row]
-            arrived = {
-                specs[job].job_id: bool(columns.active[row, job])
-                for job in np.flatnonzero(columns.present[row]).tolist()
-            }
-            checked = checked_limits(decision.limits, arrived, self.limit_floor)
+            if decision.limits:
+                specs = batch.specs[row]
+                present = columns.present[row].tolist()
+                active = columns.active[row].tolist()
+                arrived = {spec.job_id: active[j] for j, spec in enumerate(specs) if present[j]}
+                checked = checked_limits(decision.limits, arrived, self.limit_floor)
+                job_of = {spec.job_id: j for j, spec in enumerate(specs)} if checked else {}
+                for job_id, limit in checked.items():
+                    job = job_of[job_id]
+                    position = int(batch.worker[row, job]) * batch.slots + int(batch.slot[row, job])
+                    limits[row, position] = limit
             for migration in decision.migrations:
                 check_migration(migration)
-            for job in np.flatnonzero(columns.active[row]).tolist():
-                position = int(batch.worker[row, job]) * batch.slots + int(batch.slot[row, job])
-                limits[row, position] = checked.get(specs[job].job_id, batch.limit[row, job])
         return self.step_with_migrations(limits, [decision.migrations for decision in decisions])
 
     def close_extras(self, **kwargs: Any) -> None:
