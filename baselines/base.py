@@ -43,6 +43,11 @@ class Baseline(HandcraftedPolicy):
         self.check_scenario(env.scenario)
         super().bind(env)
 
+    def bind_scenario(self, scenario: Scenario) -> None:
+        """Check the scenario, then learn it (a copy per episode of a batched environment)."""
+        self.check_scenario(scenario)
+        super().bind_scenario(scenario)
+
 
 def _a(word: str) -> str:
     return f"an {word}" if word[0] in "aeiou" else f"a {word}"

@@ -132,6 +132,7 @@ class CheatingOracle(Baseline):
     """
 
     name = "oracle"
+    reads_environment = True  # the replay backend's true profiles
 
     def __init__(self, aim: float = 1.0) -> None:
         super().__init__()

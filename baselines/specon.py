@@ -280,8 +280,8 @@ class SpeCon(Baseline):
         return Decision(migrations=self.last_round.migrations)
 
     def _slots_per_worker(self) -> int:
-        # The slot count is the environment's layout, not a measurement; without an environment
-        # (the policy driven directly) every worker is taken to have room.
-        if self._env is None:
+        # The slot count is the scenario's layout, not a measurement; without a scenario (the
+        # policy driven directly) every worker is taken to have room.
+        if self._scenario is None:
             return 1 << 30
-        return self._env.scenario.slots_per_worker
+        return self._scenario.slots_per_worker

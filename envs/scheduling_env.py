@@ -9,7 +9,6 @@ fix the job kind, the default scenario and reward, and document the rest.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from os import PathLike
 from typing import Any, ClassVar
@@ -17,10 +16,16 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from dlsched.envs.arguments import check_env_arguments, check_seed, is_number, is_whole, shown
+from dlsched.envs.arguments import check_env_arguments, check_seed, is_number, shown
 from dlsched.envs.backend import Backend
 from dlsched.envs.backends import make_backend
-from dlsched.envs.decision import Decision, Migration, Placement
+from dlsched.envs.decision import Decision, Placement
+from dlsched.envs.decision_checks import (
+    check_decision,
+    check_migration,
+    checked_limits,
+    clip_limit,
+)
 from dlsched.envs.errors import ActionError, ArgumentError
 from dlsched.envs.observation import ObservationLayout, encode
 from dlsched.envs.placement import Placer, SpreadPlacer, SpreadQueue
@@ -202,15 +207,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Step with a typed decision: limits by job id, and migrations."""
         before = self.telemetry
-        if not (
-            isinstance(decision, Decision)
-            and isinstance(decision.limits, Mapping)
-            and isinstance(decision.migrations, Sequence)
-        ):
-            raise ActionError(
-                f"step_decision takes a Decision(limits={{job id: limit}}, migrations=(...)), "
-                f"not {shown(decision)}; use step() for an action array"
-            )
+        check_decision(decision)
         limits = self._checked_limits(decision.limits, before)
         migrations = self._migrate(decision, before)
         self.backend.apply(limits, (), migrations)
@@ -244,46 +241,16 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     # ------------------------------------------------------------------ internals
 
     def _clip(self, limit: float) -> float:
-        return float(min(max(limit, self.limit_floor), 1.0))
+        return clip_limit(limit, self.limit_floor)
 
     def _checked_limits(self, limits: Mapping[str, float], before: Telemetry) -> dict[str, float]:
-        placed = {job.job_id: job for job in before.jobs}
-        checked = {}
-        for job_id, limit in limits.items():
-            if job_id not in placed:
-                raise ActionError(
-                    f"decision sets a limit for job {job_id!r}, which has not arrived; jobs "
-                    f"present: {sorted(placed)}"
-                )
-            # A float (what step() passes) needs no type check; is_number is kept apart as it
-            # would narrow limit to Real.
-            if type(limit) is float:
-                valid = math.isfinite(limit)
-            else:
-                number = is_number(limit)
-                valid = number and bool(np.isfinite(limit))
-            if not valid:
-                raise ActionError(
-                    f"limit of job {job_id!r} is {limit!r} ({type(limit).__name__}); expected a "
-                    "finite number, a fraction of a worker in [0, 1]"
-                )
-            if limit < 0:
-                raise ActionError(
-                    f"limit of job {job_id!r} is {limit!r}; limits are fractions of a worker "
-                    "in [0, 1] (values above 1 are clipped to 1, that is no cap)"
-                )
-            if placed[job_id].active:
-                checked[job_id] = self._clip(limit)
-        return checked
+        arrived = {job.job_id: job.active for job in before.jobs}
+        return checked_limits(limits, arrived, self.limit_floor)
 
     def _migrate(self, decision: Decision, before: Telemetry) -> list[Placement]:
         moves = []
         for migration in decision.migrations:
-            if not isinstance(migration, Migration) or not is_whole(migration.worker):
-                raise ActionError(
-                    f"decision's migrations hold {shown(migration)}; expected "
-                    "Migration(job_id, worker) items, the worker a whole number"
-                )
+            check_migration(migration)
             try:
                 job = before.job(migration.job_id)
             except KeyError:

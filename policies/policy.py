@@ -9,8 +9,9 @@ the environment, which is the same path on every backend.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import numpy as np
 
@@ -78,11 +79,22 @@ class HandcraftedPolicy(Policy):
 
     Subclasses implement :meth:`act`. Policies that run less often than every interval keep
     their own clock and return the limits in force between their runs.
+
+    A policy whose :meth:`act` reads only the telemetry and its scenario also runs on the batched
+    replay environment, one copy per episode (:class:`~dlsched.policies.batched_feed.
+    BatchedTelemetryFeed`); one that reads its environment object says so with
+    :attr:`reads_environment`.
     """
+
+    #: Whether :meth:`act` (or the placer) reads the environment object itself, beyond its
+    #: scenario (the oracle reads the replay model's profiles through it): such a policy runs on
+    #: single environments only.
+    reads_environment: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self._telemetry: Telemetry | None = None
         self._env: SchedulingEnv | None = None
+        self._scenario: Scenario | None = None
         self._pending: Decision | None = None
 
     @abstractmethod
@@ -91,10 +103,22 @@ class HandcraftedPolicy(Policy):
 
     def bind(self, env: SchedulingEnv) -> None:
         self._env = env
+        self._scenario = env.scenario
+
+    def bind_scenario(self, scenario: Scenario) -> None:
+        """Learn the scenario it schedules without an environment object: one copy of the policy
+        per episode of a batched replay environment, which has no single environment to bind."""
+        self._env = None
+        self._scenario = scenario
+
+    def unbound_copy(self) -> Self:
+        """A copy with its own state, bound to no environment (the environment is not copied)."""
+        return copy.deepcopy(self, {id(self._env): None, id(self._scenario): self._scenario})
 
     def observe(self, telemetry: Telemetry, env: SchedulingEnv) -> None:
         self._telemetry = telemetry
         self._env = env
+        self._scenario = env.scenario
 
     def take_pending(self) -> Decision | None:
         """The decision behind the last ``predict`` (with its migrations), once."""

@@ -4,6 +4,12 @@ One episode is run exactly as a user of Gymnasium and Stable-Baselines3 would ru
 environment wrapped in :class:`~dlsched.policies.TelemetryFeed`, and ``policy.predict(observation,
 deterministic=True)`` at every step, so handcrafted and learned policies take the same path.
 
+On the replay backend, :func:`evaluate` runs all seeds of a handcrafted policy at once on the
+batched replay environment (:func:`run_episodes_batched`, one copy of the policy per episode),
+which gives the same episodes faster; a policy the batch cannot serve (learned models, the
+oracle, a placer of its own on several workers: :func:`~dlsched.policies.batched_feed.
+batched_refusal`) and the Docker backend run one single environment per episode.
+
 Every step is recorded (:class:`StepRecord`, with one :class:`ContainerSample` per job), the
 episode is scored (:class:`EpisodeMetrics`), and the scores of many seeds are summarised per
 policy (:class:`PolicySummary`): the mean, a 95% Student-t confidence interval across seeds, and
@@ -25,7 +31,7 @@ import dataclasses
 import math
 import statistics
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -37,10 +43,12 @@ from tqdm import tqdm
 
 import dlsched.envs  # noqa: F401  (registers the environment ids)
 from dlsched.envs.inference_env import InferenceEnv
+from dlsched.envs.replay.vector import BATCHED_BACKEND_OPTIONS, ReplayVectorEnv
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.scheduling_env import SchedulingEnv
 from dlsched.envs.telemetry import JobState, QoEClass, Telemetry
 from dlsched.envs.training_env import TrainingEnv
+from dlsched.policies.batched_feed import BatchedTelemetryFeed, batched_refusal
 from dlsched.policies.feed import TelemetryFeed
 from dlsched.policies.policy import ParamValue, Policy
 
@@ -386,7 +394,24 @@ def run_episode(
         incidents = scheduling.backend.incidents()
     finally:
         env.close()
-    final: Telemetry = info["telemetry"]
+    return episode_result(
+        scenario, policy, seed, backend, steps, info["telemetry"], terminated, options, incidents
+    )
+
+
+def episode_result(
+    scenario: Scenario,
+    policy: Policy,
+    seed: int,
+    backend: str,
+    steps: Sequence[StepRecord],
+    final: Telemetry,
+    terminated: bool,
+    backend_options: Mapping[str, str],
+    incidents: tuple[str, ...] = (),
+) -> EpisodeResult:
+    """The record of an episode that ended: its steps, its jobs as ``final`` shows them, its
+    scores (``terminated``: it ended by itself, not by the horizon)."""
     jobs = tuple(
         JobOutcome(job.job_id, job.workload, job.arrival_s, job.completed_s, job.loss_targets)
         for job in final.jobs
@@ -399,9 +424,94 @@ def run_episode(
         steps=tuple(steps),
         jobs=jobs,
         metrics=episode_metrics(scenario.kind, steps, jobs, all_arrived=terminated),
-        backend_options=options,
+        backend_options=dict(backend_options),
         incidents=incidents,
     )
+
+
+def batched_path_refusal(
+    scenario: Scenario, policy: Policy, backend: str, backend_options: Mapping[str, str]
+) -> str | None:
+    """Why :func:`run_episodes_batched` cannot run ``policy`` here; ``None`` if it can."""
+    if backend != "replay":
+        return f"the batched environment runs the replay backend only, not {backend!r}"
+    unknown = sorted(set(backend_options) - set(BATCHED_BACKEND_OPTIONS))
+    if unknown:
+        return f"the batched environment takes no backend options {unknown}"
+    return batched_refusal(policy, scenario)
+
+
+def run_episodes_batched(
+    scenario: Scenario,
+    policy: Policy,
+    seeds: Sequence[int],
+    on_step: Callable[[StepRecord], None] | None = None,
+    backend_options: Mapping[str, str] | None = None,
+) -> list[EpisodeResult]:
+    """Run one episode of ``policy`` per seed, all at once on the batched replay environment.
+
+    The episodes are those :func:`run_episode` runs on the replay backend with the same seeds
+    (``tests/test_batched_evaluation.py`` holds them equal): one copy of the policy per episode
+    reads its typed telemetry and its whole decision, migrations included, steps the batch.
+
+    Args:
+        scenario: the scenario.
+        policy: a policy the batch can run (:func:`batched_path_refusal` says which).
+        seeds: one episode per seed.
+        on_step: called with every step's record of every episode as soon as it is taken.
+        backend_options: the replay backend's options.
+
+    Returns:
+        One record per seed, in the order of ``seeds``.
+
+    Raises:
+        PolicyError: the batched environment cannot run ``policy``, or it refuses the scenario.
+    """
+    options = dict(backend_options or {})
+    vector = gym.make_vec(
+        ENV_IDS[scenario.kind],
+        num_envs=len(seeds),
+        vectorization_mode="vector_entry_point",
+        scenario=scenario,
+        backend_options=options,
+    )
+    env = vector.unwrapped
+    assert isinstance(env, ReplayVectorEnv)
+    try:
+        feed = BatchedTelemetryFeed(env, policy)
+        first = feed.reset(seeds)
+        steps = [[step_record(0, telemetry, None)] for telemetry in first]
+        finals: list[Telemetry] = list(first)
+        terminated = [False] * len(seeds)
+        running = np.ones(len(seeds), dtype=bool)
+        while running.any():
+            step = feed.step(running)
+            for index in np.flatnonzero(running).tolist():
+                telemetry = step.telemetry[index]
+                assert telemetry is not None  # built for every running episode
+                record = step_record(len(steps[index]), telemetry, float(step.rewards[index]))
+                steps[index].append(record)
+                if on_step is not None:
+                    on_step(record)
+                if step.terminated[index] or step.truncated[index]:
+                    running[index] = False
+                    finals[index] = telemetry
+                    terminated[index] = bool(step.terminated[index])
+    finally:
+        vector.close()
+    return [
+        episode_result(
+            scenario,
+            policy,
+            seed,
+            "replay",
+            steps[index],
+            finals[index],
+            terminated[index],
+            options,
+        )
+        for index, seed in enumerate(seeds)
+    ]
 
 
 def step_record(step: int, telemetry: Telemetry, reward: float | None) -> StepRecord:
@@ -428,7 +538,12 @@ def step_record(step: int, telemetry: Telemetry, reward: float | None) -> StepRe
             )
         )
     active = telemetry.active_jobs
-    qualities = {qoe: [job.quality_s for job in active if job.qoe_class is qoe] for qoe in QoEClass}
+    # Each job's class once (it is a property computed on every read), its quality in its set.
+    qualities: dict[QoEClass, list[float | None]] = {qoe: [] for qoe in QoEClass}
+    for job in active:
+        qoe_class = job.qoe_class
+        if qoe_class is not None:
+            qualities[qoe_class].append(job.quality_s)
     cluster_cores = sum(cores.values())
     return StepRecord(
         step=step,
@@ -493,22 +608,32 @@ def evaluate(
     on_episode: Callable[[EpisodeResult], None] | None = None,
     progress: bool = True,
     backend_options: Mapping[str, str] | None = None,
+    batched: bool = True,
 ) -> list[EpisodeResult]:
     """Run every policy for every seed, ``default`` first so that others can be set against it.
+
+    Where the batched replay environment can run a policy (:func:`batched_path_refusal`), all
+    its seeds run at once there (:func:`run_episodes_batched`): the same records, faster. Every
+    other policy runs one single environment per seed (:func:`run_episode`).
 
     Args:
         scenario: the scenario every episode runs.
         policies: the policies, each run on every seed (the same seeds for all: paired samples).
         seeds: the ``reset`` seeds.
         backend: the backend's registered name.
-        on_episode: called with each episode's record as soon as it ends (tracking).
+        on_episode: called with each episode's record once it ends (tracking); a policy's
+            batched episodes are handed over when the last of them ends, in the order of
+            ``seeds``.
         progress: show a progress bar on stderr.
         backend_options: keyword arguments of the backend's constructor.
+        batched: ``False`` runs every episode on a single environment (the reference path, for
+            debugging; slower).
 
     Returns:
-        The records, in the order they ran.
+        The records, policy by policy and in the order of ``seeds`` within a policy.
     """
     ordered = sorted(policies, key=lambda policy: policy.name != DEFAULT_POLICY)
+    options = dict(backend_options or {})
     results = []
     steps_per_episode = math.ceil(scenario.horizon_s / scenario.interval_s)
     with tqdm(
@@ -520,22 +645,46 @@ def evaluate(
         dynamic_ncols=True,
     ) as bar:
         for policy in ordered:
-            for seed in seeds:
-                bar.set_postfix_str(f"{policy.name} seed {seed}", refresh=False)
-                result = run_episode(
-                    scenario,
-                    policy,
-                    seed,
-                    backend,
-                    on_step=lambda _: bar.update(),
-                    backend_options=backend_options,
+            episodes: Iterable[EpisodeResult]
+            if (
+                batched
+                and seeds
+                and batched_path_refusal(scenario, policy, backend, options) is None
+            ):
+                bar.set_postfix_str(f"{policy.name} {len(seeds)} seeds batched", refresh=False)
+                episodes = run_episodes_batched(
+                    scenario, policy, seeds, on_step=lambda _: bar.update(), backend_options=options
                 )
+            else:
+                episodes = _single_episodes(scenario, policy, seeds, backend, options, bar)
+            for result in episodes:
                 # a training episode that terminates early leaves its remaining steps unused
                 bar.update(steps_per_episode - (len(result.steps) - 1))
                 results.append(result)
                 if on_episode is not None:
                     on_episode(result)
     return results
+
+
+def _single_episodes(
+    scenario: Scenario,
+    policy: Policy,
+    seeds: Sequence[int],
+    backend: str,
+    backend_options: Mapping[str, str],
+    bar: tqdm[Any],
+) -> Iterator[EpisodeResult]:
+    """``policy``'s episodes on one single environment each, each yielded as soon as it ends."""
+    for seed in seeds:
+        bar.set_postfix_str(f"{policy.name} seed {seed}", refresh=False)
+        yield run_episode(
+            scenario,
+            policy,
+            seed,
+            backend,
+            on_step=lambda _: bar.update(),
+            backend_options=backend_options,
+        )
 
 
 # ---------------------------------------------------------------------------------- summaries

@@ -21,7 +21,9 @@ What differs from ``SyncVectorEnv`` over single environments:
   ``infos["telemetry"]`` for all when made with ``telemetry=True`` (slower: a Python object per
   job per step). :attr:`ReplayVectorEnv.columns` has the same measurements as arrays.
 - Migrations, which a single environment takes in a :class:`~dlsched.envs.decision.Decision`,
-  are given per episode to :meth:`ReplayVectorEnv.step_with_migrations`.
+  are given per episode to :meth:`ReplayVectorEnv.step_with_migrations`; or whole decisions,
+  one per episode, to :meth:`ReplayVectorEnv.step_decisions` (what baselines return; the
+  evaluation harness steps them so).
 
 Autoreset follows Gymnasium 1.x: ``NEXT_STEP`` by default (the step after an episode's last one
 resets it, ignoring its action, and returns reward 0), or ``SAME_STEP`` (``autoreset_mode=``):
@@ -32,6 +34,7 @@ the episode is reset at once and its last observation and info are in ``infos["f
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from os import PathLike
 from typing import Any, ClassVar
@@ -42,7 +45,8 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from dlsched.envs.decision import Migration
+from dlsched.envs.decision import Decision, Migration
+from dlsched.envs.decision_checks import check_decision, check_migration, checked_limits
 from dlsched.envs.errors import ActionError, BackendError, ScenarioError
 from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.placement import Placer, SpreadPlacer, SpreadQueue
@@ -54,10 +58,12 @@ from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.scenarios.resolution import DEFAULT_LIMIT_FLOOR, resolve_scenario
 from dlsched.envs.telemetry import JobTelemetry, Telemetry, WorkerTelemetry, waiting_job
 
-__all__ = ["InferenceVectorEnv", "ReplayVectorEnv", "TrainingVectorEnv"]
+__all__ = ["BATCHED_BACKEND_OPTIONS", "InferenceVectorEnv", "ReplayVectorEnv", "TrainingVectorEnv"]
 
 #: Time within which a job counts as arrived (the single environment's tolerance).
 _ARRIVED_EPS = 1e-9
+#: The replay backend's options the batched environment takes.
+BATCHED_BACKEND_OPTIONS = ("loss_noise_cv",)
 
 
 class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
@@ -120,10 +126,11 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
                 'for another placer use gym.make_vec(..., vectorization_mode="sync")'
             )
         options = dict(backend_options or {})
-        unknown = sorted(set(options) - {"loss_noise_cv"})
+        unknown = sorted(set(options) - set(BATCHED_BACKEND_OPTIONS))
         if unknown:
             raise BackendError(
-                f"backend_options {unknown} unknown to the replay backend; it takes loss_noise_cv"
+                f"backend_options {unknown} unknown to the replay backend; it takes "
+                f"{', '.join(BATCHED_BACKEND_OPTIONS)}"
             )
         loss_noise_cv = float(options.get("loss_noise_cv", 0.01))
         if not (np.isfinite(loss_noise_cv) and 0.0 <= loss_noise_cv < 1.0):
@@ -281,6 +288,51 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             }
         return observations, rewards.astype(np.float64), terminated, truncated, infos
 
+    def step_decisions(
+        self, decisions: Sequence[Decision]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step with one typed decision per episode, as ``SchedulingEnv.step_decision`` takes it.
+
+        ``decisions[i]`` sets limits by job id in episode ``i`` (jobs it does not name keep the
+        limit in force) and its migrations; both are checked as the single environment checks
+        them. The limits go to the step as float64, unrounded, as the single environment applies
+        a decision's limits. An episode that restarts at this step (``NEXT_STEP`` autoreset)
+        ignores its decision, as it ignores its action row.
+
+        Raises:
+            ActionError: not one decision per episode, or a decision the single environment
+                refuses (the message names the job; :meth:`step_with_migrations` names the
+                episode of a refused migration).
+        """
+        if len(decisions) != self.num_envs:
+            raise ActionError(
+                f"{len(decisions)} decisions for {self.num_envs} environments; give one "
+                "Decision per environment"
+            )
+        columns = self.columns
+        batch = self._batch
+        # Every slot a job holds keeps its limit unless the decision names the job.
+        limits = np.ones((self.num_envs, batch.workers * batch.slots))
+        rows, jobs = np.nonzero(columns.active)
+        held = batch.worker[rows, jobs] * batch.slots + batch.slot[rows, jobs]
+        limits[rows, held] = batch.limit[rows, jobs]
+        for row, decision in enumerate(decisions):
+            check_decision(decision)
+            if decision.limits:
+                specs = batch.specs[row]
+                present = columns.present[row].tolist()
+                active = columns.active[row].tolist()
+                arrived = {spec.job_id: active[j] for j, spec in enumerate(specs) if present[j]}
+                checked = checked_limits(decision.limits, arrived, self.limit_floor)
+                job_of = {spec.job_id: j for j, spec in enumerate(specs)} if checked else {}
+                for job_id, limit in checked.items():
+                    job = job_of[job_id]
+                    position = int(batch.worker[row, job]) * batch.slots + int(batch.slot[row, job])
+                    limits[row, position] = limit
+            for migration in decision.migrations:
+                check_migration(migration)
+        return self.step_with_migrations(limits, [decision.migrations for decision in decisions])
+
     def close_extras(self, **kwargs: Any) -> None:
         """Nothing to release: the replay model holds no outside resources."""
 
@@ -301,41 +353,53 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         if not 0 <= index < self.num_envs:
             raise IndexError(f"environment index {index}; expected 0..{self.num_envs - 1}")
         now = float(batch.now[index])
+        # One row of each array as Python numbers, then one object per job built from its fields
+        # (JobTelemetry.from_fields): what the single replay backend does, and the cost of a
+        # baseline's step on the batched path.
+        phase = batch.phase[index].tolist()
+        waiting = columns.waiting[index].tolist()
+        worker = batch.worker[index].tolist()
+        slot = batch.slot[index].tolist()
+        limit = batch.limit[index].tolist()
+        usage = self._measured_usage[index].tolist()
+        cpu_seconds = batch.cpu_seconds[index].tolist()
+        units = batch.units[index].tolist()
+        latency = batch.latency[index].tolist()
+        loss = batch.loss[index].tolist()
+        completed = batch.completed[index].tolist()
+        total = batch.total[index].tolist()
         jobs = []
         for job, spec in enumerate(batch.specs[index]):
-            phase = int(batch.phase[index, job])
-            if phase == _UNPLACED:
-                if not columns.waiting[index, job]:
-                    continue
-                jobs.append(waiting_job(spec, now))
+            if phase[job] == _UNPLACED:
+                if waiting[job]:
+                    jobs.append(waiting_job(spec, now))
                 continue
             training = spec.kind is JobKind.TRAINING
-            units = int(batch.units[index, job])
-            latency = float(batch.latency[index, job])
-            loss = float(batch.loss[index, job])
-            completed = float(batch.completed[index, job])
+            # Every field, in the dataclass's order (see JobTelemetry.from_fields).
             jobs.append(
-                JobTelemetry(
-                    job_id=spec.job_id,
-                    workload=spec.workload,
-                    kind=spec.kind,
-                    state=_STATE_OF_PHASE[phase],
-                    worker=int(batch.worker[index, job]),
-                    slot=int(batch.slot[index, job]),
-                    arrival_s=spec.arrival_s,
-                    age_s=now - spec.arrival_s,
-                    limit=float(batch.limit[index, job]),
-                    cpu_usage=float(self._measured_usage[index, job]),
-                    cpu_seconds=float(batch.cpu_seconds[index, job]),
-                    target_s=spec.target_s,
-                    tolerance=spec.tolerance,
-                    batches=0 if training else units,
-                    latency_s=None if np.isnan(latency) else latency,
-                    iterations=units if training else 0,
-                    total_iterations=int(batch.total[index, job]) if training else None,
-                    loss=None if np.isnan(loss) else loss,
-                    completed_s=None if np.isnan(completed) else completed,
-                    loss_targets=spec.loss_targets,
+                JobTelemetry.from_fields(
+                    {
+                        "job_id": spec.job_id,
+                        "workload": spec.workload,
+                        "kind": spec.kind,
+                        "state": _STATE_OF_PHASE[phase[job]],
+                        "worker": worker[job],
+                        "slot": slot[job],
+                        "arrival_s": spec.arrival_s,
+                        "age_s": now - spec.arrival_s,
+                        "limit": limit[job],
+                        "cpu_usage": usage[job],
+                        "cpu_seconds": cpu_seconds[job],
+                        "target_s": spec.target_s,
+                        "tolerance": spec.tolerance,
+                        "batches": 0 if training else units[job],
+                        "latency_s": None if math.isnan(latency[job]) else latency[job],
+                        "iterations": units[job] if training else 0,
+                        "total_iterations": total[job] if training else None,
+                        "loss": None if math.isnan(loss[job]) else loss[job],
+                        "completed_s": None if math.isnan(completed[job]) else completed[job],
+                        "loss_targets": spec.loss_targets,
+                    }
                 )
             )
         workers = tuple(

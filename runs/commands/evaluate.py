@@ -100,6 +100,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--no-plots", action="store_true", help="log no plots (they take most of the tracking time)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--single-env",
+        action="store_true",
+        help="run every episode on its own single environment, the reference path (replay "
+        "runs a baseline's seeds at once on the batched environment otherwise: the same "
+        "results, faster); for debugging",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -123,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         seeds=tuple(range(args.seed, args.seed + args.episodes)),
         backend=args.backend,
         backend_options=backend_options(args.backend, args.workload_threading),
+        batched=not args.single_env,
     )
     progress = not args.no_progress
     if args.no_tracking:

@@ -43,6 +43,9 @@ class EvaluationRequest:
         seeds: the seeds of every policy's episodes.
         backend: the backend's name.
         backend_options: keyword arguments of the backend's constructor.
+        batched: run replay episodes on the batched environment where it gives the same
+            records (``False``: every episode on a single environment; see
+            :func:`~dlsched.runs.evaluation.evaluate`).
     """
 
     scenario: Scenario
@@ -50,6 +53,7 @@ class EvaluationRequest:
     seeds: tuple[int, ...]
     backend: str
     backend_options: Mapping[str, str] = field(default_factory=dict)
+    batched: bool = True
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ def evaluate_untracked(request: EvaluationRequest, progress: bool = True) -> Sce
         request.backend,
         progress=progress,
         backend_options=request.backend_options,
+        batched=request.batched,
     )
     return comparison_of(request, results, None)
 
@@ -152,6 +157,7 @@ def evaluate_tracked(
             on_episode=tracker.record_episode,
             progress=progress,
             backend_options=request.backend_options,
+            batched=request.batched,
         )
         comparison = comparison_of(request, results, evaluation_id)
         location = EvaluationLocation(

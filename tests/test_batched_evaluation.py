@@ -1,0 +1,223 @@
+"""Evaluations on the batched replay environment: the same records as on single environments.
+
+``evaluate`` runs a baseline's seeds at once on the batched replay environment wherever that gives
+the episodes of single environments. These tests hold the two paths to the same
+:class:`~dlsched.runs.evaluation.EpisodeResult` for every shipped baseline, over scenarios of both
+kinds, one worker and several, SpeCon's migrations and arrivals that wait for a slot (to 1e-9
+where the batched physics adds in another order), and check that the batched path is taken where
+it can be and refused, with the reason, where it cannot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from dlsched.baselines import make as make_baseline
+from dlsched.baselines import names as baseline_names
+from dlsched.envs.decision import Decision, Migration
+from dlsched.envs.errors import ActionError, PolicyError
+from dlsched.envs.replay.vector import InferenceVectorEnv, TrainingVectorEnv
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.scenarios.model import Scenario
+from dlsched.envs.telemetry import JobState
+from dlsched.policies.batched_feed import BatchedTelemetryFeed, batched_refusal
+from dlsched.policies.policy import Policy
+from dlsched.runs import evaluation
+from dlsched.runs.cli import main
+from dlsched.runs.evaluation import (
+    EpisodeResult,
+    batched_path_refusal,
+    evaluate,
+    run_episode,
+    run_episodes_batched,
+)
+
+SEEDS = (3, 4)
+
+
+def assert_same(batched: object, single: object, where: str) -> None:
+    """Equal dataclass trees; floats to 1e-9 (the batched physics may add in another order)."""
+    if dataclasses.is_dataclass(single) and not isinstance(single, type):
+        assert type(batched) is type(single), where
+        for field in dataclasses.fields(single):
+            assert_same(
+                getattr(batched, field.name), getattr(single, field.name), f"{where}.{field.name}"
+            )
+    elif isinstance(single, tuple | list):
+        assert isinstance(batched, tuple | list), where
+        assert len(batched) == len(single), where
+        for index, (ours, theirs) in enumerate(zip(batched, single, strict=True)):
+            assert_same(ours, theirs, f"{where}[{index}]")
+    elif isinstance(single, float) and isinstance(batched, float):
+        assert math.isclose(batched, single, rel_tol=1e-9, abs_tol=1e-9), (where, batched, single)
+    else:
+        assert batched == single, (where, batched, single)
+
+
+def scheduling(scenario: Scenario) -> list[str]:
+    """The shipped baselines that schedule ``scenario``'s kind of job."""
+    kinds = []
+    for name in baseline_names():
+        try:
+            make_baseline(name).check_scenario(scenario)
+        except PolicyError:
+            continue
+        kinds.append(name)
+    return kinds
+
+
+def waiting_for_slots() -> Scenario:
+    return dataclasses.replace(load_scenario("flowcon-10-random"), slots_per_worker=3)
+
+
+SCENARIOS = {
+    "dqoes-varied-burst": lambda: load_scenario("dqoes-varied-burst"),  # inference, one worker
+    "dqoes-cluster-40": lambda: load_scenario("dqoes-cluster-40"),  # inference, four workers
+    "flowcon-10-random": lambda: load_scenario("flowcon-10-random"),  # training, one worker
+    "specon-20": lambda: load_scenario("specon-20"),  # training, four workers, migrations
+    "waiting-for-slots": waiting_for_slots,  # ten jobs, three slots
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_batched_episodes_are_the_single_envs_episodes(name):
+    scenario = SCENARIOS[name]()
+    ran = []
+    for baseline in scheduling(scenario):
+        policy = make_baseline(baseline)
+        if batched_path_refusal(scenario, policy, "replay", {}) is not None:
+            continue
+        batched = run_episodes_batched(scenario, policy, SEEDS)
+        single = [run_episode(scenario, make_baseline(baseline), seed) for seed in SEEDS]
+        assert [result.seed for result in batched] == list(SEEDS)
+        assert_same(batched, single, f"{name} {baseline}")
+        ran.append(baseline)
+        states = {c.state for r in batched for step in r.steps for c in step.containers}
+        if baseline == "specon" and len(scenario.workers) > 1:
+            workers_of: dict[tuple[int, str], set[int]] = {}
+            for result in batched:
+                for step in result.steps:
+                    for c in step.containers:
+                        if c.worker is not None:
+                            workers_of.setdefault((result.seed, c.job_id), set()).add(c.worker)
+            assert any(len(workers) > 1 for workers in workers_of.values())  # SpeCon moved jobs
+        if name == "waiting-for-slots":
+            assert JobState.WAITING in states
+    # every baseline of the kind but the oracle (and FlowCon's own placer on several workers)
+    expected = set(scheduling(scenario)) - {"oracle"}
+    if len(scenario.workers) > 1:
+        expected -= {"flowcon"}
+    assert set(ran) == expected
+
+
+@pytest.mark.parametrize("name", ["dqoes-cluster-40", "specon-20", "flowcon-10-random"])
+def test_evaluate_takes_the_batched_path_where_it_gives_the_same_records(name, monkeypatch):
+    scenario = SCENARIOS[name]()
+    baselines = scheduling(scenario)
+    single = evaluate(
+        scenario, [make_baseline(b) for b in baselines], SEEDS, progress=False, batched=False
+    )
+    singles_run = []
+    reference = evaluation.run_episode
+
+    def counted(scenario, policy, seed, *args, **kwargs):
+        singles_run.append(policy.name)
+        return reference(scenario, policy, seed, *args, **kwargs)
+
+    monkeypatch.setattr(evaluation, "run_episode", counted)
+    handed: list[EpisodeResult] = []
+    batched = evaluate(
+        scenario, [make_baseline(b) for b in baselines], SEEDS, on_episode=handed.append
+    )
+    assert_same(batched, single, name)
+    assert handed == batched
+    fallback = {"oracle"} | ({"flowcon"} if len(scenario.workers) > 1 else set())
+    assert sorted(set(singles_run)) == sorted(fallback & set(baselines))
+    assert len(singles_run) == len(SEEDS) * len(fallback & set(baselines))
+
+
+class Constant(Policy):
+    """A policy that reads the observation only, as a learned model does."""
+
+    name = "constant"
+
+    def predict(self, observation, state=None, episode_start=None, deterministic=True):
+        observation = np.asarray(observation)
+        return np.full(observation.shape[-2], 0.5, dtype=np.float32), state
+
+
+def test_what_the_batched_path_cannot_run_runs_on_single_envs_and_says_why():
+    cluster = load_scenario("specon-20")
+    one_worker = load_scenario("flowcon-10-random")
+    assert "not a handcrafted policy" in str(batched_refusal(Constant(), cluster))
+    assert "reads its environment object" in str(batched_refusal(make_baseline("oracle"), cluster))
+    assert "FlowConPlacer" in str(batched_refusal(make_baseline("flowcon"), cluster))
+    assert batched_refusal(make_baseline("flowcon"), one_worker) is None  # one worker: no choice
+    assert "replay backend only" in str(
+        batched_path_refusal(cluster, make_baseline("specon"), "docker", {})
+    )
+    assert "workload_threading" in str(
+        batched_path_refusal(
+            cluster, make_baseline("specon"), "replay", {"workload_threading": "stock"}
+        )
+    )
+    env = TrainingVectorEnv(num_envs=2, scenario=cluster)
+    with pytest.raises(PolicyError, match=r"oracle.*single environments"):
+        BatchedTelemetryFeed(env, make_baseline("oracle"))
+    with pytest.raises(PolicyError, match=r"baseline 'dqoes' schedules inference"):
+        BatchedTelemetryFeed(env, make_baseline("dqoes"))
+    # and evaluate runs such a policy as before
+    scenario = load_scenario("dqoes-varied-burst")
+    results = evaluate(scenario, [Constant()], (0,), progress=False)
+    assert_same(results, [run_episode(scenario, Constant(), 0)], "constant")
+
+
+def test_each_episode_has_its_own_copy_of_the_policy():
+    scenario = load_scenario("dqoes-varied-burst")
+    policy = make_baseline("dqoes")
+    feed = BatchedTelemetryFeed(InferenceVectorEnv(num_envs=3, scenario=scenario), policy)
+    assert len({id(copy) for copy in feed.policies}) == 3
+    assert policy not in feed.policies
+    feed.reset([0, 1, 2])
+    step = feed.step(np.array([True, False, True]))
+    assert step.telemetry[1] is None
+    assert step.telemetry[0] is not None and step.telemetry[2] is not None
+
+
+def test_bad_decisions_are_refused_as_the_single_env_refuses_them():
+    env = TrainingVectorEnv(num_envs=2, scenario="specon-20")
+    env.reset(seed=0)
+    with pytest.raises(ActionError, match="1 decisions for 2 environments"):
+        env.step_decisions([Decision()])
+    with pytest.raises(ActionError, match=r"job 'nobody', which has not arrived"):
+        env.step_decisions([Decision(), Decision(limits={"nobody": 0.5})])
+    job = env.telemetry(1).active_jobs[0].job_id
+    with pytest.raises(ActionError, match=rf"limit of job {job!r} is nan"):
+        env.step_decisions([Decision(), Decision(limits={job: math.nan})])
+    with pytest.raises(ActionError, match=r"Migration\(job_id, worker\) items"):
+        env.step_decisions([Decision(migrations=(Migration(job, 1.5),)), Decision()])  # type: ignore[arg-type]
+    with pytest.raises(ActionError, match=r"to worker 9 \(environment 1\)"):
+        env.step_decisions([Decision(), Decision(migrations=(Migration(job, 9),))])
+
+
+def test_dlsched_evaluate_single_env_prints_the_same_table(capsys):
+    arguments = [
+        "evaluate",
+        "--scenario",
+        "dqoes-varied-burst",
+        "--policy",
+        "default,dqoes,oracle",
+        "--episodes",
+        "2",
+        "--no-tracking",
+        "--no-progress",
+    ]
+    assert main(arguments) == 0
+    batched = capsys.readouterr().out
+    assert main([*arguments, "--single-env"]) == 0
+    assert capsys.readouterr().out == batched
+    assert "dqoes" in batched
