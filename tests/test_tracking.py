@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import time
 import uuid
 from pathlib import Path
 
@@ -138,8 +139,14 @@ def test_a_store_in_a_missing_folder_is_reported_with_the_folder(
 # ---------------------------------------------------------------------------------- read back
 
 
-def check_store_matches_printed(client: MlflowClient, printed: dict, scenario_path: Path):
-    """Runs, params, metric histories and artifacts in the store equal what evaluate printed."""
+def check_store_matches_printed(
+    client: MlflowClient, printed: dict, scenario_path: Path, episode_plots: bool = False
+):
+    """Runs, params, metric histories and artifacts in the store equal what evaluate printed.
+
+    The episode runs are logged by the episode writer (a child process on sqlite, a thread on a
+    server), under the owner tags of the evaluating process, this one.
+    """
     scenario = load_scenario(scenario_path)
     location = printed["evaluation"]
     (table,) = printed["scenarios"]
@@ -172,6 +179,8 @@ def check_store_matches_printed(client: MlflowClient, printed: dict, scenario_pa
             run = client.get_run(location["episode_runs"][f"{policy}-seed{seed}"])
             params = run.data.params
             assert params["policy"] == policy and params["seed"] == str(seed)
+            assert run.info.status == "FINISHED"
+            assert run.data.tags["dlsched.owner.pid"] == str(os.getpid())
             assert params["scenario"] == scenario.name
             assert params["scenario.hash"] == scenario.content_hash()
             assert params["backend"] == "replay"
@@ -230,13 +239,15 @@ def test_an_evaluation_on_the_sqlite_default_store_reads_back_as_printed(
     code, out, err = evaluate_cli(
         capsys, "--scenario", str(short_scenario), "--policy", "default,dqoes",
         "--episodes", "2", "--seed", "10", "--json", "--experiment", experiment,
-        "--out", str(tmp_path / "out"),
+        "--out", str(tmp_path / "out"), "--episode-plots",
     )  # fmt: skip
     assert code == 0, err
     assert f"tracking: {DEFAULT_TRACKING_URI} (from default)" in err
     printed = json.loads(out)
     assert printed["evaluation"]["tracking_uri"] == DEFAULT_TRACKING_URI
-    check_store_matches_printed(MlflowClient(DEFAULT_TRACKING_URI), printed, short_scenario)
+    check_store_matches_printed(
+        MlflowClient(DEFAULT_TRACKING_URI), printed, short_scenario, episode_plots=True
+    )
     local = Path(printed["evaluation"]["local_folder"])
     assert local.parent == tmp_path / "out"
     assert sorted(p.name for p in local.iterdir() if p.is_dir()) == [
@@ -291,10 +302,15 @@ def test_a_store_failing_mid_evaluation_leaves_every_episode_on_disk_and_says_wh
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
     original = EvaluationTracker.record_episode
+    watcher = MlflowClient(uri)
 
     def stop_server_after_first(tracker, result):
         original(tracker, result)
         if server.poll() is None:
+            # the writer logs beside the episodes: the server dies once the first is in
+            query = "tags.`dlsched.kind` = 'episode' and attributes.status = 'FINISHED'"
+            while not watcher.search_runs([tracker.experiment_id], query):
+                time.sleep(0.01)
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
 
@@ -325,7 +341,7 @@ def test_a_store_failing_mid_evaluation_leaves_every_episode_on_disk_and_says_wh
     assert episodes[0].info.status == "FINISHED"
 
 
-def test_the_tracking_benchmark_times_the_same_evaluation_three_ways(
+def test_the_tracking_benchmark_times_the_same_evaluation_four_ways(
     monkeypatch, tmp_path, short_scenario, no_env_uri
 ):
     monkeypatch.chdir(tmp_path)
@@ -335,6 +351,7 @@ def test_the_tracking_benchmark_times_the_same_evaluation_three_ways(
     assert result.tracking_uri.startswith("sqlite:////") and result.tracking_uri.endswith(".db")
     assert result.ratio == result.tracked_s / result.untracked_s
     assert result.ratio_no_plots == result.tracked_no_plots_s / result.untracked_s
+    assert result.ratio_episode_plots == result.tracked_episode_plots_s / result.untracked_s
     assert "ratio" in result.report()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["short.yaml"]  # nothing left behind
 
