@@ -84,6 +84,15 @@ TAG_INCIDENTS = "dlsched.incidents"  # what the backend reported that makes the 
 #: MLflow's limit on a tag's value is 8000 characters.
 MAX_TAG_CHARS = 8000
 EPISODE_METRIC_PREFIX = "episode/"
+#: The MLflow names of the headline metrics (:data:`~dlsched.runs.evaluation.PRIMARY_METRIC`)
+#: of the episode runs, and the prefix of the parent's and the comparison's: capitalised and
+#: spelt out, because MLflow's run table orders metric columns by code point, capitals before
+#: lower case, and every other metric is lower case: so the headline is the first column. Episode
+#: runs logged by earlier versions hold it as ``episode/<name>``; ``compare`` reads both.
+HEADLINE_KEYS: Mapping[str, str] = {
+    PRIMARY_METRIC[JobKind.INFERENCE]: "Satisfied fraction",
+    PRIMARY_METRIC[JobKind.TRAINING]: "Mean completion s",
+}
 BACKEND_PARAM_PREFIX = "backend."  # one param per backend option: backend.workload_threading
 
 
@@ -126,9 +135,11 @@ def step_metrics(kind: JobKind, step: StepRecord) -> dict[str, float]:
     """The per-step metrics of one step, by MLflow metric name (MLflow's step is the step).
 
     Each point costs the store about 65 us, which is more than a replay step, so only what a
-    reader charts is a metric: the step's time (``interval_s`` times the step) and DQoES's
-    ``Q_G`` and ``Q_B`` are in the episode's ``episode.json`` artifact with every other
-    aggregate.
+    reader charts beside the timeline is a metric: the headline over time (satisfied services,
+    or jobs finished), the active jobs, the limits' total and the reward. The step's time, the
+    sizes of DQoES's sets G and B, the satisfied fraction, ``Q_G`` and ``Q_B`` are in the
+    episode's ``episode.json`` artifact with every other aggregate (and each container's class
+    in ``trajectory.csv``).
     """
     values: dict[str, float] = {
         "active_jobs": float(step.active_jobs),
@@ -137,21 +148,21 @@ def step_metrics(kind: JobKind, step: StepRecord) -> dict[str, float]:
     if step.reward is not None:
         values["reward"] = step.reward
     if kind is JobKind.INFERENCE:
-        values.update(
-            satisfied=float(step.satisfied),
-            G=float(step.g),
-            B=float(step.b),
-        )
-        if step.satisfied_fraction is not None:
-            values["satisfied_fraction"] = step.satisfied_fraction
+        values["satisfied"] = float(step.satisfied)
     else:
         values["finished_jobs"] = float(step.finished_jobs)
     return values
 
 
+def episode_metric_key(name: str) -> str:
+    """The MLflow name of an :class:`EpisodeMetrics` field: its headline name for the headline
+    (:data:`HEADLINE_KEYS`), ``episode/<name>`` for the others."""
+    return HEADLINE_KEYS.get(name, EPISODE_METRIC_PREFIX + name)
+
+
 def episode_metrics_by_name(metrics: EpisodeMetrics) -> dict[str, float]:
     """The per-episode metrics that have a value, by MLflow metric name."""
-    return {EPISODE_METRIC_PREFIX + name: value for name, value in metrics.defined().items()}
+    return {episode_metric_key(name): value for name, value in metrics.defined().items()}
 
 
 def log_in_batches(
@@ -454,7 +465,8 @@ class EvaluationTracker:
 
 
 def summary_metrics(summaries: Sequence[PolicySummary], kind: JobKind) -> list[Metric]:
-    """The parent run's metrics: ``<primary metric>/<policy>``, each policy's mean.
+    """The parent run's metrics: ``<headline>/<policy>`` (:data:`HEADLINE_KEYS`), each policy's
+    mean.
 
     Only the headline (:data:`~dlsched.runs.evaluation.PRIMARY_METRIC`) is a metric, so the
     run table shows it as a column per policy and MLflow's chart view draws a few charts, not
@@ -464,7 +476,7 @@ def summary_metrics(summaries: Sequence[PolicySummary], kind: JobKind) -> list[M
     now_ms = int(time.time() * 1000)
     primary = PRIMARY_METRIC[kind]
     return [
-        Metric(f"{primary}/{summary.label}", mean, now_ms, 0)
+        Metric(f"{HEADLINE_KEYS[primary]}/{summary.label}", mean, now_ms, 0)
         for summary in summaries
         if (mean := summary.metric(primary).estimate.mean) is not None
     ]
