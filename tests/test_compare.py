@@ -17,11 +17,11 @@ from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import EpisodeMetrics, EpisodeScore, PolicyIdentity
+from dlsched.runs.tracking import tracker
 from dlsched.runs.tracking.compare import compare_stored
 from dlsched.runs.tracking.comparison_run import COMPARE_EXPERIMENT
 from dlsched.runs.tracking.store import ENV_VAR
 from dlsched.runs.tracking.stored_runs import StoredEpisode
-from dlsched.runs.tracking import tracker
 from dlsched.runs.tracking.tracker import TAG_KIND
 
 SCENARIO = "dqoes-resnet50-burst-target40"

@@ -49,6 +49,7 @@ def test_every_episode_is_logged_finished_under_the_evaluating_process(
     monkeypatch, tmp_path: Path, scheme: str
 ) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 refuses it otherwise
     monkeypatch.chdir(tmp_path)  # a sqlite store's artifacts go beside it
     sqlite = f"sqlite:///{tmp_path / 'mlflow.db'}"
     uri = sqlite if scheme == "sqlite" else (tmp_path / "mlruns").as_uri()

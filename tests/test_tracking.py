@@ -195,8 +195,6 @@ def check_store_matches_printed(
             assert [(m.step, m.value) for m in history] == [
                 (step.step, float(step.satisfied)) for step in expected.steps
             ]
-            limits = client.get_metric_history(run.info.run_id, "total_limit")
-            assert [m.value for m in limits] == [step.total_limit for step in expected.steps]
             for name, value in expected.metrics.defined().items():
                 assert run.data.metrics[episode_metric_key(name)] == value
             keys = sorted(run.data.metrics)
