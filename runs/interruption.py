@@ -64,9 +64,15 @@ def deferred() -> Iterator[None]:
 
     For a write that must not be cut in two: a run created but never ended, or a store's
     transaction interrupted half-way, is what a signal in the middle of an MLflow call leaves.
-    Outside :func:`interruptible`, or where Python cannot handle signals, nothing changes.
+    Outside :func:`interruptible`, or outside the main thread (where Python cannot handle
+    signals), nothing changes.
     """
     global _deferring
+    if threading.current_thread() is not threading.main_thread():
+        # a signal interrupts the main thread: the block of another thread (the episode
+        # writer's) neither defers it nor may raise it
+        yield
+        return
     _deferring += 1
     try:
         yield

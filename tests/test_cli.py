@@ -7,6 +7,7 @@ import importlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +140,16 @@ def test_a_renamed_option_keeps_its_old_name_with_a_warning(
         "dlsched t: warning: --seeds is deprecated and will be removed; use --episodes\n"
     )
     assert "--seeds" not in parser.format_help()
+
+
+def test_calibrate_writes_under_the_working_directory_not_the_installed_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Issue 12: calibrate used to write its profiles into the package tree by default."""
+    import dlsched.envs
+
+    monkeypatch.chdir(tmp_path)
+    args = build_parser(["calibrate"]).parse_args(["calibrate"])
+    written = Path(args.output_dir).resolve()
+    assert written == tmp_path / "dlsched-profiles"
+    assert Path(dlsched.envs.__file__).resolve().parent.parent not in written.parents

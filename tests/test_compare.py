@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import uuid
 from pathlib import Path
@@ -16,6 +17,7 @@ from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import EpisodeMetrics, EpisodeScore, PolicyIdentity
+from dlsched.runs.tracking import tracker
 from dlsched.runs.tracking.compare import compare_stored
 from dlsched.runs.tracking.comparison_run import COMPARE_EXPERIMENT
 from dlsched.runs.tracking.store import ENV_VAR
@@ -82,6 +84,25 @@ def test_compare_prints_the_numbers_evaluate_printed(capsys, store, short_scenar
     assert primary["ci95_low"] <= primary["mean"] <= primary["ci95_high"]
 
 
+def test_compare_reads_the_headline_of_a_store_written_before_it_was_renamed(
+    capsys, store, short_scenario, monkeypatch
+):
+    """Episode runs logged before the headline had its capitalised name (``Satisfied
+    fraction``) hold it as ``episode/satisfied_fraction_mean``: compare reads both."""
+    with monkeypatch.context() as before:
+        # every episode metric named episode/<name>, as dlsched logged them
+        before.setattr(tracker, "episode_metric_key", lambda name: f"episode/{name}")
+        old = evaluate(capsys, short_scenario, store, "default,dqoes", "--episodes", "2")
+    client = MlflowClient(os.environ[ENV_VAR])
+    (experiment,) = [e.experiment_id for e in client.search_experiments() if e.name == store]
+    (episode, *_) = client.search_runs([experiment], f"tags.`{TAG_KIND}` = 'episode'")
+    assert "episode/satisfied_fraction_mean" in episode.data.metrics
+    assert "Satisfied fraction" not in episode.data.metrics
+    code, table, err = cli(capsys, "compare", "--experiment", store, "--no-plot", "--no-log")
+    assert code == 0, err
+    assert table == old
+
+
 def test_evaluations_run_apart_are_compared_without_rerunning_and_never_pooled(
     capsys, store, short_scenario, tmp_path
 ):
@@ -136,7 +157,7 @@ def test_compare_is_logged_as_a_run_with_its_plot_and_headlines(
     # the headline of every row, and nothing else
     summary = json.loads(next(Path("runs").glob("*/summary.json")).read_text())["scenarios"][0]
     expected = {
-        f"satisfied_fraction_mean/{summary['scenario']}/{entry['label']}": (
+        f"Satisfied fraction/{summary['scenario']}/{entry['label']}": (
             entry["metrics"]["satisfied_fraction_mean"]["mean"]
         )
         for entry in summary["policies"]

@@ -7,7 +7,10 @@ store, no run is ``RUNNING``; an interrupted training has a model that loads.
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -97,6 +100,46 @@ def test_a_stopped_evaluation_ends_every_run_and_says_so(
     assert "RUNNING" not in statuses.values(), statuses
     assert sorted(set(statuses.values())) in (["FINISHED", "KILLED"], ["KILLED"])
     assert "marked 0 runs KILLED" in _one_more_command(capsys, monkeypatch, tmp_path)
+
+
+def _finished_episode_runs(uri: str) -> set[str]:
+    client = MlflowClient(uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    query = "tags.`dlsched.kind` = 'episode' and attributes.status = 'FINISHED'"
+    return {run.info.run_name for run in client.search_runs(experiments, query)}
+
+
+@pytest.mark.parametrize("plots", ["--no-plots", "--episode-plots"])
+def test_ctrl_c_in_a_terminal_stops_the_evaluation_and_its_writer_with_every_episode_logged(
+    tmp_path, scenario_file, default_sigint, plots
+):
+    """A terminal's Ctrl-C signals the whole process group: the evaluation and the child that
+    logs its episodes. The writer ignores it and logs every episode handed over (without the
+    plots it had not drawn yet) before the evaluation ends its run."""
+    environment = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dlsched.runs.cli", "evaluate", "--scenario", str(scenario_file),
+         "--policy", "default,dqoes", "--episodes", "20", "--no-progress", plots],
+        cwd=tmp_path, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, process_group=0, preexec_fn=default_sigint,
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: _episodes_on_disk(tmp_path) >= 3, 120, "3 episodes")
+        os.killpg(process.pid, signal.SIGINT)
+        code = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    err = process.communicate()[1]
+
+    assert code == 130 and "dlsched evaluate: interrupted (SIGINT)" in err, err
+    assert "Traceback" not in err
+    with pytest.raises(ProcessLookupError):  # the writer has ended too
+        os.killpg(process.pid, 0)
+    statuses = _statuses(_store(tmp_path))
+    assert "RUNNING" not in statuses.values(), statuses
+    on_disk = {path.parent.name for path in tmp_path.glob("dlsched-runs/*/*/episode.json")}
+    assert _finished_episode_runs(_store(tmp_path)) == on_disk  # nothing lost
 
 
 def test_a_killed_evaluation_is_repaired_by_the_next_command(

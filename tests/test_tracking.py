@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import time
 import uuid
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from dlsched.runs.cli import main
 from dlsched.runs.evaluation import backend_label, run_episode
 from dlsched.runs.tracking.provenance import dlsched_version
 from dlsched.runs.tracking.store import DEFAULT_TRACKING_URI, ENV_VAR, resolve_tracking_uri
-from dlsched.runs.tracking.tracker import EvaluationTracker
+from dlsched.runs.tracking.tracker import EvaluationTracker, episode_metric_key
 from dlsched.runs.tracking.trajectory import TRAJECTORY_COLUMNS
 
 SCENARIO = "dqoes-resnet50-burst-target40"
@@ -138,8 +139,14 @@ def test_a_store_in_a_missing_folder_is_reported_with_the_folder(
 # ---------------------------------------------------------------------------------- read back
 
 
-def check_store_matches_printed(client: MlflowClient, printed: dict, scenario_path: Path):
-    """Runs, params, metric histories and artifacts in the store equal what evaluate printed."""
+def check_store_matches_printed(
+    client: MlflowClient, printed: dict, scenario_path: Path, episode_plots: bool = False
+):
+    """Runs, params, metric histories and artifacts in the store equal what evaluate printed.
+
+    The episode runs are logged by the episode writer (a child process on sqlite, a thread on a
+    server), under the owner tags of the evaluating process, this one.
+    """
     scenario = load_scenario(scenario_path)
     location = printed["evaluation"]
     (table,) = printed["scenarios"]
@@ -152,10 +159,10 @@ def check_store_matches_printed(client: MlflowClient, printed: dict, scenario_pa
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     # the parent holds the headline per policy (a column each in the run table), not one
     # single-bar chart per policy, metric and interval end; the rest is in its summary files
+    # named so that MLflow's run table, which orders metric columns by code point, shows the
+    # headline first (capitals before lower case): the episodes' and each policy's on the parent
     assert parent.data.metrics == {
-        f"satisfied_fraction_mean/{entry['label']}": entry["metrics"]["satisfied_fraction_mean"][
-            "mean"
-        ]
+        f"Satisfied fraction/{entry['label']}": entry["metrics"]["satisfied_fraction_mean"]["mean"]
         for entry in table["policies"]
     }
     parent_files = {a.path for a in client.list_artifacts(parent.info.run_id)}
@@ -172,6 +179,8 @@ def check_store_matches_printed(client: MlflowClient, printed: dict, scenario_pa
             run = client.get_run(location["episode_runs"][f"{policy}-seed{seed}"])
             params = run.data.params
             assert params["policy"] == policy and params["seed"] == str(seed)
+            assert run.info.status == "FINISHED"
+            assert run.data.tags["dlsched.owner.pid"] == str(os.getpid())
             assert params["scenario"] == scenario.name
             assert params["scenario.hash"] == scenario.content_hash()
             assert params["backend"] == "replay"
@@ -186,15 +195,16 @@ def check_store_matches_printed(client: MlflowClient, printed: dict, scenario_pa
             assert [(m.step, m.value) for m in history] == [
                 (step.step, float(step.satisfied)) for step in expected.steps
             ]
-            limits = client.get_metric_history(run.info.run_id, "total_limit")
-            assert [m.value for m in limits] == [step.total_limit for step in expected.steps]
             for name, value in expected.metrics.defined().items():
-                assert run.data.metrics[f"episode/{name}"] == value
+                assert run.data.metrics[episode_metric_key(name)] == value
+            keys = sorted(run.data.metrics)
+            assert keys[0] == "Satisfied fraction" and all(k == k.lower() for k in keys[1:])
             episode_metrics[seed] = run.data.metrics
             artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-            assert {
-                "trajectory.csv", "episode.json", "scenario.yaml", "latency.png", "limits.png"
-            } <= artifacts  # fmt: skip
+            assert {"trajectory.csv", "episode.json", "scenario.yaml"} <= artifacts
+            # each episode's plots are opt-in (--episode-plots); the parent's timeline is not
+            plots = {"latency.png", "limits.png"}
+            assert plots & artifacts == (plots if episode_plots else set())
             local = Path(client.download_artifacts(run.info.run_id, "trajectory.csv"))
             with local.open() as stream:
                 rows = list(csv.DictReader(stream))
@@ -212,9 +222,8 @@ def check_store_matches_printed(client: MlflowClient, printed: dict, scenario_pa
             assert load_scenario(scenario_file) == scenario
         # the printed means are those of the stored per-episode metrics
         for name, printed_metric in entry["metrics"].items():
-            stored = [
-                m[f"episode/{name}"] for m in episode_metrics.values() if f"episode/{name}" in m
-            ]
+            key = episode_metric_key(name)
+            stored = [m[key] for m in episode_metrics.values() if key in m]
             if printed_metric["mean"] is None:
                 assert stored == []
             else:
@@ -230,13 +239,15 @@ def test_an_evaluation_on_the_sqlite_default_store_reads_back_as_printed(
     code, out, err = evaluate_cli(
         capsys, "--scenario", str(short_scenario), "--policy", "default,dqoes",
         "--episodes", "2", "--seed", "10", "--json", "--experiment", experiment,
-        "--out", str(tmp_path / "out"),
+        "--out", str(tmp_path / "out"), "--episode-plots",
     )  # fmt: skip
     assert code == 0, err
     assert f"tracking: {DEFAULT_TRACKING_URI} (from default)" in err
     printed = json.loads(out)
     assert printed["evaluation"]["tracking_uri"] == DEFAULT_TRACKING_URI
-    check_store_matches_printed(MlflowClient(DEFAULT_TRACKING_URI), printed, short_scenario)
+    check_store_matches_printed(
+        MlflowClient(DEFAULT_TRACKING_URI), printed, short_scenario, episode_plots=True
+    )
     local = Path(printed["evaluation"]["local_folder"])
     assert local.parent == tmp_path / "out"
     assert sorted(p.name for p in local.iterdir() if p.is_dir()) == [
@@ -291,10 +302,15 @@ def test_a_store_failing_mid_evaluation_leaves_every_episode_on_disk_and_says_wh
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
     original = EvaluationTracker.record_episode
+    watcher = MlflowClient(uri)
 
     def stop_server_after_first(tracker, result):
         original(tracker, result)
         if server.poll() is None:
+            # the writer logs beside the episodes: the server dies once the first is in
+            query = "tags.`dlsched.kind` = 'episode' and attributes.status = 'FINISHED'"
+            while not watcher.search_runs([tracker.experiment_id], query):
+                time.sleep(0.01)
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
 
@@ -325,7 +341,7 @@ def test_a_store_failing_mid_evaluation_leaves_every_episode_on_disk_and_says_wh
     assert episodes[0].info.status == "FINISHED"
 
 
-def test_the_tracking_benchmark_times_the_same_evaluation_three_ways(
+def test_the_tracking_benchmark_times_the_same_evaluation_four_ways(
     monkeypatch, tmp_path, short_scenario, no_env_uri
 ):
     monkeypatch.chdir(tmp_path)
@@ -335,6 +351,7 @@ def test_the_tracking_benchmark_times_the_same_evaluation_three_ways(
     assert result.tracking_uri.startswith("sqlite:////") and result.tracking_uri.endswith(".db")
     assert result.ratio == result.tracked_s / result.untracked_s
     assert result.ratio_no_plots == result.tracked_no_plots_s / result.untracked_s
+    assert result.ratio_episode_plots == result.tracked_episode_plots_s / result.untracked_s
     assert "ratio" in result.report()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["short.yaml"]  # nothing left behind
 

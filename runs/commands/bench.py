@@ -95,8 +95,9 @@ def _register_tracking(
         "tracking",
         help="time an evaluation tracked in MLflow against the same untracked",
         description=(
-            "Evaluate POLICIES on SCENARIO (replay backend) for EPISODES seeds three times: "
-            "untracked, tracked with plots, tracked without plots; print the times and their "
+            "Evaluate POLICIES on SCENARIO (replay backend) for EPISODES seeds four times: "
+            "untracked, tracked as `dlsched evaluate` tracks by default, tracked without plots, "
+            "tracked with every episode's plots (--episode-plots); print the times and their "
             "ratios to the untracked run."
         ),
     )

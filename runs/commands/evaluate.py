@@ -97,7 +97,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="neither MLflow nor local records: only print the summary",
     )
     parser.add_argument(
-        "--no-plots", action="store_true", help="log no plots (they take most of the tracking time)"
+        "--no-plots",
+        action="store_true",
+        help="no plot on the evaluation's run (by default its timeline: satisfied services, or "
+        "jobs finished, over time, a line per policy)",
+    )
+    parser.add_argument(
+        "--episode-plots",
+        action="store_true",
+        help="also draw every episode's plots on its run (latency against target or completion "
+        "times, CPU limits and usage per container); they cost far more than the rest of the "
+        "tracking (about half a second an episode)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
@@ -146,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         args.out,
         experiment=args.experiment,
         plots=not args.no_plots,
+        episode_plots=args.episode_plots,
         progress=progress,
         warn=lambda message: print(message, file=sys.stderr),
     )

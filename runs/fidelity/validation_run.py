@@ -222,6 +222,8 @@ def validate_tracked(
             plots=plots,
             progress=progress,
             warn=warn,
+            # a validation's episodes are few and set side by side episode by episode
+            episode_plots=plots,
         )
         episodes.append(list(outcome.results))
         evaluation_runs.append(outcome.location.parent_run_id)

@@ -7,7 +7,7 @@ experiment :data:`COMPARE_EXPERIMENT` (tagged ``dlsched.kind = comparison``, whi
 ``dlsched compare`` itself never reads back as an episode), holding:
 
 - params: the filters it was given and the evaluations it compared;
-- metrics: the headline of every row, ``<primary metric>/<scenario>/<policy label>``, the only
+- metrics: the headline of every row, ``<headline>/<scenario>/<policy label>``, the only
   metrics of the run, so the run table and the chart view show them and nothing else;
 - artifacts: the plot (the PNG ``dlsched compare`` wrote, under its own name), the table
   (``compare.txt``) and its data (``compare.json``).
@@ -34,7 +34,7 @@ from dlsched.runs.interruption import deferred
 from dlsched.runs.tracking.compare import ScenarioComparison, comparison_data, render_table
 from dlsched.runs.tracking.owners import end_run, owner_tags
 from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, experiment_id, first_line
-from dlsched.runs.tracking.tracker import TAG_KIND, log_in_batches
+from dlsched.runs.tracking.tracker import HEADLINE_KEYS, TAG_KIND, log_in_batches
 
 #: The experiment of the comparison runs.
 COMPARE_EXPERIMENT = "dlsched-compare"
@@ -45,7 +45,8 @@ _UNSAFE = re.compile(r"[^\w\-. /:]")
 
 
 def headline_metrics(comparisons: Sequence[ScenarioComparison]) -> list[Metric]:
-    """Every row's headline: ``<primary metric>/<scenario>/<policy label>``."""
+    """Every row's headline: ``<headline>/<scenario>/<policy label>`` (its name in
+    :data:`~dlsched.runs.tracking.tracker.HEADLINE_KEYS`)."""
     now_ms = int(time.time() * 1000)
     metrics = []
     for comparison in comparisons:
@@ -53,7 +54,8 @@ def headline_metrics(comparisons: Sequence[ScenarioComparison]) -> list[Metric]:
         for summary in comparison.summaries:
             mean = summary.metric(primary).estimate.mean
             if mean is not None:
-                key = _UNSAFE.sub("_", f"{primary}/{comparison.scenario}/{summary.label}")
+                label = f"{HEADLINE_KEYS[primary]}/{comparison.scenario}/{summary.label}"
+                key = _UNSAFE.sub("_", label)
                 metrics.append(Metric(key, mean, now_ms, 0))
     return metrics
 

@@ -22,6 +22,7 @@ from dlsched.runs.tracking.tracker import (
     EPISODE_METRIC_PREFIX,
     TAG_KIND,
     TAG_POLICY_PARAMS,
+    episode_metric_key,
 )
 
 
@@ -112,12 +113,13 @@ def _stored(run: Run, experiment: str) -> StoredEpisode:
     params = run.data.params
     metrics = run.data.metrics
     policy_params = json.loads(run.data.tags.get(TAG_POLICY_PARAMS, "{}"))
-    known = {field.name for field in dataclasses.fields(EpisodeMetrics)}
-    values = {
-        name: metrics[EPISODE_METRIC_PREFIX + name]
-        for name in known
-        if EPISODE_METRIC_PREFIX + name in metrics
-    }
+    values = {}
+    for field in dataclasses.fields(EpisodeMetrics):
+        # the headline's name today, then every field's name before it had one (older stores)
+        for key in (episode_metric_key(field.name), EPISODE_METRIC_PREFIX + field.name):
+            if key in metrics:
+                values[field.name] = metrics[key]
+                break
     return StoredEpisode(
         run_id=run.info.run_id,
         evaluation_id=params["evaluation"],

@@ -31,6 +31,7 @@ from mlflow.entities import Metric, Run, ViewType
 from dlsched.envs.errors import TrackingError
 from dlsched.runs.evaluation import summarise
 from dlsched.runs.tracking.owners import end_run
+from dlsched.runs.tracking.plots import TIMELINE_FILE
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.store import STORE_ERRORS, connect, first_line, resolve_tracking_uri
 from dlsched.runs.tracking.tracker import (
@@ -156,7 +157,9 @@ def _sync_evaluation(
             kind = results[0].scenario.kind
             scores = [result.score for result in results]
             log_in_batches(client, parent_id, summary_metrics(summarise(scores, kind), kind))
-            for path in (*summary_files, folder.path / SCENARIO_FILE):
+            timeline = folder.path / TIMELINE_FILE  # drawn before the store was needed
+            extra = [timeline] if timeline.is_file() else []
+            for path in (*summary_files, folder.path / SCENARIO_FILE, *extra):
                 client.log_artifact(parent_id, str(path))
         status = "FINISHED" if complete else "KILLED"
         end_run(client, parent_id, status)

@@ -1,8 +1,9 @@
 """Evaluations as a user runs them: policies x seeds on a scenario, tracked in MLflow or not.
 
-:func:`evaluate_tracked` writes every episode to its local folder as soon as it ends, then logs
-it to MLflow (:class:`~dlsched.runs.tracking.tracker.EvaluationTracker`); if the store fails
-mid-way, the evaluation goes on untracked and says where the local records are.
+:func:`evaluate_tracked` writes every episode to its local folder as soon as it ends, and logs
+it to MLflow while the next one runs (:class:`~dlsched.runs.tracking.tracker.EvaluationTracker`);
+if the store fails mid-way, the evaluation goes on untracked and says where the local records
+are.
 :func:`evaluate_untracked` records nothing. Both return the summary table of
 :mod:`dlsched.runs.tracking.compare`. ``dlsched evaluate`` is their command line.
 """
@@ -119,6 +120,7 @@ def evaluate_tracked(
     plots: bool = True,
     progress: bool = True,
     warn: Callable[[str], None] = print,
+    episode_plots: bool = False,
 ) -> TrackedEvaluation:
     """Run the evaluation, recording every episode locally under ``out`` and in MLflow.
 
@@ -128,9 +130,12 @@ def evaluate_tracked(
         target: where it tracks.
         out: parent folder of the local records.
         experiment: the MLflow experiment (default: the scenario's name).
-        plots: draw and log the episode plots.
+        plots: draw and log the evaluation's timeline (satisfied services or finished jobs over
+            time, a line per policy) on the parent run.
         progress: show a progress bar.
         warn: where warnings go.
+        episode_plots: also draw and log every episode's plots (latency or completion times,
+            limits and usage); they cost far more than the rest of the tracking.
     """
     evaluation_id = new_evaluation_id(request.scenario)
     folder = EvaluationFolder.of(out, evaluation_id)
@@ -147,6 +152,7 @@ def evaluate_tracked(
         warn=warn,
         plots=plots,
         backend_options=request.backend_options,
+        episode_plots=episode_plots,
     )
     with tracker:
         results = evaluate(
@@ -160,6 +166,7 @@ def evaluate_tracked(
             batched=request.batched,
         )
         comparison = comparison_of(request, results, evaluation_id)
+        tracker.wait_for_episodes()
         location = EvaluationLocation(
             id=evaluation_id,
             tracking_uri=target.uri,

@@ -9,8 +9,12 @@ Layout in the store (DESIGN.md, "Runs and tracking"):
   params (policy and every parameter, scenario name, content hash and kind, backend, seed,
   dlsched version, git commit when the code runs from a checkout), per-step metrics (step =
   environment step), per-episode metrics ``episode/<metric>``, and artifacts (the trajectory
-  table, the scenario file, the episode record and plots) logged from the local episode folder
-  of :mod:`dlsched.runs.tracking.trajectory`, which is written first.
+  table, the scenario file, the episode record, and its plots when asked for) logged from the
+  local episode folder of :mod:`dlsched.runs.tracking.trajectory`, which is written first.
+
+The episode runs are logged by an :class:`~dlsched.runs.tracking.episode_writer.EpisodeWriter`
+beside the episodes, so that the evaluation does not wait for the store between them; the
+parent run waits for it before its summary.
 
 Metrics and params go through :meth:`MlflowClient.log_batch` within MLflow's limits (1000
 metrics, 100 params or tags, 1000 entities a call); one call per point costs about 5 ms.
@@ -45,7 +49,6 @@ from dlsched.envs.errors import TrackingError
 from dlsched.envs.scenarios.file_format import dump_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.runs.evaluation import (
-    DEFAULT_POLICY,
     PRIMARY_METRIC,
     EpisodeMetrics,
     EpisodeResult,
@@ -54,8 +57,15 @@ from dlsched.runs.evaluation import (
     StepRecord,
 )
 from dlsched.runs.interruption import deferred
+from dlsched.runs.tracking.episode_writer import (
+    EpisodeJob,
+    EpisodeLogged,
+    EpisodeRunContext,
+    EpisodeWriter,
+    Reply,
+)
 from dlsched.runs.tracking.owners import end_run, owner_tags
-from dlsched.runs.tracking.plots import TIMELINE_FILE, plot_episode, plot_timeline, timeline_values
+from dlsched.runs.tracking.plots import TIMELINE_FILE, plot_timeline, timeline_values
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.server_watch import ServerWatch
 from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, experiment_id, first_line
@@ -74,6 +84,15 @@ TAG_INCIDENTS = "dlsched.incidents"  # what the backend reported that makes the 
 #: MLflow's limit on a tag's value is 8000 characters.
 MAX_TAG_CHARS = 8000
 EPISODE_METRIC_PREFIX = "episode/"
+#: The MLflow names of the headline metrics (:data:`~dlsched.runs.evaluation.PRIMARY_METRIC`)
+#: of the episode runs, and the prefix of the parent's and the comparison's: capitalised and
+#: spelt out, because MLflow's run table orders metric columns by code point, capitals before
+#: lower case, and every other metric is lower case: so the headline is the first column. Episode
+#: runs logged by earlier versions hold it as ``episode/<name>``; ``compare`` reads both.
+HEADLINE_KEYS: Mapping[str, str] = {
+    PRIMARY_METRIC[JobKind.INFERENCE]: "Satisfied fraction",
+    PRIMARY_METRIC[JobKind.TRAINING]: "Mean completion s",
+}
 BACKEND_PARAM_PREFIX = "backend."  # one param per backend option: backend.workload_threading
 
 
@@ -115,33 +134,27 @@ def episode_params(
 def step_metrics(kind: JobKind, step: StepRecord) -> dict[str, float]:
     """The per-step metrics of one step, by MLflow metric name (MLflow's step is the step).
 
-    Each point costs the store about 65 us, which is more than a replay step, so only what a
-    reader charts is a metric: the step's time (``interval_s`` times the step) and DQoES's
-    ``Q_G`` and ``Q_B`` are in the episode's ``episode.json`` artifact with every other
-    aggregate.
+    Each point costs the store about 100 us of this process's time, more than a replay step,
+    so one series is a metric: the headline over time (satisfied services, or jobs finished),
+    which MLflow's chart view draws for the runs side by side. Everything else of every step
+    (time, active jobs, the limits' total, reward, the sizes of DQoES's sets G and B, ``Q_G``,
+    ``Q_B``) is in the episode's ``episode.json`` artifact, and each container's in
+    ``trajectory.csv``.
     """
-    values: dict[str, float] = {
-        "active_jobs": float(step.active_jobs),
-        "total_limit": step.total_limit,
-    }
-    if step.reward is not None:
-        values["reward"] = step.reward
     if kind is JobKind.INFERENCE:
-        values.update(
-            satisfied=float(step.satisfied),
-            G=float(step.g),
-            B=float(step.b),
-        )
-        if step.satisfied_fraction is not None:
-            values["satisfied_fraction"] = step.satisfied_fraction
-    else:
-        values["finished_jobs"] = float(step.finished_jobs)
-    return values
+        return {"satisfied": float(step.satisfied)}
+    return {"finished_jobs": float(step.finished_jobs)}
+
+
+def episode_metric_key(name: str) -> str:
+    """The MLflow name of an :class:`EpisodeMetrics` field: its headline name for the headline
+    (:data:`HEADLINE_KEYS`), ``episode/<name>`` for the others."""
+    return HEADLINE_KEYS.get(name, EPISODE_METRIC_PREFIX + name)
 
 
 def episode_metrics_by_name(metrics: EpisodeMetrics) -> dict[str, float]:
     """The per-episode metrics that have a value, by MLflow metric name."""
-    return {EPISODE_METRIC_PREFIX + name: value for name, value in metrics.defined().items()}
+    return {episode_metric_key(name): value for name, value in metrics.defined().items()}
 
 
 def log_in_batches(
@@ -185,6 +198,10 @@ class EvaluationTracker:
     experiment and the parent run, so a refusing store is reported before any episode runs (and
     the empty folder is removed); leaving on an exception marks the parent run failed.
 
+    Each episode is written to the local folder at once, then handed to an
+    :class:`~dlsched.runs.tracking.episode_writer.EpisodeWriter`, which logs it while the next
+    one runs; :meth:`wait_for_episodes` waits for it (and draws the timeline meanwhile).
+
     If the store fails after that, the evaluation goes on without it: :attr:`failure` holds the
     error, ``warn`` has said where the local records are, and every later episode is still
     written to the local folder.
@@ -200,8 +217,9 @@ class EvaluationTracker:
         seeds: the seeds of every policy's episodes.
         experiment: the experiment's name; the scenario's name by default.
         warn: where warnings go (stderr in the CLI).
-        plots: draw the plots (each episode's and the evaluation's timeline; they cost more than
-            the rest of the tracking).
+        plots: draw the evaluation's timeline on the parent run.
+        episode_plots: also draw every episode's plots (latency or completion, limits) on its
+            run; they take the writer far longer than logging the episode.
         backend_options: the keyword arguments the backend is built with.
     """
 
@@ -219,6 +237,7 @@ class EvaluationTracker:
         warn: Callable[[str], None] = print,
         plots: bool = True,
         backend_options: Mapping[str, str] | None = None,
+        episode_plots: bool = False,
     ) -> None:
         self.client = client
         self.target = target
@@ -232,6 +251,7 @@ class EvaluationTracker:
         self.experiment_name = experiment or scenario.name
         self.warn = warn
         self.plots = plots
+        self.episode_plots = episode_plots
         self.version = dlsched_version()
         self.commit = source_commit()
         self.scenario_yaml = dump_scenario(scenario)
@@ -240,7 +260,7 @@ class EvaluationTracker:
         self.parent_run_id: str | None = None
         self.episode_run_ids: dict[str, str] = {}
         self.failure: TrackingError | None = None
-        self._defaults: dict[int, EpisodeResult] = {}
+        self._writer: EpisodeWriter | None = None
         # per policy, each episode's headline over time, for the parent run's timeline plot
         self._timelines: dict[str, list[tuple[list[float], list[float]]]] = {}
         self._watch: ServerWatch | None = None
@@ -267,7 +287,28 @@ class EvaluationTracker:
         )
         if urlparse(self.target.uri).scheme in ("http", "https"):
             self._watch = ServerWatch(self.target.uri, self.warn).start()
+        self._writer = self._start_writer()
         return self
+
+    def _start_writer(self) -> EpisodeWriter:
+        assert self.experiment_id is not None and self.parent_run_id is not None
+        try:
+            return EpisodeWriter.start(
+                self.client,
+                EpisodeRunContext(
+                    tracking_uri=self.target.uri,
+                    experiment_id=self.experiment_id,
+                    parent_run_id=self.parent_run_id,
+                    evaluation_id=self.evaluation_id,
+                    version=self.version,
+                    commit=self.commit,
+                    owner_tags=owner_tags(),
+                ),
+            )
+        except BaseException:  # no episode can be logged: the parent run ends here
+            with contextlib.suppress(*STORE_ERRORS):
+                end_run(self.client, self.parent_run_id, "FAILED", sys.stderr)
+            raise
 
     def _start_runs(self) -> None:
         try:
@@ -293,6 +334,9 @@ class EvaluationTracker:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        # stopped or failed: what was handed over is logged (without plots) before the parent
+        # run is ended, so no episode run is left RUNNING
+        self._close_writer(hurry=kind is not None)
         if self._watch is not None:
             self._watch.stop()
         if kind is None or self.failure is not None or self.parent_run_id is None:
@@ -331,7 +375,14 @@ class EvaluationTracker:
     # -------------------------------------------------------------- episodes
 
     def record_episode(self, result: EpisodeResult) -> None:
-        """Write the episode to its local folder, then log it as a child run."""
+        """Write the episode to its local folder, then hand it to the writer to log.
+
+        A stop signal waits until both are done, so that every episode on disk is logged.
+        """
+        with deferred():
+            self._record_episode(result)
+
+    def _record_episode(self, result: EpisodeResult) -> None:
         episode_dir = self.folder.write_episode(result, self.scenario_yaml)
         self._timelines.setdefault(result.policy.name, []).append(timeline_values(result))
         for incident in result.incidents:
@@ -339,64 +390,62 @@ class EvaluationTracker:
                 f"warning: episode {episode_name(result.policy, result.seed)}: {incident}; its "
                 f"figures are doubtful, and its run is tagged {TAG_INCIDENTS}"
             )
-        if self.plots:
-            if result.policy.name == DEFAULT_POLICY:
-                self._defaults[result.seed] = result
-                reference = None
-            else:
-                reference = self._defaults.get(result.seed)
-            plot_episode(result, reference, episode_dir)
-        if self.failure is not None:
-            return
-        name = episode_name(result.policy, result.seed)
-        if self._watch is not None and self._watch.down:
+        assert self._writer is not None, "record_episode outside the tracker's `with` block"
+        self._take(self._writer.replies())
+        if self.failure is None and self._watch is not None and self._watch.down:
+            name = episode_name(result.policy, result.seed)
             self._fail(f"the server stopped answering before episode {name} was logged")
+        if self.failure is None or self.episode_plots:
+            job = EpisodeJob(result, episode_dir, self.episode_plots, log=self.failure is None)
+            self._take(self._writer.submit(job))
+
+    def wait_for_episodes(self) -> None:
+        """Wait until the writer has logged every episode handed to it (the timeline is drawn
+        meanwhile); :attr:`episode_run_ids` is then complete. Once: later calls return at once."""
+        if self._writer is None or self._writer.closed:
             return
-        try:
-            self._log_episode(result, episode_dir)
-        except STORE_ERRORS as error:
-            self._fail(f"logging episode {name} failed: {first_line(error)}")
+        if self.plots and self._timelines:
+            plot_timeline(
+                self.scenario.kind,
+                self._timelines,
+                f"{self.scenario.name} ({self.backend})",
+                self.folder.path / TIMELINE_FILE,
+            )
+        self._close_writer(hurry=False)
+
+    def _close_writer(self, hurry: bool) -> None:
+        if self._writer is not None:
+            self._take(self._writer.close(hurry))
+
+    def _take(self, replies: Sequence[Reply]) -> None:
+        for reply in replies:
+            if isinstance(reply, EpisodeLogged):
+                self.episode_run_ids[reply.name] = reply.run_id
+            elif self.failure is None:
+                self._fail(reply.what)
 
     def _fail(self, what: str) -> None:
         """Go on untracked from now on, and say where the episodes are and how to upload them."""
         folder = self.folder.path.resolve()
         self.failure = TrackingError(
             f"tracking to {self.target.uri} failed: {what}. Every finished episode is on disk "
-            f"in {folder} (trajectory.csv, episode.json, scenario.yaml and plots per episode); "
+            f"in {folder} (trajectory.csv, episode.json and scenario.yaml per episode); "
             "the evaluation goes on without tracking. When the store is back, upload them: "
             f"dlsched runs sync {folder}"
         )
         self.warn(f"warning: {self.failure}")
 
-    def _log_episode(self, result: EpisodeResult, episode_dir: Path) -> None:
-        assert self.experiment_id is not None and self.parent_run_id is not None
-        name = episode_name(result.policy, result.seed)
-        self.episode_run_ids[name] = log_episode_run(
-            self.client,
-            self.experiment_id,
-            self.parent_run_id,
-            self.evaluation_id,
-            result,
-            episode_dir,
-            self.version,
-            self.commit,
-        )
-
     def finish(self, summaries: Sequence[PolicySummary], files: Sequence[Path]) -> None:
         """Log the summary on the parent run, with ``files`` as artifacts, and close it."""
+        self.wait_for_episodes()  # if the caller has not
         if self.failure is not None or self.parent_run_id is None or self.scenario_file is None:
             return  # the store failed, or the evaluation never started
         if self._watch is not None and self._watch.down:
             self._fail("the server stopped answering before the summary was logged")
             return
         metrics = summary_metrics(summaries, self.scenario.kind)
-        if self.plots and self._timelines:
-            timeline = plot_timeline(
-                self.scenario.kind,
-                self._timelines,
-                f"{self.scenario.name} ({self.backend})",
-                self.folder.path / TIMELINE_FILE,
-            )
+        timeline = self.folder.path / TIMELINE_FILE
+        if timeline.is_file():
             files = (*files, timeline)
         try:
             log_in_batches(self.client, self.parent_run_id, metrics)
@@ -408,7 +457,8 @@ class EvaluationTracker:
 
 
 def summary_metrics(summaries: Sequence[PolicySummary], kind: JobKind) -> list[Metric]:
-    """The parent run's metrics: ``<primary metric>/<policy>``, each policy's mean.
+    """The parent run's metrics: ``<headline>/<policy>`` (:data:`HEADLINE_KEYS`), each policy's
+    mean.
 
     Only the headline (:data:`~dlsched.runs.evaluation.PRIMARY_METRIC`) is a metric, so the
     run table shows it as a column per policy and MLflow's chart view draws a few charts, not
@@ -418,7 +468,7 @@ def summary_metrics(summaries: Sequence[PolicySummary], kind: JobKind) -> list[M
     now_ms = int(time.time() * 1000)
     primary = PRIMARY_METRIC[kind]
     return [
-        Metric(f"{primary}/{summary.label}", mean, now_ms, 0)
+        Metric(f"{HEADLINE_KEYS[primary]}/{summary.label}", mean, now_ms, 0)
         for summary in summaries
         if (mean := summary.metric(primary).estimate.mean) is not None
     ]
