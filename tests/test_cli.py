@@ -153,3 +153,23 @@ def test_calibrate_writes_under_the_working_directory_not_the_installed_package(
     written = Path(args.output_dir).resolve()
     assert written == tmp_path / "dlsched-profiles"
     assert Path(dlsched.envs.__file__).resolve().parent.parent not in written.parents
+
+
+@pytest.mark.parametrize(
+    ("options", "drawn"),
+    [
+        ([], False),
+        (["--backend", "docker"], True),
+        (["--episode-plots"], True),
+        (["--backend", "docker", "--no-episode-plots"], False),
+    ],
+)
+def test_episode_plots_are_drawn_by_default_only_where_episodes_are_slow(
+    options: list[str], drawn: bool
+) -> None:
+    from dlsched.runs.commands.evaluate import episode_plots
+
+    args = build_parser().parse_args(
+        ["evaluate", "--scenario", "docker-training-4", "--policy", "default", *options]
+    )
+    assert episode_plots(args) is drawn

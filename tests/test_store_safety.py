@@ -17,6 +17,7 @@ from mlflow import MlflowClient
 
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.runs.cli import main
+from dlsched.runs.tracking.store import on_local_file_system
 
 WRITERS = 8
 
@@ -59,6 +60,27 @@ def test_eight_first_writers_of_a_new_sqlite_store_all_succeed(
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     _check_all_finished(client)
     client.create_experiment("usable-afterwards")  # the store takes writes after the rush
+    if on_local_file_system(folder):  # a new store on a local disk logs to a write-ahead log
+        with sqlite3.connect(folder / "mlflow.db") as db:
+            assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_only_a_store_on_a_local_file_system_gets_a_write_ahead_log(tmp_path):
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        "proc /proc proc rw 0 0\n"
+        "/dev/vda / ext4 rw,relatime 0 0\n"
+        "server:/export /mnt/shared nfs4 rw,vers=4.2 0 0\n"
+        "//nas/team /mnt/shared/smb cifs rw 0 0\n"
+        "tmpfs /mnt/my\\040disk tmpfs rw 0 0\n"
+    )
+    local = on_local_file_system
+    assert local(Path("/home/me/mlflow.db"), mounts)
+    assert not local(Path("/mnt/shared/team/mlflow.db"), mounts)
+    assert not local(Path("/mnt/shared/smb/mlflow.db"), mounts)
+    assert local(Path("/mnt/sharedness/mlflow.db"), mounts)  # another folder, on the root disk
+    assert local(Path("/mnt/my disk/mlflow.db"), mounts)
+    assert not local(Path("/home/me/mlflow.db"), tmp_path / "no-mount-table")
 
 
 @pytest.mark.slow

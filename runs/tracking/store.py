@@ -230,10 +230,41 @@ def _write_ahead_log(path: Path) -> None:
     commit appends to the log, readers (``mlflow ui``) and the writer no longer block each
     other, and the episode writer's connections commit without an fsync (``synchronous=NORMAL``:
     a power cut may lose the last commits, never the database; the episodes are on disk for
-    ``dlsched runs sync``). An existing store keeps its mode (see the README to change it).
+    ``dlsched runs sync``). An existing store keeps its mode (see the README to change it), and
+    so does a store on a network file system (NFS, SMB), where the log cannot be shared safely.
     """
+    if not on_local_file_system(path):
+        return  # sqlite's WAL needs shared memory between processes, which NFS and SMB lack
     with contextlib.closing(sqlite3.connect(path)) as db:
         db.execute("PRAGMA journal_mode=WAL")
+
+
+#: File systems on which sqlite's write-ahead log is safe: local disks and memory. On a network
+#: file system processes on two machines cannot share its index, and the store may be corrupted.
+_LOCAL_FILE_SYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "tmpfs", "overlay", "f2fs", "apfs", "hfs"}
+)
+
+
+def on_local_file_system(path: Path, mounts: Path = Path("/proc/mounts")) -> bool:
+    """Whether ``path`` lies on a file system of :data:`_LOCAL_FILE_SYSTEMS` (``False`` where
+    the mount table cannot be read: a store elsewhere keeps sqlite's default journal)."""
+    try:
+        table = mounts.read_text().splitlines()
+    except OSError:
+        return False
+    resolved = str(path.resolve())
+    best, kind = "", ""
+    for line in table:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        # the mount table escapes spaces in mount points as \040
+        point = fields[1].replace("\\040", " ")
+        inside = resolved == point or resolved.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind in _LOCAL_FILE_SYSTEMS
 
 
 def _sqlite_schema(target: TrackingTarget, path: Path) -> str:
