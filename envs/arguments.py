@@ -25,13 +25,14 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 from dlsched.envs.backend import Backend
 from dlsched.envs.backends import backend_class
 from dlsched.envs.errors import ArgumentError
 from dlsched.envs.placement import Placer
 from dlsched.envs.scenarios.model import Scenario
+from dlsched.envs.values import is_number, is_whole, shown
 
 #: The keyword arguments the environments take.
 ENV_ARGUMENTS: tuple[str, ...] = (
@@ -221,16 +222,6 @@ def _union_members(annotation: object) -> tuple[object, ...]:
     return (annotation,)
 
 
-def is_number(value: object) -> TypeGuard[numbers.Real]:
-    """Whether ``value`` is a real number of Python or numpy (a bool is not one)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def is_whole(value: object) -> bool:
-    """Whether ``value`` is a whole number of Python or numpy (a bool is not one)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def _positive_number(value: object) -> bool:
     return is_number(value) and math.isfinite(float(value)) and float(value) > 0
 
@@ -251,13 +242,6 @@ _SIMPLE: Mapping[object, tuple[Callable[[object], bool], str]] = {
 
 def _refuse(name: str, value: object, expected: str) -> typing.NoReturn:
     raise ArgumentError(f"{name}={shown(value)} ({type(value).__name__}): expected {expected}")
-
-
-def shown(value: object, width: int = 60) -> str:
-    """``value``'s repr, cut to ``width`` characters: a message shows what was given, not all
-    of an array of thousands."""
-    text = repr(value)
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def did_you_mean(name: str, known: Sequence[str]) -> str:

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from dlsched.envs.arguments import is_number, is_whole, shown
 from dlsched.envs.decision import Decision, Migration
 from dlsched.envs.errors import ActionError
+from dlsched.envs.values import is_number, is_whole, shown
 
 
 def check_decision(decision: object) -> None:

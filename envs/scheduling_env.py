@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from dlsched.envs.arguments import check_env_arguments, check_seed, is_number, shown
+from dlsched.envs.arguments import check_env_arguments, check_seed
 from dlsched.envs.backend import Backend
 from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Decision, Placement
@@ -42,6 +42,7 @@ from dlsched.envs.telemetry import (
     WorkerTelemetry,
     waiting_job,
 )
+from dlsched.envs.values import is_number, shown
 
 
 class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
