@@ -85,6 +85,7 @@ def test_a_probe_warns_only_beyond_the_tolerance():
     warning = _speed({"mlp-digits": 0.65, "cnn-digits": 0.95}).warning()
     assert warning is not None
     assert "mlp-digits x0.65" in warning and "dlsched calibrate" in warning
+    assert "iterations/s at 1.50 cores" in warning
     assert "cnn-digits 1" not in warning  # within the tolerance: listed in the ratios only
 
 

@@ -75,7 +75,7 @@ class ReplayBatch:
     def __init__(self, scenario: Scenario, episodes: int, loss_noise_cv: float) -> None:
         profiles = load_profile_set(scenario.profile_set)
         contention = load_set_contention(scenario.profile_set)
-        names = sorted({name for group in scenario.groups for name in group.workloads})
+        names = scenario.workload_names()
         for name in names:
             if name not in profiles:
                 raise UnknownNameError(

@@ -188,6 +188,10 @@ class Scenario:
     def max_jobs(self) -> int:
         return sum(group.max_count for group in self.groups)
 
+    def workload_names(self) -> list[str]:
+        """Every workload its job groups may draw, sorted, each once."""
+        return sorted({name for group in self.groups for name in group.workloads})
+
     def realise(self, rng: np.random.Generator) -> tuple[JobSpec, ...]:
         """Draw the concrete jobs of one episode, sorted by arrival time.
 

@@ -272,8 +272,8 @@ def _existing_profile(path: Path, threading: Threading) -> dict[str, Any]:
 
 
 def _set_startup(profile: dict[str, Any], startup: StartupMeasurement) -> None:
-    profile["startup_s"] = _significant(startup.startup_s, 3)
-    profile["startup_cpu_s"] = _significant(startup.startup_cpu_s, 3)
+    profile["startup_s"] = significant(startup.startup_s, 3)
+    profile["startup_cpu_s"] = significant(startup.startup_cpu_s, 3)
     _set_derivation(
         profile,
         "startup_s",
@@ -746,8 +746,8 @@ def _report(run: LimitRun, spec: WorkloadSpec) -> LimitRun:
     cores = "uncapped" if run.quota_cores is None else f"{run.quota_cores:.2f} cores"
     print(
         f"{spec.name} at limit {run.limit:g} ({cores}, {run.threads} threads): "
-        f"{run.units_per_s:.4g} {_plural(spec.unit)}/s, {run.cpu_cores:.2f} cores used, "
-        f"{len(run.completions)} {_plural(spec.unit)} in {run.window_s:.0f} s; {_company(run)}",
+        f"{run.units_per_s:.4g} {plural(spec.unit)}/s, {run.cpu_cores:.2f} cores used, "
+        f"{len(run.completions)} {plural(spec.unit)} in {run.window_s:.0f} s; {_company(run)}",
         file=sys.stderr,
     )
     return run
@@ -761,11 +761,13 @@ def _company(run: LimitRun) -> str:
     return f"other processes used {others} cores, {run.other_containers} other container(s)"
 
 
-def _plural(unit: str) -> str:
+def plural(unit: str) -> str:
+    """A unit's plural (``batches``, ``iterations``), as reports print rates."""
     return "batches" if unit == "batch" else f"{unit}s"
 
 
-def _significant(value: float, digits: int = 4) -> float:
+def significant(value: float, digits: int = 4) -> float:
+    """``value`` rounded to ``digits`` significant digits, as profiles store their numbers."""
     return float(f"{value:.{digits}g}")
 
 
@@ -858,20 +860,20 @@ def build_profile(
         "unit": spec.unit,
         "threading": threading,
         "batch_size": spec.batch_size,
-        "demand_cores": _significant(demand),
+        "demand_cores": significant(demand),
         "throughput": {
-            "cores": [_significant(cores) for cores, _ in points],
-            "units_per_s": [_significant(rate) for _, rate in points],
+            "cores": [significant(cores) for cores, _ in points],
+            "units_per_s": [significant(rate) for _, rate in points],
         },
-        "noise_cv": _significant(noise_cv, 3),
-        "startup_s": _significant(uncapped.startup_s, 3),
+        "noise_cv": significant(noise_cv, 3),
+        "startup_s": significant(uncapped.startup_s, 3),
     }
     if spec.kind == "training":
         curve = loss_curve(uncapped.losses)
         profile["iterations"] = spec.iterations
         profile["loss_curve"] = {
             "iterations": [iteration for iteration, _ in curve],
-            "loss": [_significant(loss) for _, loss in curve],
+            "loss": [significant(loss) for _, loss in curve],
         }
     profile["measured_on"] = {"cpu_model": host.cpu_model, "cores": host.cores}
     profile["provenance"] = {
@@ -880,7 +882,7 @@ def build_profile(
             f"{spec.name} ({threading} threading) alone in one container of {IMAGE_TAG} per "
             "CPU limit "
             f"(cpu_period {CPU_PERIOD_US} us, quota = limit x {host.cores} cores, none at 1); "
-            f"the first {WARMUP_UNITS[spec.kind]} {_plural(spec.unit)} skipped as warm-up, then "
+            f"the first {WARMUP_UNITS[spec.kind]} {plural(spec.unit)} skipped as warm-up, then "
             f"{duration_s:g} s measured per capped run"
             + (", the uncapped run training the whole job" if spec.kind == "training" else "")
             + "; CPU time from the container's cgroup (or the engine's statistics); "
@@ -906,7 +908,7 @@ def _derivation(
     demand: float,
     points: Sequence[tuple[float, float]],
 ) -> str:
-    unit = _plural(spec.unit)
+    unit = plural(spec.unit)
     cores_points = [0.0, *(cores for cores, _ in points)]
     rate_points = [0.0, *(rate for _, rate in points)]
     lines = [

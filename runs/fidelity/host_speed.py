@@ -43,7 +43,7 @@ from dlsched.envs.replay.profile import load_profile_set, profile_set_directory
 from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import Threading
-from dlsched.runs.fidelity.calibration import HostDescription
+from dlsched.runs.fidelity.calibration import HostDescription, plural, significant
 from dlsched.runs.fidelity.contention import JobSample, measure_window, wait_for_first_units
 from dlsched.runs.fidelity.validation import Side
 
@@ -123,8 +123,8 @@ class HostSpeed:
         if not off:
             return None
         listing = ", ".join(
-            f"{w.workload} {w.rate:.3g} units/s at {w.cores:.2f} cores against the profile's "
-            f"{w.profile_rate:.3g}"
+            f"{w.workload} {w.rate:.3g} {plural(w.unit)}/s at {w.cores:.2f} cores against the "
+            f"profile's {w.profile_rate:.3g}"
             for w in off
         )
         return (
@@ -164,7 +164,7 @@ def measure_host_speed(
             "positive and a non-negative number of seconds"
         )
     profiles = load_profile_set(scenario.profile_set)
-    names = sorted({name for group in scenario.groups for name in group.workloads})
+    names = scenario.workload_names()
     missing = [name for name in names if name not in WORKLOADS or name not in profiles]
     if missing:
         raise BackendError(
@@ -180,19 +180,21 @@ def measure_host_speed(
         client.close()
     speeds = []
     for name in names:
-        # A service's rate is one over its batches' mean latency: give it several batches.
         profile = profiles[name]
-        seconds = max(window_s, _SERVICE_BATCHES / float(profile.units_per_s(profile.demand_cores)))
-        window = seconds if WORKLOADS[name].kind == "inference" else window_s
+        window = window_s
+        if WORKLOADS[name].kind == "inference":
+            # A service's rate is one over its batches' mean latency: give it several batches.
+            batch_s = 1.0 / float(profile.units_per_s(profile.demand_cores))
+            window = max(window_s, _SERVICE_BATCHES * batch_s)
         (say or _to_stderr)(f"[host speed] {name} alone, uncapped, {window:.0f} s")
         sample = _probe(name, host.cores, endpoint, threading, window, settle_s, image)
         speeds.append(
             WorkloadSpeed(
                 workload=name,
-                unit=profiles[name].unit.value,
+                unit=profile.unit.value,
                 cores=sample.cores,
                 rate=sample.rate,
-                profile_rate=float(profiles[name].units_per_s(sample.cores)),
+                profile_rate=float(profile.units_per_s(sample.cores)),
             )
         )
     return HostSpeed(
@@ -345,10 +347,10 @@ def write_rescaled_set(speed: HostSpeed, directory: Path) -> Path:
 
 def _rescale(profile: dict[str, Any], ratio: float, speed: HostSpeed) -> None:
     throughput = profile["throughput"]
-    throughput["units_per_s"] = [_significant(rate * ratio) for rate in throughput["units_per_s"]]
+    throughput["units_per_s"] = [significant(rate * ratio, 5) for rate in throughput["units_per_s"]]
     for field in ("startup_s", "startup_cpu_s"):
         if field in profile:
-            profile[field] = _significant(profile[field] / ratio)
+            profile[field] = significant(profile[field] / ratio, 5)
     note = (
         f"rescaled to {speed.host} on {speed.date}: throughput x{ratio:.4g} and start-up "
         f"/{ratio:.4g}, from one uncapped run against the profile (dlsched validate's host "
@@ -358,10 +360,6 @@ def _rescale(profile: dict[str, Any], ratio: float, speed: HostSpeed) -> None:
     if isinstance(provenance, dict):
         derivation = str(provenance.get("derivation", ""))
         provenance["derivation"] = f"{derivation}; {note}" if derivation else note
-
-
-def _significant(value: float, digits: int = 5) -> float:
-    return float(f"{value:.{digits}g}")
 
 
 # --------------------------------------------------------------------------------- validate
@@ -401,7 +399,7 @@ def resolve_host_speed(option: str | None, scenario: Scenario, reference: Side) 
             "dlsched validate saved beside a report; no such file"
         )
     speed = read_host_speed(path)
-    needed = sorted({name for group in scenario.groups for name in group.workloads})
+    needed = scenario.workload_names()
     missing = [name for name in needed if name not in speed.ratios()]
     if speed.profile_set != scenario.profile_set or missing:
         raise ProfileError(

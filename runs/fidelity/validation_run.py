@@ -118,7 +118,7 @@ def scenario_threading(scenario: Scenario) -> Threading:
 
 def _used_profiles(scenario: Scenario) -> list[WorkloadProfile]:
     profiles = load_profile_set(scenario.profile_set)
-    names = sorted({name for group in scenario.groups for name in group.workloads})
+    names = scenario.workload_names()
     return [profiles[name] for name in names if name in profiles]
 
 
