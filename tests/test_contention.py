@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import re
@@ -21,6 +22,7 @@ from dlsched.envs.replay.contention import (
     NO_CONTENTION,
     ContentionModel,
     efficiency,
+    job_efficiencies,
     load_contention,
     oversubscription,
     runnable_threads,
@@ -200,6 +202,14 @@ def test_efficiency_is_one_where_threads_fit_and_falls_with_oversubscription():
         ({"format": 2, "exponents": {}}, r"format: got 2, expected 1"),
         ({"format": 1, "exponents": {}, "colour": 1}, r"colour: unknown field"),
         ({"format": 1, "exponents": {}, "fit": {"source": 1}}, r"fit: got"),
+        (
+            {"format": 1, "exponents": {}, "bound_scales": {"stock": 1.5}},
+            r"bound_scales.stock: got 1.5, expected a number in \[0, 1\]",
+        ),
+        (
+            {"format": 1, "exponents": {}, "bound_scales": {"eager": 0.5}},
+            r"bound_scales.eager: unknown threading",
+        ),
     ],
 )
 def test_a_malformed_contention_file_names_the_field(tmp_path, content, message):
@@ -220,7 +230,101 @@ def test_the_shipped_fit_is_reproduced_from_its_recorded_measurements(profile_se
     shipped = load_set_contention(profile_set)
     for threading, exponent in shipped.exponents.items():
         assert refitted.exponents[threading] == pytest.approx(exponent, abs=1e-4)
+    assert refitted.bound_scales == shipped.bound_scales
     assert shipped.fit is not None and shipped.fit.residuals == refitted.fit.residuals
+
+
+# --------------------------------------------------------------------------- per-job efficiency
+
+
+def _one_worker(limits, busy, cores=2.0, exponent=1.1, floor=0.1, bound_scale=1.0):
+    """``job_efficiencies`` of one worker's jobs, with its runnable threads from the model."""
+    limits = np.asarray(limits, dtype=float)
+    busy = np.asarray(busy, dtype=float)
+    quotas = np.where(limits >= 1.0, math.inf, limits * cores)
+    runnable = runnable_threads(busy, quotas, cores)
+    count = len(limits)
+    return runnable, job_efficiencies(
+        busy[None, :],
+        quotas[None, :],
+        np.ones((1, count), dtype=bool),
+        np.array([runnable]),
+        np.array([cores]),
+        np.full((1, count), exponent),
+        np.full((1, count), floor),
+        np.full((1, count), bound_scale),
+    )[0]
+
+
+def _enumerated(limits, busy, cores, exponent, floor, bound_scale):
+    """The same model by enumerating every subset of throttled partners (slow, obviously right)."""
+    limits = np.asarray(limits, dtype=float)
+    busy = np.asarray(busy, dtype=float)
+    quotas = np.where(limits >= 1.0, math.inf, limits * cores)
+    runnable = runnable_threads(busy, quotas, cores)
+    duty = [
+        min(1.0, q * runnable / (cores * u)) if math.isfinite(q) else 1.0
+        for q, u in zip(quotas, busy, strict=True)
+    ]
+    bound = [d < 1.0 - 1e-9 for d in duty]
+    kept = []
+    for job in range(len(limits)):
+        always = busy[job] + sum(busy[j] for j in range(len(limits)) if j != job and not bound[j])
+        partners = [j for j in range(len(limits)) if j != job and bound[j]]
+        exponent_here = exponent * (bound_scale if bound[job] else 1.0)
+        total = weight = 0.0
+        for running in itertools.product((False, True), repeat=len(partners)):
+            chance = math.prod(
+                duty[j] if on else 1.0 - duty[j] for j, on in zip(partners, running, strict=True)
+            )
+            threads = always + sum(busy[j] for j, on in zip(partners, running, strict=True) if on)
+            ratio = max(1.0, threads / cores)
+            total += chance / ratio * (floor + (1.0 - floor) * ratio**-exponent_here)
+            weight += chance / ratio
+        kept.append(total / weight)
+    return np.array(kept)
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        (1.0, 0.25),
+        (1.0, 1 / 6, 1 / 6),
+        (1.0, 0.125, 0.125, 0.125),
+        (0.5, 0.25, 0.25),
+        (1.0, 1.0, 0.1, 0.2),
+        (1.0, 1.0),
+    ],
+)
+@pytest.mark.parametrize("bound_scale", [1.0, 0.6, 0.0])
+def test_per_job_efficiency_is_the_mixture_over_throttled_partners(limits, bound_scale):
+    busy = np.full(len(limits), 1.94)
+    runnable, kept = _one_worker(limits, busy, bound_scale=bound_scale)
+    assert runnable > 2.0
+    assert kept == pytest.approx(_enumerated(limits, busy, 2.0, 1.1, 0.1, bound_scale), rel=1e-12)
+
+
+def test_jobs_that_all_run_whenever_they_can_share_one_oversubscription():
+    runnable, kept = _one_worker((1.0, 1.0, 1.0), (1.9, 1.9, 1.9))
+    assert kept == pytest.approx(efficiency(runnable / 2.0, np.full(3, 1.1), np.full(3, 0.1)))
+
+
+def test_an_uncapped_job_beside_a_throttled_one_keeps_more_than_in_free_competition():
+    _, free = _one_worker((1.0, 1.0), (1.94, 1.94))
+    _, favoured = _one_worker((1.0, 0.25), (1.94, 1.94))
+    # Measured on a 2-core host (contention.json's stock grid): 0.83 uncapped beside a job at
+    # a quarter, 0.47 in free competition.
+    assert favoured[0] > free[0]
+    assert favoured[0] > favoured[1]
+
+
+def test_the_bound_scale_spares_throttled_jobs_only():
+    _, whole = _one_worker((1.0, 0.25, 0.25), (1.94,) * 3, bound_scale=1.0)
+    _, scaled = _one_worker((1.0, 0.25, 0.25), (1.94,) * 3, bound_scale=0.5)
+    _, spared = _one_worker((1.0, 0.25, 0.25), (1.94,) * 3, bound_scale=0.0)
+    assert scaled[0] == whole[0] == spared[0]
+    assert (whole[1:] < scaled[1:]).all() and (scaled[1:] < spared[1:]).all()
+    assert spared[1:] == pytest.approx(1.0)
 
 
 def test_the_measured_sets_share_one_contention_model():

@@ -24,6 +24,7 @@ from dlsched.runs.fidelity.validation import (
     ranking_agreement,
     render_report,
     run_validation,
+    seed_agreement,
 )
 
 
@@ -53,6 +54,31 @@ def test_replay_against_its_seeded_twin_reports_no_error():
     assert report.same_ranking is True
     assert all(timeline.mean_gap == 0.0 for timeline in report.timelines)
     assert "median |error| 0.0%" in render_report(report)
+    # docker-training-4 draws nothing: every seed runs the same four jobs.
+    agreement = report.seed_agreement
+    assert agreement is not None and agreement.seeds == 2
+    assert agreement.host_spread == agreement.replay_spread
+    assert agreement.mean_jobs.jobs == 8 and agreement.mean_jobs.median == 0.0
+
+
+def test_a_scenario_that_draws_its_jobs_has_no_seed_agreement():
+    report, _, _ = run_validation(
+        load_scenario("flowcon-10-random"), [make("default")], (0, 1), REPLAY, progress=False
+    )
+    assert report.seed_agreement is None
+    assert "the same jobs on every seed" not in render_report(report)
+
+
+def test_seed_agreement_is_each_jobs_spread_around_its_mean_and_the_error_of_the_means():
+    def rerun(seed, replay, host):
+        return JobComparison("p", seed, "j", "w", "completion_s", replay, host, None, 1, 1, False)
+
+    agreement = seed_agreement([rerun(0, 100.0, 80.0), rerun(1, 100.0, 120.0)])
+    assert agreement is not None
+    # The host's reruns are 20% from their mean of 100; replay's means agree with it exactly.
+    assert agreement.host_spread == pytest.approx(0.2) and agreement.replay_spread == 0.0
+    assert agreement.mean_jobs.median == 0.0
+    assert seed_agreement([rerun(0, 100.0, 80.0)]) is None
 
 
 def test_replay_against_a_mis_scaled_set_reports_the_scale(tmp_path):

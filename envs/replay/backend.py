@@ -31,7 +31,7 @@ import numpy as np
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Placement
 from dlsched.envs.errors import ActionError, BackendError, ScenarioError, UnknownNameError
-from dlsched.envs.replay.contention import efficiency, oversubscription
+from dlsched.envs.replay.contention import job_efficiencies, runnable_threads, thread_counts
 from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set, load_set_contention
 from dlsched.envs.replay.sharing import water_fill
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
@@ -179,6 +179,13 @@ class ReplayBackend(Backend):
         )
         self._floor = np.array(
             [self._profiles[p].contention_floor or 0.0 for p in profile_of], dtype=float
+        )
+        self._bound_scale = np.array(
+            [
+                self._contention.bound_scales.get(self._profiles[p].threading, 1.0)
+                for p in profile_of
+            ],
+            dtype=float,
         )
         self._beside_startup = np.array(
             [self._profiles[p].efficiency_beside_startup or 1.0 for p in profile_of], dtype=float
@@ -449,10 +456,22 @@ class ReplayBackend(Backend):
         worker's runnable threads, its own start-up is not slowed, and the running jobs keep at
         most their efficiency beside a start-up.
         """
+        limits = self._limit[members]
         stock = self._stock[members] & ~booting[members]
-        ratio = oversubscription(self._limit[members], demand[members], stock, cores)
-        if ratio > 1.0:
-            kept = efficiency(ratio, self._exponent[members], self._floor[members])
+        busy = np.minimum(thread_counts(limits, cores, stock), demand[members])
+        quotas = np.where(limits >= 1.0, math.inf, limits * cores)
+        runnable = runnable_threads(busy, quotas, cores)
+        if runnable > cores:
+            kept = job_efficiencies(
+                busy[None, :],
+                quotas[None, :],
+                np.ones((1, len(members)), dtype=bool),
+                np.array([runnable]),
+                np.array([cores]),
+                self._exponent[members][None, :],
+                self._floor[members][None, :],
+                self._bound_scale[members][None, :],
+            )[0]
             if booting[members].any():
                 kept = np.minimum(kept, self._beside_startup[members])
             self._rate[members] *= kept

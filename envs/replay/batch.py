@@ -44,7 +44,7 @@ from dlsched.envs.replay.backend import (
     _lognormal,
     _total_iterations,
 )
-from dlsched.envs.replay.contention import FIXED_POINT_TOLERANCE
+from dlsched.envs.replay.contention import FIXED_POINT_TOLERANCE, job_efficiencies
 from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set, load_set_contention
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 
@@ -122,6 +122,9 @@ class ReplayBatch:
             "stock": np.array([p.threading == "stock" for p in self.profiles] + [False]),
             "exponent": np.array([*exponents, 0.0]),
             "floor": np.array([p.contention_floor or 0.0 for p in self.profiles] + [0.0]),
+            "bound_scale": np.array(
+                [contention.bound_scales.get(p.threading, 1.0) for p in self.profiles] + [1.0]
+            ),
             "beside": np.array([p.efficiency_beside_startup or 1.0 for p in self.profiles] + [1.0]),
             "boot": np.array([_boot_demand(p, max_cores) for p in self.profiles] + [0.0]),
         }
@@ -135,6 +138,7 @@ class ReplayBatch:
         self.stock = np.zeros(shape, dtype=bool)
         self.exponent = np.zeros(shape)
         self.floor = np.zeros(shape)
+        self.bound_scale = np.ones(shape)
         self.beside_startup = np.ones(shape)
         self.boot_demand = np.zeros(shape)
         self.phase = np.full(shape, _UNPLACED, dtype=np.int8)
@@ -196,6 +200,7 @@ class ReplayBatch:
         self.stock[row] = self._by_profile["stock"][profile_of]
         self.exponent[row] = self._by_profile["exponent"][profile_of]
         self.floor[row] = self._by_profile["floor"][profile_of]
+        self.bound_scale[row] = self._by_profile["bound_scale"][profile_of]
         self.beside_startup[row] = self._by_profile["beside"][profile_of]
         self.boot_demand[row] = self._by_profile["boot"][profile_of]
         self.phase[row] = _UNPLACED
@@ -433,12 +438,28 @@ class ReplayBatch:
                 np.maximum(upper[pick, first], capacity[:, 0]),
                 np.maximum(np.minimum(fixed[pick, first], upper[pick, first]), capacity[:, 0]),
             )
-        ratio = np.ones(over.shape)
-        ratio[over] = np.maximum(1.0, runnable / capacity[:, 0])
-        job_ratio = np.take_along_axis(ratio, self.worker, axis=1)
-        slowed = using & (job_ratio > 1.0)
-        floor = self.floor[slowed]
-        kept = floor + (1.0 - floor) * job_ratio[slowed] ** -self.exponent[slowed]
+        crowded = runnable > capacity[:, 0]
+        kept_d = np.ones((*over.shape, self.slots))
+        if crowded.any():
+            kept_o = kept_d[over]
+            kept_o[crowded] = job_efficiencies(
+                busy_o[crowded],
+                quota_d[crowded],
+                present[crowded],
+                runnable[crowded],
+                capacity[crowded, 0],
+                self._dense(self.exponent, using, 0.0)[over][crowded],
+                self._dense(self.floor, using, 0.0)[over][crowded],
+                self._dense(self.bound_scale, using, 1.0)[over][crowded],
+            )
+            kept_d[over] = kept_o
+        rows, jobs = np.nonzero(using)
+        job_kept = np.ones(using.shape)
+        job_kept[rows, jobs] = kept_d[rows, self.worker[rows, jobs], self.slot[rows, jobs]]
+        crowded_d = np.zeros(over.shape, dtype=bool)
+        crowded_d[over] = crowded
+        slowed = using & np.take_along_axis(crowded_d, self.worker, axis=1)
+        kept = job_kept[slowed]
         if booting.any():  # most steps start no job: skip laying the start-ups out by worker
             starting = self._dense(booting.astype(float), using, 0.0).sum(axis=2) > 0
             beside = np.take_along_axis(starting, self.worker, axis=1)[slowed]

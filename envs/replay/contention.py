@@ -9,7 +9,7 @@ framework jobs), and caches are shared. ``dlsched calibrate --contention`` measu
 (:mod:`dlsched.runs.fidelity.contention`): 3 stock jobs on 2 cores make 0.30 of the progress
 their CPU would give them alone, 0.70 when one of them is favoured by limits.
 
-The model has one number per threading, fitted from those measurements:
+The model has two numbers per threading, an exponent and a bound scale, fitted from them:
 
 - **Threads.** A job at limit ``l`` on a worker of ``C`` cores keeps ``T`` threads: one per core
   (``T = C``) uncapped or with ``stock`` threading; ``ceil(l C)`` (at least 1) with ``tuned``
@@ -21,14 +21,29 @@ The model has one number per threading, fitted from those measurements:
   ``min(1, q N / (C u))`` of the period: its duty cycle. ``N`` is therefore the largest fixed
   point of ``N = sum_i min(u_i, q_i N / C)`` (an uncapped job counts ``u_i``), solved exactly
   over the segments of that piecewise-linear, concave function by :func:`runnable_threads`.
-- **Efficiency.** With oversubscription ``R = max(1, N / C)``, each job progresses at its
-  profile's throughput at the cores it gets times ``f + (1 - f) R ** -a`` (:func:`efficiency`),
-  where ``a`` is its workload's exponent (a profile's ``contention_exponent``, or else its
-  threading's in the profile set's :class:`ContentionModel`) and ``f`` its floor (a profile's
-  ``contention_floor``, else 0). The floor is what a crowded stock job keeps: measured on a
-  2-core host, stock training jobs keep about 0.2 of their solo progress from 4 to 6 copies,
-  where a power law fitted to 2 and 3 copies alone gives a third of that. The CPU a job uses
-  does not change: spinning threads burn the CPU they are given. Where ``N <= C`` the factor
+- **Efficiency.** Where ``N > C``, a job progresses at its profile's throughput at the cores it
+  gets times ``f + (1 - f) R ** -a`` (:func:`efficiency`) at the oversubscription ``R =
+  max(1, n / C)`` of the ``n`` threads runnable beside it, where ``a`` is its workload's
+  exponent (a profile's ``contention_exponent``, or else its threading's in the profile set's
+  :class:`ContentionModel`) and ``f`` its floor (a profile's ``contention_floor``, else 0). The
+  floor is what a crowded stock job keeps: measured on a 2-core host, stock training jobs keep
+  about 0.2 of their solo progress from 4 to 6 copies, where a power law fitted to 2 and 3
+  copies alone gives a third of that. The CPU a job uses does not change: spinning threads burn
+  the CPU they are given.
+- **Per job** (:func:`job_efficiencies`). A job whose duty cycle is 1 runs whenever it can; a
+  throttled one (duty cycle below 1) runs only part of each period, and the jobs beside it see
+  its threads only then. So each job sees its own threads and those of the jobs that run
+  whenever they can, plus ``k`` of its throttled partners, ``k`` drawn as if their periods were
+  independent (each runnable with the chance of its duty cycle: a Poisson-binomial count, each
+  counting the mean busy threads of the worker's throttled jobs); its efficiency is the mean of
+  the efficiencies at those ``n``, each weighed by the CPU the job gets then (``C / n`` per
+  thread). An uncapped job beside throttled ones thus keeps most of its solo progress (it has
+  the cores to itself while they wait), as measured: 0.83 beside one stock job at a quarter of
+  the worker where free competition keeps 0.47. A throttled job's own exponent is ``s a``, ``s``
+  its threading's ``bound_scales`` (fitted per job: ``dlsched calibrate --contention``): stock
+  jobs under a quota lose less than the oversubscription they run in suggests, tuned ones
+  (one thread per quota core) nothing. Where every job runs whenever it can, every job sees
+  ``n = N``: the worker-wide oversubscription of earlier versions. Where ``N <= C`` the factor
   is exactly 1 and results are those of water-filling alone, bit for bit.
 - **Beside a start-up.** While a job starts on an oversubscribed worker, each running job keeps
   at most its profile's ``efficiency_beside_startup``. A start-up is one runnable thread
@@ -46,7 +61,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +109,74 @@ def efficiency(ratio: float, exponents: np.ndarray, floors: np.ndarray) -> np.nd
         ``f + (1 - f) R ** -a`` per job; exactly ``R ** -a`` where ``f`` is 0.
     """
     return floors + (1.0 - floors) * ratio**-exponents
+
+
+def job_efficiencies(
+    busy: np.ndarray,
+    quotas: np.ndarray,
+    present: np.ndarray,
+    runnable: np.ndarray,
+    cores: np.ndarray,
+    exponents: np.ndarray,
+    floors: np.ndarray,
+    bound_scales: np.ndarray,
+) -> np.ndarray:
+    """Each job's progress per CPU-second on oversubscribed workers, relative to alone.
+
+    Rows are workers (of one or many episodes), columns their slots; see the module docstring
+    for the model.
+
+    Args:
+        busy: ``(rows, slots)``, threads each job keeps busy while it runs unthrottled (``u``).
+        quotas: ``(rows, slots)``, each job's quota in cores; ``inf`` without quota.
+        present: ``(rows, slots)``, whether a slot holds a running or starting job.
+        runnable: ``(rows,)``, the worker's runnable threads ``N`` (:func:`runnable_threads`),
+            more than its cores.
+        cores: ``(rows,)``, the worker's cores.
+        exponents: ``(rows, slots)``, each job's exponent ``a``.
+        floors: ``(rows, slots)``, each job's floor ``f``.
+        bound_scales: ``(rows, slots)``, the factor on the exponent of a job its quota throttles.
+
+    Returns:
+        ``(rows, slots)`` efficiencies; 1 in empty slots.
+    """
+    capacity = cores[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        duty = np.where(
+            present & np.isfinite(quotas) & (busy > 0),
+            np.minimum(1.0, quotas * runnable[:, None] / (capacity * busy)),
+            1.0,
+        )
+    bound = present & (duty < 1.0 - FIXED_POINT_TOLERANCE)
+    saturated = np.where(present & ~bound, busy, 0.0).sum(axis=1, keepdims=True)
+    # A job's own threads run whenever it does; its saturated partners' always do.
+    always = saturated + np.where(bound, busy, 0.0)
+    partners = bound.sum(axis=1)
+    on_duty = np.where(bound, duty, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_partner = np.where(
+            partners > 0, np.where(bound, busy, 0.0).sum(axis=1) / np.maximum(partners, 1), 0.0
+        )[:, None, None]
+    # chances[r, i, k]: that k of job i's throttled partners are runnable while it runs, their
+    # throttling periods independent of each other and of job i's (Poisson-binomial).
+    rows, slots = busy.shape
+    chances = np.zeros((rows, slots, slots + 1))
+    chances[:, :, 0] = 1.0
+    others = ~np.eye(slots, dtype=bool)
+    for partner in range(slots):
+        if not bound[:, partner].any():
+            continue
+        on = (on_duty[:, partner][:, None] * others[partner][None, :])[:, :, None]
+        chances[:, :, 1:] = chances[:, :, 1:] * (1.0 - on) + chances[:, :, :-1] * on
+        chances[:, :, :1] *= 1.0 - on
+    threads = always[:, :, None] + np.arange(slots + 1)[None, None, :] * per_partner
+    ratio = np.maximum(1.0, threads / capacity[:, :, None])
+    exponent = np.where(bound, exponents * bound_scales, exponents)[:, :, None]
+    floor = floors[:, :, None]
+    kept = floor + (1.0 - floor) * ratio**-exponent
+    # A job's CPU in each state is its threads' share of the cores then: the states weigh by it.
+    weights = chances / ratio
+    return np.where(present, (weights * kept).sum(axis=2) / weights.sum(axis=2), 1.0)
 
 
 def runnable_threads(busy: np.ndarray, quotas: np.ndarray, cores: float) -> float:
@@ -162,10 +245,15 @@ class ContentionModel:
         exponents: ``a`` by threading: a job's efficiency is ``R ** -a`` at oversubscription
             ``R >= 1``. 0 means no contention.
         fit: how the exponents were obtained.
+        bound_scales: by threading, the factor on the exponent of a job its quota throttles
+            (1: as a job that runs whenever it can).
     """
 
     exponents: Mapping[Threading, float]
     fit: ContentionFit | None = None
+    bound_scales: Mapping[Threading, float] = field(
+        default_factory=lambda: {threading: 1.0 for threading in THREADINGS}
+    )
 
     def efficiency(self, threading: Threading, oversubscription: float) -> float:
         """Progress per CPU-second relative to running alone, at ``oversubscription``."""
@@ -204,11 +292,13 @@ def load_contention(directory: Path) -> ContentionModel:
 
         {"format": 1,
          "exponents": {"tuned": 0.13, "stock": 1.11},
+         "bound_scales": {"tuned": 0.0, "stock": 0.77},
          "fit": {"source": "dlsched calibrate --contention ...", "host": "...",
                  "date": "2026-11-25", "objective": "...", "residuals": ["...", ...]},
          "measurements": {...}}
 
-    ``measurements`` holds what the exponents were fitted to, as ``dlsched calibrate
+    ``bound_scales`` is optional (1 for a threading it does not name). ``measurements`` holds
+    what the exponents and bound scales were fitted to, as ``dlsched calibrate
     --contention`` recorded it (:mod:`dlsched.runs.fidelity.contention` reads it; the replay
     model does not).
 
@@ -241,7 +331,7 @@ def parse_contention(data: Any, where: str) -> ContentionModel:
         raise ProfileError(
             f"contention file {where} holds {type(data).__name__}, expected an object"
         )
-    known = {"format", "exponents", "fit", "measurements"}
+    known = {"format", "exponents", "bound_scales", "fit", "measurements"}
     listing = ", ".join(sorted(known))
     for key in sorted(set(data) - known):
         problems.append(f"{key}: unknown field; known fields: {listing}")
@@ -263,6 +353,26 @@ def parse_contention(data: Any, where: str) -> ContentionModel:
                 problems.append(f"exponents.{key}: got {value!r}, expected a number >= 0")
             else:
                 exponents[key] = float(value)
+    bound_scales: dict[Threading, float] = {}
+    raw_scales = data.get("bound_scales", {})
+    if not isinstance(raw_scales, dict):
+        problems.append(
+            f"bound_scales: got {raw_scales!r}, expected an object of threading to factor"
+        )
+    else:
+        for key, value in raw_scales.items():
+            if key not in THREADINGS:
+                problems.append(
+                    f"bound_scales.{key}: unknown threading; expected one of {THREADINGS}"
+                )
+            elif (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (math.isfinite(value) and 0 <= value <= 1)
+            ):
+                problems.append(f"bound_scales.{key}: got {value!r}, expected a number in [0, 1]")
+            else:
+                bound_scales[key] = float(value)
     fit = None
     raw_fit = data.get("fit")
     if raw_fit is not None:
@@ -286,13 +396,19 @@ def parse_contention(data: Any, where: str) -> ContentionModel:
     if problems:
         raise ProfileError(f"contention file {where} is malformed:\n  " + "\n  ".join(problems))
     return ContentionModel(
-        exponents={threading: exponents.get(threading, 0.0) for threading in THREADINGS}, fit=fit
+        exponents={threading: exponents.get(threading, 0.0) for threading in THREADINGS},
+        fit=fit,
+        bound_scales={threading: bound_scales.get(threading, 1.0) for threading in THREADINGS},
     )
 
 
 def contention_data(model: ContentionModel) -> dict[str, Any]:
     """The JSON object of ``model``, as :func:`load_contention` reads it."""
-    data: dict[str, Any] = {"format": CONTENTION_FORMAT, "exponents": dict(model.exponents)}
+    data: dict[str, Any] = {
+        "format": CONTENTION_FORMAT,
+        "exponents": dict(model.exponents),
+        "bound_scales": dict(model.bound_scales),
+    }
     if model.fit is not None:
         data["fit"] = {
             "source": model.fit.source,

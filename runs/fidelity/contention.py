@@ -26,6 +26,12 @@ separates contention from the sharing of CPU, which water-filling already models
 ``sum over cells with R > 1 of (log e + a log R)^2`` (closed form); cells where the threads fit
 (``R = 1``) are modelled as 1 and reported among the residuals. ``R`` is computed from each
 cell's limits as the replay model does, with the solo job's uncapped usage as the demand.
+Then, with ``a`` fixed, the **bound scale** ``s`` (the factor on the exponent of a job its quota
+throttles) minimises the squared error of the log efficiencies *per job*, each job's rate over
+the solo curve's at its cores against :func:`~dlsched.envs.replay.contention.job_efficiencies`,
+on a grid of steps of 0.01 in ``[0, 1]``: the summed efficiency of a cell hides what ``s`` is
+about, that the uncapped job of a ``favoured`` cell keeps more of its solo progress than the
+throttled ones.
 """
 
 from __future__ import annotations
@@ -53,7 +59,10 @@ from dlsched.envs.replay.contention import (
     ContentionFit,
     ContentionModel,
     contention_data,
+    job_efficiencies,
     oversubscription,
+    runnable_threads,
+    thread_counts,
 )
 from dlsched.envs.replay.profile import WorkloadProfile
 from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
@@ -105,7 +114,9 @@ _START_TIMEOUT_S = 180.0
 _OBJECTIVE = (
     "least squares of log efficiency against -a log R over the cells with R > 1 (closed form); "
     "efficiency = the cell's summed iterations/s over the solo curve's at the cores each job "
-    "used; R from the cell's limits with the solo uncapped usage as demand"
+    "used; R from the cell's limits with the solo uncapped usage as demand; then, a fixed, the "
+    "bound scale s on a grid of 0.01 in [0, 1] by least squares of each job's log efficiency "
+    "against the replay model's per-job efficiency"
 )
 
 
@@ -200,6 +211,37 @@ class ThreadingMeasurement:
             (cell, self.oversubscription(cell, cores, demand), self.efficiency(cell))
             for cell in self.grid
         ]
+
+    def job_efficiencies(self, cell: GridCell) -> list[float]:
+        """Each job's rate over the solo curve's at the cores it used."""
+        return [
+            sample.rate / alone if (alone := self.solo_rate(sample.cores)) > 0 else math.nan
+            for sample in cell.samples
+        ]
+
+    def modelled_job_efficiencies(
+        self, cell: GridCell, cores: float, exponent: float, floor: float, bound_scale: float
+    ) -> np.ndarray:
+        """The replay model's efficiency of each job of the cell (1 where the threads fit)."""
+        count = len(cell.samples)
+        limits = np.array([sample.limit for sample in cell.samples])
+        busy = np.minimum(
+            thread_counts(limits, cores, np.full(count, self.threading == "stock")), self.demand
+        )
+        quotas = np.where(limits >= 1.0, math.inf, limits * cores)
+        runnable = runnable_threads(busy, quotas, cores)
+        if runnable <= cores:
+            return np.ones(count)
+        return job_efficiencies(
+            busy[None, :],
+            quotas[None, :],
+            np.ones((1, count), dtype=bool),
+            np.array([runnable]),
+            np.array([cores]),
+            np.full((1, count), exponent),
+            np.full((1, count), floor),
+            np.full((1, count), bound_scale),
+        )[0]
 
     def oversubscription(self, cell: GridCell, cores: float, demand: float | None = None) -> float:
         """The replay model's ``R`` of the cell (:func:`dlsched.envs.replay.contention`)."""
@@ -661,9 +703,72 @@ def fit_workload_contention(
     )
 
 
+#: The bound scales :func:`fit_bound_scale` searches.
+_BOUND_SCALES = np.round(np.arange(0.0, 1.0 + 1e-9, 0.01), 2)
+
+
+def fit_bound_scale(
+    measured: ThreadingMeasurement, cores: float, exponent: float, floor: float = 0.0
+) -> tuple[float, list[str]]:
+    """The bound scale ``s`` that fits the jobs of ``measured``'s grid best, with ``a`` fixed.
+
+    Minimises ``sum over the jobs of cells whose runnable threads exceed the cores of
+    (log e - log modelled e)^2``, the modelled efficiency from
+    :func:`~dlsched.envs.replay.contention.job_efficiencies`; only throttled jobs depend on
+    ``s``. Ties (no throttled job in any crowded cell) give 1.
+
+    Args:
+        measured: the solo curve and the grid.
+        cores: the host's cores.
+        exponent: the threading's exponent ``a``.
+        floor: its floor ``f``.
+
+    Returns:
+        ``s`` and one residual line per cell that has a throttled job: the allocation, each
+        job's limit, measured and modelled efficiency.
+    """
+    cells = [
+        (cell, np.log(np.array(measured.job_efficiencies(cell))))
+        for cell in measured.grid
+        if all(efficiency > 0 for efficiency in measured.job_efficiencies(cell))
+    ]
+
+    def error(scale: float) -> float:
+        return float(
+            sum(
+                (
+                    (
+                        logs
+                        - np.log(
+                            measured.modelled_job_efficiencies(cell, cores, exponent, floor, scale)
+                        )
+                    )
+                    ** 2
+                ).sum()
+                for cell, logs in cells
+            )
+        )
+
+    errors = [error(float(scale)) for scale in _BOUND_SCALES[::-1]]
+    scale = float(_BOUND_SCALES[::-1][int(np.argmin(errors))])
+    lines = []
+    for cell, logs in cells:
+        modelled = measured.modelled_job_efficiencies(cell, cores, exponent, floor, scale)
+        unmodelled = measured.modelled_job_efficiencies(cell, cores, exponent, floor, 1.0)
+        if np.array_equal(modelled, unmodelled):
+            continue
+        jobs = ", ".join(
+            f"limit {sample.limit:.3g} measured {math.exp(log):.3f} modelled {value:.3f}"
+            for sample, log, value in zip(cell.samples, logs, modelled, strict=True)
+        )
+        lines.append(f"{measured.threading} {len(cell.samples)} jobs {cell.allocation}: {jobs}")
+    return scale, lines
+
+
 def fit_contention(measurement: ContentionMeasurement) -> ContentionModel:
     """The contention model fitted to ``measurement`` (threadings it did not measure: 0)."""
     exponents: dict[Threading, float] = {}
+    bound_scales: dict[Threading, float] = {}
     residual_lines = []
     for measured in measurement.threadings:
         exponent, residuals = fit_exponent(measured, measurement.cores)
@@ -675,8 +780,18 @@ def fit_contention(measurement: ContentionMeasurement) -> ContentionModel:
             f"{len(logs)} cells (demand {measured.demand:.3f} cores)"
         )
         residual_lines.extend(residual.describe() for residual in residuals)
+        scale, scale_lines = fit_bound_scale(
+            measured, measurement.cores, exponents[measured.threading]
+        )
+        bound_scales[measured.threading] = scale
+        residual_lines.append(
+            f"{measured.threading}: bound scale s = {scale:.2f}, per job over "
+            f"{len(scale_lines)} cells with throttled jobs"
+        )
+        residual_lines.extend(scale_lines)
     return ContentionModel(
         exponents={threading: exponents.get(threading, 0.0) for threading in THREADINGS},
+        bound_scales={threading: bound_scales.get(threading, 1.0) for threading in THREADINGS},
         fit=ContentionFit(
             source=(
                 f"{measurement.workload} jobs measured with `{measurement.command}`"

@@ -24,6 +24,12 @@ another profile set) can stand on either side, so that a recalibrated set can be
 the shipped one, and so that replay against itself is a test of the comparison (zero error).
 A side may also be *recorded*: the episodes of an earlier evaluation read from its folder, so
 that a change of the replay model is held against yesterday's host run without running it again.
+
+**The host's own spread.** Where every seed draws the same jobs (a scenario with fixed arrivals
+and sizes: the host-scale ones), a job's reruns on the host differ by run-to-run noise alone,
+and no model can be held closer than that. The report then gives how far a host job is from its
+mean over the seeds (median), and each job's error against that mean, replay's mean over the
+seeds against the host's: the comparison with the host's noise averaged out.
 """
 
 from __future__ import annotations
@@ -333,6 +339,75 @@ class ErrorSummary:
 
 
 @dataclass(frozen=True)
+class SeedAgreement:
+    """How a job's reruns agree, where every seed draws the same jobs.
+
+    Attributes:
+        seeds: the seeds averaged over (at least two).
+        host_spread: median over the host's jobs of ``|value - the job's mean| / mean``.
+        replay_spread: the same on replay.
+        mean_jobs: per policy and job, replay's mean over the seeds against the host's.
+    """
+
+    seeds: int
+    host_spread: float | None
+    replay_spread: float | None
+    mean_jobs: ErrorSummary
+
+
+def same_jobs_every_seed(scenario: Scenario, draws: int = 3) -> bool:
+    """Whether ``scenario`` draws the same jobs whatever the seed (nothing in it is random).
+
+    Checked by drawing it ``draws`` times from independent generators: a scenario that draws
+    anything (counts, arrivals, sizes, workloads, targets) differs between them.
+    """
+    first = scenario.realise(np.random.default_rng(0))
+    return all(scenario.realise(np.random.default_rng(seed)) == first for seed in range(1, draws))
+
+
+def seed_agreement(jobs: Sequence[JobComparison]) -> SeedAgreement | None:
+    """The agreement of ``jobs``' reruns over the seeds (``None`` with fewer than two seeds).
+
+    Args:
+        jobs: every job of every episode, of a scenario that draws the same jobs every seed.
+    """
+    reruns: dict[tuple[str, str], list[JobComparison]] = {}
+    for job in jobs:
+        reruns.setdefault((job.policy, job.job_id), []).append(job)
+    seeds = len({job.seed for job in jobs})
+    if seeds < 2:
+        return None
+
+    def spread(values: list[float | None]) -> list[float]:
+        known = [value for value in values if value is not None]
+        if len(known) < 2 or not (mean := statistics.fmean(known)):
+            return []
+        return [abs(value - mean) / mean for value in known]
+
+    def mean(values: list[float | None]) -> float | None:
+        known = [value for value in values if value is not None]
+        return statistics.fmean(known) if len(known) == len(values) else None
+
+    host = [d for runs in reruns.values() for d in spread([job.host for job in runs])]
+    replay = [d for runs in reruns.values() for d in spread([job.replay for job in runs])]
+    means = [
+        dataclasses.replace(
+            runs[0],
+            seed=-1,
+            replay=mean([job.replay for job in runs]),
+            host=mean([job.host for job in runs]),
+        )
+        for runs in reruns.values()
+    ]
+    return SeedAgreement(
+        seeds=seeds,
+        host_spread=statistics.median(host) if host else None,
+        replay_spread=statistics.median(replay) if replay else None,
+        mean_jobs=ErrorSummary.of(means),
+    )
+
+
+@dataclass(frozen=True)
 class ValidationReport:
     """What ``dlsched validate`` found.
 
@@ -351,6 +426,8 @@ class ValidationReport:
         sides: the labels of the model's side and the reference's (``replay``, ``docker``).
         warnings: what makes the comparison less trustworthy (another host than the
             profiles', a busy host, ...).
+        seed_agreement: where every seed draws the same jobs, how their reruns agree
+            (``None`` otherwise, or with one seed).
     """
 
     scenario: str
@@ -365,6 +442,7 @@ class ValidationReport:
     timelines: tuple[Timeline, ...] = ()
     sides: tuple[str, str] = ("replay", "docker")
     warnings: tuple[str, ...] = ()
+    seed_agreement: SeedAgreement | None = None
 
 
 def compare_episode(
@@ -533,6 +611,7 @@ def build_report(
         timelines=timelines(replay, host),
         sides=sides,
         warnings=tuple(warnings),
+        seed_agreement=seed_agreement(jobs) if same_jobs_every_seed(scenario) else None,
     )
 
 
@@ -630,6 +709,15 @@ def render_report(report: ValidationReport) -> str:
             f"held-out policies' jobs: median |error| {_percent(report.held_out_jobs.median)}, "
             f"max {_percent(report.held_out_jobs.max)} over {report.held_out_jobs.jobs} jobs"
         )
+    agreement = report.seed_agreement
+    if agreement is not None:
+        lines.append(
+            f"the same jobs on every seed: a host job is {_percent(agreement.host_spread)} from "
+            f"its mean over the {agreement.seeds} seeds (median; replay "
+            f"{_percent(agreement.replay_spread)}); each job's mean over the seeds against the "
+            f"host's: median |error| {_percent(agreement.mean_jobs.median)}, max "
+            f"{_percent(agreement.mean_jobs.max)} over {agreement.mean_jobs.jobs} jobs"
+        )
     if report.kind is JobKind.INFERENCE:
         distances = [
             job.latency_distance_s for job in report.jobs if job.latency_distance_s is not None
@@ -696,4 +784,7 @@ def report_data(report: ValidationReport) -> dict[str, object]:
         ],
         "jobs": [dataclasses.asdict(j) | {"relative_error": j.relative_error} for j in report.jobs],
         "warnings": list(report.warnings),
+        "seed_agreement": (
+            dataclasses.asdict(report.seed_agreement) if report.seed_agreement is not None else None
+        ),
     }
