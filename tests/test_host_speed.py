@@ -14,10 +14,12 @@ from dlsched.runs.cli import main as cli_main
 from dlsched.runs.fidelity.host_speed import (
     HostSpeed,
     WorkloadSpeed,
+    drift_warning,
     measure_host_speed,
     read_host_speed,
     rescaled_model,
     resolve_host_speed,
+    speed_recheck,
     write_host_speed,
     write_rescaled_set,
 )
@@ -87,6 +89,26 @@ def test_a_probe_warns_only_beyond_the_tolerance():
     assert "mlp-digits x0.65" in warning and "dlsched calibrate" in warning
     assert "iterations/s at 1.50 cores" in warning
     assert "cnn-digits 1" not in warning  # within the tolerance: listed in the ratios only
+
+
+def test_a_drift_between_two_probes_is_named_beyond_the_tolerance():
+    before = _speed({"cnn-digits": 0.72, "mlp-digits": 0.62})
+    assert drift_warning(before, _speed({"cnn-digits": 0.75, "mlp-digits": 0.60})) is None
+    warning = drift_warning(before, _speed({"cnn-digits": 1.10, "mlp-digits": 0.64}))
+    assert warning is not None
+    assert "cnn-digits x0.72 before, x1.10 after (+53%)" in warning
+    assert "mlp-digits" not in warning  # 3% apart: within the tolerance
+
+
+def test_only_a_speed_measured_now_is_measured_again(tmp_path):
+    scenario = load_scenario("docker-training-4")
+    speed = _speed({n: 0.7 for n in TRAININGS})
+    live = Side("docker")
+    assert speed_recheck(None, scenario, live, speed) is not None
+    assert speed_recheck("measure", scenario, live, speed) is not None
+    assert speed_recheck(str(tmp_path / "host-speed.json"), scenario, live, speed) is None
+    assert speed_recheck(None, scenario, Side("docker", recorded=tmp_path), speed) is None
+    assert speed_recheck("none", scenario, live, None) is None
 
 
 def test_replay_rescaled_to_a_slower_reference_reports_no_error(tmp_path):

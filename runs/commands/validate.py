@@ -110,7 +110,9 @@ def register(subparsers: Any) -> None:
         "(measure: each workload alone for about 15 s; the default against the engine), reuse "
         "a host-speed.json a validation saved (FILE), or hold the profiles as they are (none; "
         "the default against recorded or replay references). Hosts that report the same CPU "
-        "model differ in speed by up to 1.6x; the report names the ratios",
+        "model differ in speed by up to 1.6x; the report names the ratios. A measured speed is "
+        "measured again after the host episodes, and the report warns if it drifted by more "
+        "than 10%",
     )
     parser.add_argument("--json", action="store_true", help="print only JSON on stdout")
     parser.add_argument(
@@ -173,7 +175,11 @@ def reference_side(against: str, workload_threading: str | None, default_threadi
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched validate`` as ``args`` say; the exit code."""
     # imported here, so that parsing (and --help) does not wait for MLflow and matplotlib
-    from dlsched.runs.fidelity.host_speed import rescaled_model, resolve_host_speed
+    from dlsched.runs.fidelity.host_speed import (
+        rescaled_model,
+        resolve_host_speed,
+        speed_recheck,
+    )
     from dlsched.runs.fidelity.validation_run import (
         ValidationRequest,
         host_warnings,
@@ -214,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
             model=model,
             held_out=held_out,
             host_speed=speed,
+            after_reference=speed_recheck(args.host_speed, scenario, reference, speed),
         )
         return _validate(request, args, target, warnings)
 
@@ -239,6 +246,7 @@ def _validate(
             held_out=request.held_out,
             progress=progress,
             warnings=warnings,
+            after_reference=request.after_reference,
         )
         _print(report_data(report) if args.json else render_report(report), args.json)
         return 0

@@ -410,6 +410,62 @@ def resolve_host_speed(option: str | None, scenario: Scenario, reference: Side) 
     return speed
 
 
+def drift_warning(
+    before: HostSpeed, after: HostSpeed, tolerance: float = SPEED_TOLERANCE
+) -> str | None:
+    """What to tell a user whose host changed speed between two probes by more than ``tolerance``.
+
+    Hosts that share their physical machine with others run the same workload at different
+    speeds from one quarter of an hour to the next (measured on a 2-core VM: stock cnn-digits
+    at 0.72 and 1.10 of the profiles' speed, 45 minutes apart); a validation that probes before
+    and after its host episodes says when its errors hold such a drift.
+    """
+    ratios = after.ratios()
+    drifted = [
+        (speed.workload, speed.ratio, ratios[speed.workload])
+        for speed in before.workloads
+        if speed.workload in ratios and abs(ratios[speed.workload] / speed.ratio - 1.0) > tolerance
+    ]
+    if not drifted:
+        return None
+    listing = ", ".join(
+        f"{name} x{first:.2f} before, x{second:.2f} after ({second / first - 1.0:+.0%})"
+        for name, first, second in drifted
+    )
+    return (
+        f"this host's speed changed while its episodes ran: {listing}; replay was rescaled to "
+        "the first probe, so part of the errors is the host's drift: validate again when the "
+        "host is steadier, or over more seeds"
+    )
+
+
+def speed_recheck(
+    option: str | None, scenario: Scenario, reference: Side, before: HostSpeed | None
+) -> Callable[[], list[str]] | None:
+    """A second probe for after the host episodes, where the first was measured just now.
+
+    Args:
+        option: ``--host-speed`` as given (``None``: its default).
+        scenario: the scenario validated.
+        reference: what replay is held against.
+        before: the first probe (``None``: no rescale, nothing to recheck).
+
+    Returns:
+        A function that probes again and returns :func:`drift_warning`'s warning, if any;
+        ``None`` where the speed was not measured now (a file, ``none``, a recorded reference).
+    """
+    live = reference.backend == "docker" and reference.recorded is None
+    if before is None or not live or option not in (None, "measure"):
+        return None
+
+    def recheck() -> list[str]:
+        after = measure_host_speed(scenario, before.threading)
+        warning = drift_warning(before, after)
+        return [warning] if warning else []
+
+    return recheck
+
+
 def rescaled_model(speed: HostSpeed, directory: Path) -> Side:
     """Replay on ``speed``'s profile set rescaled into ``directory`` (which must be new)."""
     write_rescaled_set(speed, directory)

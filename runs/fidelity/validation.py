@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -624,6 +624,7 @@ def run_validation(
     held_out: Sequence[str] = (),
     progress: bool = True,
     warnings: Sequence[str] = (),
+    after_reference: Callable[[], list[str]] | None = None,
 ) -> tuple[ValidationReport, list[EpisodeResult], list[EpisodeResult]]:
     """Run every policy on every seed on the model, then on the reference, and compare.
 
@@ -639,6 +640,8 @@ def run_validation(
         held_out: names of the policies calibration did not see.
         progress: show a progress bar.
         warnings: warnings to carry into the report (a busy or different host).
+        after_reference: run once the reference's episodes are done (a second probe of the
+            host's speed); its warnings join the report's.
 
     Returns:
         The report, and the model's and the reference's episodes.
@@ -658,6 +661,8 @@ def run_validation(
         )
         for side in (model, reference)
     ]
+    if after_reference is not None:
+        warnings = [*warnings, *after_reference()]
     report = build_report(
         scenario, episodes[0], episodes[1], held_out, warnings, (model.label(), reference.label())
     )

@@ -64,6 +64,8 @@ class ValidationRequest:
         held_out: names of the policies calibration did not see.
         host_speed: the host's speed the model was rescaled to, saved beside the report
             (``None``: the profiles as they are).
+        after_reference: run once the reference's episodes are done (a second probe of the
+            host's speed); its warnings join the report's.
     """
 
     scenario: Scenario
@@ -73,6 +75,7 @@ class ValidationRequest:
     model: Side = REPLAY
     held_out: tuple[str, ...] = ()
     host_speed: HostSpeed | None = None
+    after_reference: Callable[[], list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,8 @@ def validate_tracked(
         experiment_id = experiment_id or outcome.location.experiment_id
         failure = failure or outcome.failure
     model, reference = episodes
+    if request.after_reference is not None:
+        warnings = [*warnings, *request.after_reference()]
     report = build_report(
         request.scenario,
         model,
