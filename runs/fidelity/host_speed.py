@@ -451,8 +451,9 @@ def speed_recheck(
         before: the first probe (``None``: no rescale, nothing to recheck).
 
     Returns:
-        A function that probes again and returns :func:`drift_warning`'s warning, if any;
-        ``None`` where the speed was not measured now (a file, ``none``, a recorded reference).
+        A function that probes again and returns :func:`drift_warning`'s warning, or else a
+        note of the second probe's ratios; ``None`` where the speed was not measured now (a
+        file, ``none``, a recorded reference).
     """
     live = reference.backend == "docker" and reference.recorded is None
     if before is None or not live or option not in (None, "measure"):
@@ -461,7 +462,11 @@ def speed_recheck(
     def recheck() -> list[str]:
         after = measure_host_speed(scenario, before.threading)
         warning = drift_warning(before, after)
-        return [warning] if warning else []
+        return [
+            warning
+            or f"the host's speed after its episodes: {after.describe()}, within "
+            f"{SPEED_TOLERANCE:.0%} of the first probe"
+        ]
 
     return recheck
 
