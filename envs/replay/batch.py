@@ -439,23 +439,34 @@ class ReplayBatch:
                 np.maximum(np.minimum(fixed[pick, first], upper[pick, first]), capacity[:, 0]),
             )
         crowded = runnable > capacity[:, 0]
-        kept_d = np.ones((*over.shape, self.slots))
+        rows, jobs = np.nonzero(using)
+        position = self.worker[rows, jobs] * self.slots + self.slot[rows, jobs]
+        kept_d = np.ones((self.episodes, self.workers * self.slots))
         if crowded.any():
-            kept_o = kept_d[over]
+            # One layout for the three per-job terms: laying each out apart cost more.
+            terms = np.zeros((3, self.episodes, self.workers * self.slots))
+            terms[:, rows, position] = np.stack((self.exponent, self.floor, self.bound_scale))[
+                :, rows, jobs
+            ]
+            exponent, floor, bound_scale = (
+                term.reshape((*over.shape, self.slots))[over][crowded] for term in terms
+            )
+            kept_o = np.ones((len(runnable), self.slots))
             kept_o[crowded] = job_efficiencies(
                 busy_o[crowded],
                 quota_d[crowded],
                 present[crowded],
                 runnable[crowded],
                 capacity[crowded, 0],
-                self._dense(self.exponent, using, 0.0)[over][crowded],
-                self._dense(self.floor, using, 0.0)[over][crowded],
-                self._dense(self.bound_scale, using, 1.0)[over][crowded],
+                exponent,
+                floor,
+                bound_scale,
             )
+            kept_d = kept_d.reshape(*over.shape, self.slots)
             kept_d[over] = kept_o
-        rows, jobs = np.nonzero(using)
+            kept_d = kept_d.reshape(self.episodes, -1)
         job_kept = np.ones(using.shape)
-        job_kept[rows, jobs] = kept_d[rows, self.worker[rows, jobs], self.slot[rows, jobs]]
+        job_kept[rows, jobs] = kept_d[rows, position]
         crowded_d = np.zeros(over.shape, dtype=bool)
         crowded_d[over] = crowded
         slowed = using & np.take_along_axis(crowded_d, self.worker, axis=1)

@@ -148,6 +148,10 @@ def job_efficiencies(
             1.0,
         )
     bound = present & (duty < 1.0 - FIXED_POINT_TOLERANCE)
+    if not bound.any():
+        # Every job runs whenever it can: each sees the worker's N (the cheap, common case).
+        ratio = np.maximum(1.0, runnable / cores)[:, None]
+        return np.where(present, floors + (1.0 - floors) * ratio**-exponents, 1.0)
     saturated = np.where(present & ~bound, busy, 0.0).sum(axis=1, keepdims=True)
     # A job's own threads run whenever it does; its saturated partners' always do.
     always = saturated + np.where(bound, busy, 0.0)
