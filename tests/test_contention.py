@@ -304,6 +304,23 @@ def test_per_job_efficiency_is_the_mixture_over_throttled_partners(limits, bound
     assert kept == pytest.approx(_enumerated(limits, busy, 2.0, 1.1, 0.1, bound_scale), rel=1e-12)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from([1.0, 0.75, 0.5, 0.3, 0.2, 0.1, 0.05]), min_size=2, max_size=8),
+    st.floats(0.0, 1.0),
+    st.floats(0.0, 0.5),
+)
+def test_per_job_efficiency_stays_between_the_floor_and_one(limits, bound_scale, floor):
+    runnable, kept = _one_worker(
+        limits, np.full(len(limits), 1.9), floor=floor, bound_scale=bound_scale
+    )
+    if runnable > 2.0:
+        assert (kept <= 1.0 + 1e-12).all() and (kept >= floor - 1e-12).all()
+        # No job keeps less than it would with every busy thread of the worker runnable.
+        worst = floor + (1.0 - floor) * (len(limits) * 1.9 / 2.0) ** -1.1
+        assert (kept >= worst - 1e-12).all()
+
+
 def test_jobs_that_all_run_whenever_they_can_share_one_oversubscription():
     runnable, kept = _one_worker((1.0, 1.0, 1.0), (1.9, 1.9, 1.9))
     assert kept == pytest.approx(efficiency(runnable / 2.0, np.full(3, 1.1), np.full(3, 0.1)))
