@@ -42,6 +42,7 @@ from dlsched.runs.fidelity.contention import (
     GridCell,
     JobSample,
     ThreadingMeasurement,
+    allocation_limits,
     fit_contention,
     fit_exponent,
     fit_floor_and_exponent,
@@ -407,6 +408,31 @@ def test_a_workload_fit_recovers_a_floor_and_an_exponent():
     power = _free_cells((2, 3, 4, 6), lambda r: r**-0.8)
     fitted = fit_workload_contention(ThreadingMeasurement("stock", solo, power), 2.0)
     assert fitted.floor == 0.0 and fitted.exponent == pytest.approx(0.8, abs=0.005)
+
+
+def test_a_workload_fit_recovers_its_curve_job_by_job_beside_throttled_jobs():
+    # Cells of stock copies under every allocation, each job's rate made by the replay model
+    # itself (floor 0.15, exponent 1.6, bound scale 0.77): the fit must find its curve again,
+    # where the worker-wide R of a favoured cell would mislead a fit of summed cells.
+    solo = tuple(JobSample(limit, 2 * limit, 20 * limit) for limit in (0.25, 0.5, 1.0))
+    shape = ThreadingMeasurement("stock", solo, ())
+    cells = []
+    for count in (2, 3, 4, 6):
+        for allocation in ("free", "equal", "favoured"):
+            limits = allocation_limits(allocation, count)
+            # The cores each job gets: its quota, the uncapped ones sharing what is left.
+            capped = [2.0 * limit for limit in limits if limit < 1.0]
+            uncapped = (2.0 - sum(capped)) / max(1, len(limits) - len(capped))
+            used = [2.0 * limit if limit < 1.0 else uncapped for limit in limits]
+            probe = _cell(allocation, limits, used, [1.0] * count)
+            kept = shape.modelled_job_efficiencies(probe, 2.0, 1.6, 0.15, 0.77, demand=1.94)
+            rates = [10.0 * c * k for c, k in zip(used, kept, strict=True)]
+            cells.append(_cell(allocation, limits, used, rates))
+    measured = ThreadingMeasurement("stock", solo, tuple(cells))
+    fitted = fit_workload_contention(measured, 2.0, demand=1.94, bound_scale=0.77)
+    assert fitted.floor == pytest.approx(0.15, abs=0.0026)
+    assert fitted.exponent == pytest.approx(1.6, abs=0.006)
+    assert all(r.measured == pytest.approx(r.modelled, rel=1e-3) for r in fitted.residuals)
 
 
 def test_shipped_floors_and_exponents_are_reproduced_from_their_recorded_cells():

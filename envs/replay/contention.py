@@ -111,6 +111,99 @@ def efficiency(ratio: float, exponents: np.ndarray, floors: np.ndarray) -> np.nd
     return floors + (1.0 - floors) * ratio**-exponents
 
 
+@dataclass(frozen=True)
+class Crowding:
+    """What each job of oversubscribed workers sees while it runs (see the module docstring).
+
+    Rows are workers (of one or many episodes), columns their slots, and the last axis the
+    states a job runs in: how many of its throttled partners are runnable beside it.
+
+    Attributes:
+        ratios: ``(rows, slots, states)``, the oversubscription ``max(1, n / C)`` of each state.
+        weights: ``(rows, slots, states)``, each state's share of the job's CPU (summing to 1).
+        throttled: ``(rows, slots)``, whether the job's quota throttles it (duty cycle < 1).
+        present: ``(rows, slots)``, whether a slot holds a running or starting job.
+    """
+
+    ratios: np.ndarray
+    weights: np.ndarray
+    throttled: np.ndarray
+    present: np.ndarray
+
+    def efficiencies(
+        self, exponents: np.ndarray, floors: np.ndarray, bound_scales: np.ndarray
+    ) -> np.ndarray:
+        """Each job's progress per CPU-second relative to alone; 1 in empty slots.
+
+        Args:
+            exponents: ``(rows, slots)``, each job's exponent ``a``.
+            floors: ``(rows, slots)``, each job's floor ``f``.
+            bound_scales: ``(rows, slots)``, the factor on a throttled job's exponent.
+        """
+        exponent = np.where(self.throttled, exponents * bound_scales, exponents)[:, :, None]
+        floor = floors[:, :, None]
+        kept = floor + (1.0 - floor) * self.ratios**-exponent
+        return np.where(self.present, (self.weights * kept).sum(axis=2), 1.0)
+
+
+def crowding(
+    busy: np.ndarray,
+    quotas: np.ndarray,
+    present: np.ndarray,
+    runnable: np.ndarray,
+    cores: np.ndarray,
+) -> Crowding:
+    """The states each job of oversubscribed workers runs in.
+
+    Args:
+        busy: ``(rows, slots)``, threads each job keeps busy while it runs unthrottled (``u``).
+        quotas: ``(rows, slots)``, each job's quota in cores; ``inf`` without quota.
+        present: ``(rows, slots)``, whether a slot holds a running or starting job.
+        runnable: ``(rows,)``, the worker's runnable threads ``N`` (:func:`runnable_threads`),
+            more than its cores.
+        cores: ``(rows,)``, the worker's cores.
+    """
+    capacity = cores[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        duty = np.where(
+            present & np.isfinite(quotas) & (busy > 0),
+            np.minimum(1.0, quotas * runnable[:, None] / (capacity * busy)),
+            1.0,
+        )
+    throttled = present & (duty < 1.0 - FIXED_POINT_TOLERANCE)
+    if not throttled.any():
+        # Every job runs whenever it can: each sees the worker's N (the cheap, common case).
+        ratio = np.maximum(1.0, runnable / cores)[:, None, None]
+        return Crowding(
+            np.broadcast_to(ratio, (*busy.shape, 1)), np.ones((*busy.shape, 1)), throttled, present
+        )
+    saturated = np.where(present & ~throttled, busy, 0.0).sum(axis=1, keepdims=True)
+    # A job's own threads run whenever it does; its saturated partners' always do.
+    always = saturated + np.where(throttled, busy, 0.0)
+    partners = throttled.sum(axis=1)
+    on_duty = np.where(throttled, duty, 0.0)
+    per_partner = (np.where(throttled, busy, 0.0).sum(axis=1) / np.maximum(partners, 1))[
+        :, None, None
+    ]
+    # chances[r, i, k]: that k of job i's throttled partners are runnable while it runs, their
+    # throttling periods independent of each other and of job i's (Poisson-binomial).
+    rows, slots = busy.shape
+    chances = np.zeros((rows, slots, slots + 1))
+    chances[:, :, 0] = 1.0
+    others = ~np.eye(slots, dtype=bool)
+    for partner in range(slots):
+        if not throttled[:, partner].any():
+            continue
+        on = (on_duty[:, partner][:, None] * others[partner][None, :])[:, :, None]
+        chances[:, :, 1:] = chances[:, :, 1:] * (1.0 - on) + chances[:, :, :-1] * on
+        chances[:, :, :1] *= 1.0 - on
+    threads = always[:, :, None] + np.arange(slots + 1)[None, None, :] * per_partner
+    ratio = np.maximum(1.0, threads / capacity[:, :, None])
+    # A job's CPU in each state is its threads' share of the cores then: the states weigh by it.
+    weights = chances / ratio
+    return Crowding(ratio, weights / weights.sum(axis=2, keepdims=True), throttled, present)
+
+
 def job_efficiencies(
     busy: np.ndarray,
     quotas: np.ndarray,
@@ -123,64 +216,12 @@ def job_efficiencies(
 ) -> np.ndarray:
     """Each job's progress per CPU-second on oversubscribed workers, relative to alone.
 
-    Rows are workers (of one or many episodes), columns their slots; see the module docstring
-    for the model.
-
-    Args:
-        busy: ``(rows, slots)``, threads each job keeps busy while it runs unthrottled (``u``).
-        quotas: ``(rows, slots)``, each job's quota in cores; ``inf`` without quota.
-        present: ``(rows, slots)``, whether a slot holds a running or starting job.
-        runnable: ``(rows,)``, the worker's runnable threads ``N`` (:func:`runnable_threads`),
-            more than its cores.
-        cores: ``(rows,)``, the worker's cores.
-        exponents: ``(rows, slots)``, each job's exponent ``a``.
-        floors: ``(rows, slots)``, each job's floor ``f``.
-        bound_scales: ``(rows, slots)``, the factor on the exponent of a job its quota throttles.
-
-    Returns:
-        ``(rows, slots)`` efficiencies; 1 in empty slots.
+    :func:`crowding`'s states, then :meth:`Crowding.efficiencies`; all arrays as they describe
+    them.
     """
-    capacity = cores[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        duty = np.where(
-            present & np.isfinite(quotas) & (busy > 0),
-            np.minimum(1.0, quotas * runnable[:, None] / (capacity * busy)),
-            1.0,
-        )
-    bound = present & (duty < 1.0 - FIXED_POINT_TOLERANCE)
-    if not bound.any():
-        # Every job runs whenever it can: each sees the worker's N (the cheap, common case).
-        ratio = np.maximum(1.0, runnable / cores)[:, None]
-        return np.where(present, floors + (1.0 - floors) * ratio**-exponents, 1.0)
-    saturated = np.where(present & ~bound, busy, 0.0).sum(axis=1, keepdims=True)
-    # A job's own threads run whenever it does; its saturated partners' always do.
-    always = saturated + np.where(bound, busy, 0.0)
-    partners = bound.sum(axis=1)
-    on_duty = np.where(bound, duty, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_partner = np.where(
-            partners > 0, np.where(bound, busy, 0.0).sum(axis=1) / np.maximum(partners, 1), 0.0
-        )[:, None, None]
-    # chances[r, i, k]: that k of job i's throttled partners are runnable while it runs, their
-    # throttling periods independent of each other and of job i's (Poisson-binomial).
-    rows, slots = busy.shape
-    chances = np.zeros((rows, slots, slots + 1))
-    chances[:, :, 0] = 1.0
-    others = ~np.eye(slots, dtype=bool)
-    for partner in range(slots):
-        if not bound[:, partner].any():
-            continue
-        on = (on_duty[:, partner][:, None] * others[partner][None, :])[:, :, None]
-        chances[:, :, 1:] = chances[:, :, 1:] * (1.0 - on) + chances[:, :, :-1] * on
-        chances[:, :, :1] *= 1.0 - on
-    threads = always[:, :, None] + np.arange(slots + 1)[None, None, :] * per_partner
-    ratio = np.maximum(1.0, threads / capacity[:, :, None])
-    exponent = np.where(bound, exponents * bound_scales, exponents)[:, :, None]
-    floor = floors[:, :, None]
-    kept = floor + (1.0 - floor) * ratio**-exponent
-    # A job's CPU in each state is its threads' share of the cores then: the states weigh by it.
-    weights = chances / ratio
-    return np.where(present, (weights * kept).sum(axis=2) / weights.sum(axis=2), 1.0)
+    return crowding(busy, quotas, present, runnable, cores).efficiencies(
+        exponents, floors, bound_scales
+    )
 
 
 def runnable_threads(busy: np.ndarray, quotas: np.ndarray, cores: float) -> float:

@@ -67,6 +67,7 @@ from dlsched.envs.docker.image import (
     image_present,
 )
 from dlsched.envs.errors import BackendError, HostBusyError, ImageMissingError, ProfileError
+from dlsched.envs.replay.contention import load_contention
 from dlsched.envs.replay.profile import PROFILE_FORMAT, load_profile
 from dlsched.envs.workloads.catalog import WORKLOADS, WorkloadSpec
 from dlsched.envs.workloads.cpu_quota import Threading
@@ -213,11 +214,14 @@ def calibrate(
         if "contention" in settings.parts:
             wait_until_quiet(client, settings.wait_quiet_s, settings.quiet_cores, settings.force)
             counts = settings.job_counts or WORKLOAD_JOB_COUNTS[spec.kind]
+            # Throttled jobs lose by the set's bound scale in replay: the fit holds it too.
+            bound_scale = load_contention(output_dir).bound_scales[settings.threading]
             fitted = measure_workload_contention(
                 load_profile(path),
                 float(host.cores),
                 window_s=min(_EXPONENT_WINDOW_S[spec.kind], settings.duration_s),
                 job_counts=counts,
+                bound_scale=bound_scale,
             )
             _set_derivation(
                 profile,
@@ -225,8 +229,10 @@ def calibrate(
                 f"contention_exponent: {fitted.exponent:.4f} and contention_floor: "
                 f"{fitted.floor:.4f}, fitted to {len(fitted.residuals)} cells of "
                 f"{', '.join(str(n) for n in counts)} copies under free, equal and favoured "
-                "limits against the throughput above (least squares of log efficiency against "
-                "log(f + (1 - f) R ** -a)); "
+                "limits against the throughput above (least squares of each job's log "
+                "efficiency against the replay model's, f + (1 - f) R ** -a over the threads "
+                "runnable beside it, a throttled job's exponent times the set's bound scale "
+                f"{bound_scale:g}); "
                 + "; ".join(residual.describe() for residual in fitted.residuals),
             )
             profile["contention_exponent"] = round(fitted.exponent, 4)

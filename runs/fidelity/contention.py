@@ -58,8 +58,9 @@ from dlsched.envs.replay.contention import (
     CONTENTION_FILE,
     ContentionFit,
     ContentionModel,
+    Crowding,
     contention_data,
-    job_efficiencies,
+    crowding,
     oversubscription,
     runnable_threads,
     thread_counts,
@@ -219,25 +220,43 @@ class ThreadingMeasurement:
             for sample in cell.samples
         ]
 
-    def modelled_job_efficiencies(
-        self, cell: GridCell, cores: float, exponent: float, floor: float, bound_scale: float
-    ) -> np.ndarray:
-        """The replay model's efficiency of each job of the cell (1 where the threads fit)."""
+    def crowding(
+        self, cell: GridCell, cores: float, demand: float | None = None
+    ) -> Crowding | None:
+        """The replay model's states of the cell's jobs (``None`` where the threads fit)."""
         count = len(cell.samples)
         limits = np.array([sample.limit for sample in cell.samples])
         busy = np.minimum(
-            thread_counts(limits, cores, np.full(count, self.threading == "stock")), self.demand
+            thread_counts(limits, cores, np.full(count, self.threading == "stock")),
+            self.demand if demand is None else demand,
         )
         quotas = np.where(limits >= 1.0, math.inf, limits * cores)
         runnable = runnable_threads(busy, quotas, cores)
         if runnable <= cores:
-            return np.ones(count)
-        return job_efficiencies(
+            return None
+        return crowding(
             busy[None, :],
             quotas[None, :],
             np.ones((1, count), dtype=bool),
             np.array([runnable]),
             np.array([cores]),
+        )
+
+    def modelled_job_efficiencies(
+        self,
+        cell: GridCell,
+        cores: float,
+        exponent: float,
+        floor: float,
+        bound_scale: float,
+        demand: float | None = None,
+    ) -> np.ndarray:
+        """The replay model's efficiency of each job of the cell (1 where the threads fit)."""
+        count = len(cell.samples)
+        states = self.crowding(cell, cores, demand)
+        if states is None:
+            return np.ones(count)
+        return states.efficiencies(
             np.full((1, count), exponent),
             np.full((1, count), floor),
             np.full((1, count), bound_scale),
@@ -398,12 +417,14 @@ def measure_workload_contention(
     settle_s: float = 5.0,
     endpoint: str | None = None,
     say: Callable[[str], None] | None = None,
+    bound_scale: float = 1.0,
 ) -> WorkloadContention:
     """Fit one workload's own contention curve against its profile's solo curve.
 
     ``job_counts`` copies of the workload run together under :data:`WORKLOAD_ALLOCATIONS` with
     the profile's threading; the solo curve is the profile's, measured alone by the same
-    calibration. The fit is :func:`fit_workload_contention`.
+    calibration. The fit is :func:`fit_workload_contention`, with ``bound_scale`` (the profile
+    set's, for the profile's threading) for throttled jobs.
     """
     solo = tuple(
         JobSample(limit=min(1.0, c / cores), cores=c, rate=r)
@@ -422,7 +443,9 @@ def measure_workload_contention(
         say=say,
     )
     measured = ThreadingMeasurement(profile.threading, solo, grid.grid, grid.beside_startup)
-    return fit_workload_contention(measured, cores, demand=profile.demand_cores)
+    return fit_workload_contention(
+        measured, cores, demand=profile.demand_cores, bound_scale=bound_scale
+    )
 
 
 def check_grid_arguments(
@@ -647,6 +670,9 @@ _EXPONENTS = np.arange(0.0, 12.0 + 1e-9, 0.005)
 def fit_floor_and_exponent(cells: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """The floor ``f`` and exponent ``a`` that fit ``(R, efficiency)`` cells best.
 
+    How profiles calibrated before the per-job fit (:func:`fit_workload_contention`) got
+    theirs: their derivations list those cells, from which this fit reproduces them.
+
     Minimises ``sum over cells with R > 1 of (log e - log(f + (1 - f) R ** -a))^2`` on a grid of
     floors (steps of 0.0025, below the least efficiency measured) and exponents (steps of 0.005
     up to 12). Cells that cannot see a floor (few copies only) fit a floor of 0.
@@ -673,32 +699,73 @@ def fit_floor_and_exponent(cells: Sequence[tuple[float, float]]) -> tuple[float,
 
 
 def fit_workload_contention(
-    measured: ThreadingMeasurement, cores: float, demand: float | None = None
+    measured: ThreadingMeasurement,
+    cores: float,
+    demand: float | None = None,
+    bound_scale: float = 1.0,
 ) -> WorkloadContention:
-    """A workload's own contention curve fitted to its cells (:func:`fit_floor_and_exponent`).
+    """A workload's own contention curve fitted to its grid, job by job.
+
+    Minimises ``sum over the jobs of cells whose runnable threads exceed the cores of
+    (log e - log modelled e)^2``, each job's efficiency ``e`` its rate over the solo curve's at
+    its cores, the modelled one the replay model's (:class:`~dlsched.envs.replay.contention.
+    Crowding`, with ``bound_scale`` for throttled jobs), on the grid of
+    :func:`fit_floor_and_exponent` (floors below the least efficiency measured). Cells of free
+    competition alone fit as :func:`fit_floor_and_exponent` fits their ``(R, e)``.
 
     Args:
         measured: the solo curve and the grid.
         cores: the host's cores.
         demand: the workload's uncapped demand (default: the solo curve's largest usage).
+        bound_scale: the profile set's bound scale for the workload's threading.
     """
-    points = measured.cells(cores, demand)
-    floor, exponent = fit_floor_and_exponent([(ratio, eff) for _, ratio, eff in points])
-    residuals = tuple(
-        CellResidual(
-            measured.threading,
-            len(cell.samples),
-            cell.allocation,
-            ratio,
-            efficiency,
-            floor + (1.0 - floor) * ratio**-exponent,
+    logs: list[np.ndarray] = []
+    decays: list[np.ndarray] = []  # per job: sum over its states of weight x R ** -(a s)
+    for cell in measured.grid:
+        states = measured.crowding(cell, cores, demand)
+        efficiencies = measured.job_efficiencies(cell)
+        if states is None or not all(e > 0 for e in efficiencies):
+            continue
+        for job, efficiency in enumerate(efficiencies):
+            scale = bound_scale if states.throttled[0, job] else 1.0
+            ratios = states.ratios[0, job][None, :]
+            weights = states.weights[0, job][None, :]
+            decays.append((weights * ratios ** -(_EXPONENTS[:, None] * scale)).sum(axis=1))
+            logs.append(np.array(math.log(efficiency)))
+    floor, exponent = 0.0, 0.0
+    if logs:
+        measured_logs = np.array(logs)
+        decay = np.stack(decays, axis=1)  # exponents x jobs
+        best = math.inf
+        for candidate in np.arange(
+            0.0, min(1.0, float(np.exp(measured_logs.min()))) - 1e-9, _FLOOR_STEP
+        ):
+            errors = ((measured_logs - np.log(candidate + (1.0 - candidate) * decay)) ** 2).sum(
+                axis=1
+            )
+            at = int(np.argmin(errors))
+            if errors[at] < best - 1e-12:
+                best, floor, exponent = float(errors[at]), float(candidate), float(_EXPONENTS[at])
+    residuals = []
+    for cell in measured.grid:
+        modelled = measured.modelled_job_efficiencies(
+            cell, cores, exponent, floor, bound_scale, demand
         )
-        for cell, ratio, efficiency in points
-    )
+        alone = np.array([measured.solo_rate(sample.cores) for sample in cell.samples])
+        residuals.append(
+            CellResidual(
+                measured.threading,
+                len(cell.samples),
+                cell.allocation,
+                measured.oversubscription(cell, cores, demand),
+                measured.efficiency(cell),
+                float((modelled * alone).sum() / alone.sum()) if alone.sum() > 0 else math.nan,
+            )
+        )
     return WorkloadContention(
         exponent=exponent,
         floor=floor,
-        residuals=residuals,
+        residuals=tuple(residuals),
         beside_startup=measured.efficiency_beside_startup(),
     )
 
