@@ -120,7 +120,8 @@ class Crowding:
 
     Attributes:
         ratios: ``(rows, slots, states)``, the oversubscription ``max(1, n / C)`` of each state.
-        weights: ``(rows, slots, states)``, each state's share of the job's CPU (summing to 1).
+        weights: ``(rows, slots, states)``, each state's weight: its chance times the job's
+            CPU in it (relative: a job's efficiency is the weighted mean over its states).
         throttled: ``(rows, slots)``, whether the job's quota throttles it (duty cycle < 1).
         present: ``(rows, slots)``, whether a slot holds a running or starting job.
     """
@@ -143,7 +144,10 @@ class Crowding:
         exponent = np.where(self.throttled, exponents * bound_scales, exponents)[:, :, None]
         floor = floors[:, :, None]
         kept = floor + (1.0 - floor) * self.ratios**-exponent
-        return np.where(self.present, (self.weights * kept).sum(axis=2), 1.0)
+        # Divided by the weights' sum, not by weights normalised first: a job whose exponent
+        # is 0 keeps exactly 1 then, as where the term is not applied at all.
+        mean = (self.weights * kept).sum(axis=2) / self.weights.sum(axis=2)
+        return np.where(self.present, mean, 1.0)
 
 
 def crowding(
@@ -201,7 +205,7 @@ def crowding(
     ratio = np.maximum(1.0, threads / capacity[:, :, None])
     # A job's CPU in each state is its threads' share of the cores then: the states weigh by it.
     weights = chances / ratio
-    return Crowding(ratio, weights / weights.sum(axis=2, keepdims=True), throttled, present)
+    return Crowding(ratio, weights, throttled, present)
 
 
 def job_efficiencies(

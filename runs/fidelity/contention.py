@@ -730,7 +730,9 @@ def fit_workload_contention(
             scale = bound_scale if states.throttled[0, job] else 1.0
             ratios = states.ratios[0, job][None, :]
             weights = states.weights[0, job][None, :]
-            decays.append((weights * ratios ** -(_EXPONENTS[:, None] * scale)).sum(axis=1))
+            decays.append(
+                (weights * ratios ** -(_EXPONENTS[:, None] * scale)).sum(axis=1) / weights.sum()
+            )
             logs.append(np.array(math.log(efficiency)))
     floor, exponent = 0.0, 0.0
     if logs:
