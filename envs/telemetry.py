@@ -173,9 +173,17 @@ class Telemetry:
         """The active jobs of one worker."""
         return tuple(job for job in self.active_jobs if job.worker == worker)
 
+    @functools.cached_property
+    def qoe_classes(self) -> tuple[QoEClass | None, ...]:
+        """Each active job's ``qoe_class``, in ``active_jobs``' order.
+
+        Computed once per snapshot: the reward, the observation and the info all read them.
+        """
+        return tuple(job.qoe_class for job in self.active_jobs)
+
     def count(self, qoe_class: QoEClass) -> int:
         """How many active inference jobs are in a DQoES set."""
-        return sum(1 for job in self.active_jobs if job.qoe_class is qoe_class)
+        return sum(1 for job_class in self.qoe_classes if job_class is qoe_class)
 
 
 def waiting_job(job: JobSpec, now_s: float) -> JobTelemetry:
