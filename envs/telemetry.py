@@ -93,10 +93,10 @@ class JobTelemetry:
         Equal to ``JobTelemetry(**fields)`` but built without a frozen dataclass's generated
         ``__init__`` (one ``object.__setattr__`` per field), which costs a backend more than the
         rest of a job's measurement, every job every step. The caller gives every field, in the
-        class's order.
+        class's order, in a dict of its own: it becomes the object's attributes, not copied.
         """
         job = object.__new__(cls)
-        job.__dict__.update(fields)
+        object.__setattr__(job, "__dict__", fields)
         return job
 
     def with_cpu_usage(self, cpu_usage: float) -> JobTelemetry:
