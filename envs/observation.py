@@ -7,11 +7,11 @@ whose :class:`ObservationLayout` differs.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 
+from dlsched.envs.errors import ArgumentError
 from dlsched.envs.telemetry import JobState, QoEClass, Telemetry
 
 FEATURES: tuple[str, ...] = (
@@ -62,9 +62,15 @@ def encode(
     layout: ObservationLayout,
     horizon_s: float,
 ) -> np.ndarray:
-    """The observation of ``telemetry``; ``before`` gives rates, ``first_loss`` loss ratios."""
-    observation = np.zeros(layout.shape, dtype=np.float32)
-    column = _columns(layout.features)
+    """The observation of ``telemetry``; ``before`` gives rates, ``first_loss`` loss ratios.
+
+    Raises:
+        ArgumentError: ``layout`` has other features than :data:`FEATURES`.
+    """
+    if layout.features != FEATURES:
+        raise ArgumentError(
+            f"layout features {layout.features}; observations are encoded with {FEATURES}"
+        )
     iterations_before = {job.job_id: job.iterations for job in before.jobs} if before else {}
     worker_usage = [w.cpu_usage / w.cores if w.cores else 0.0 for w in telemetry.workers]
     # Active jobs per worker (len(telemetry.on_worker(w)) for each w), counted in one pass.
@@ -73,47 +79,52 @@ def encode(
     for job in active:
         if job.worker in worker_jobs:
             worker_jobs[job.worker] += 1
-    for job in active:
-        if job.worker is None or job.slot is None:
+    slots = layout.slots_per_worker
+    # One list of floats per slot, in FEATURES' order, turned into float32 at once: numpy
+    # rounds each value to float32 as item assignment into the array would.
+    empty = [0.0] * len(FEATURES)
+    rows = [empty] * (layout.workers * slots)
+    for job, qoe in zip(active, telemetry.qoe_classes, strict=True):
+        worker, slot = job.worker, job.slot
+        if worker is None or slot is None:
             continue
-        cores = telemetry.workers[job.worker].cores
-        values = {
-            "active": 1.0,
-            "migrating": float(job.state is JobState.MIGRATING),
-            "limit": job.limit,
-            "cpu_usage": job.cpu_usage / cores,
-            "age": job.age_s / horizon_s,
-            "worker_usage": worker_usage[job.worker],
-            "worker_jobs": worker_jobs[job.worker] / layout.slots_per_worker,
-        }
+        measured = latency_ratio = target = class_g = class_s = class_b = 0.0
+        progress = progress_rate = loss_ratio = 0.0
         if job.target_s is not None:
-            values["target"] = job.target_s / TARGET_SCALE_S
+            target = job.target_s / TARGET_SCALE_S
             if job.latency_s is not None:
-                values["measured"] = 1.0
-                values["latency_ratio"] = job.latency_s / job.target_s / LATENCY_RATIO_CAP
-                qoe = job.qoe_class
-                values["class_g"] = float(qoe is QoEClass.G)
-                values["class_s"] = float(qoe is QoEClass.S)
-                values["class_b"] = float(qoe is QoEClass.B)
+                measured = 1.0
+                latency_ratio = job.latency_s / job.target_s / LATENCY_RATIO_CAP
+                class_g = float(qoe is QoEClass.G)
+                class_s = float(qoe is QoEClass.S)
+                class_b = float(qoe is QoEClass.B)
         if job.total_iterations:
-            values["progress"] = job.iterations / job.total_iterations
+            progress = job.iterations / job.total_iterations
             gained = job.iterations - iterations_before.get(job.job_id, 0)
-            values["progress_rate"] = gained / job.total_iterations * RATE_SCALE
+            progress_rate = gained / job.total_iterations * RATE_SCALE
             if job.loss is not None:
-                values["measured"] = 1.0
+                measured = 1.0
                 first = first_loss.get(job.job_id, job.loss)
                 ratio = job.loss / first if first > 0 else 1.0
-                values["loss_ratio"] = ratio / LOSS_RATIO_CAP
-        # One row written at once: numpy rounds each value to float32 as item assignment would.
-        row = [0.0] * len(column)
-        for name, value in values.items():
-            row[column[name]] = value
-        observation[layout.row(job.worker, job.slot)] = row
+                loss_ratio = ratio / LOSS_RATIO_CAP
+        rows[worker * slots + slot] = [
+            1.0,  # active
+            float(job.state is JobState.MIGRATING),
+            job.limit,
+            job.cpu_usage / telemetry.workers[worker].cores,
+            measured,
+            latency_ratio,
+            target,
+            class_g,
+            class_s,
+            class_b,
+            progress,
+            progress_rate,
+            loss_ratio,
+            job.age_s / horizon_s,  # age
+            worker_usage[worker],
+            worker_jobs[worker] / slots,
+        ]
+    observation = np.array(rows, dtype=np.float32)
     np.clip(observation, 0.0, 1.0, out=observation)
     return observation
-
-
-@functools.cache
-def _columns(features: tuple[str, ...]) -> dict[str, int]:
-    """Column index by feature name."""
-    return {name: index for index, name in enumerate(features)}

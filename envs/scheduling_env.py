@@ -178,19 +178,23 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
                 f"{self.action_space.shape} (workers x slots_per_worker = "
                 f"{len(self.scenario.workers)} x {self.scenario.slots_per_worker})"
             )
-        bad = np.flatnonzero(~np.isfinite(array))
-        if bad.size:
+        finite = np.isfinite(array)
+        if not finite.all():
+            bad = np.flatnonzero(~finite)
             raise ActionError(
                 f"action has non-finite values at indices {bad.tolist()}: "
                 f"{array[bad].tolist()}; every entry must be a limit in [0, 1]"
             )
         # An agent's raw output may leave the box; a typed Decision may not (it is refused).
-        clipped = np.clip(array, 0.0, 1.0).tolist()
+        # (np.clip's own wrapper costs more than the two ufuncs it calls.)
+        clipped = np.minimum(np.maximum(array, 0.0), 1.0).tolist()
         limits = {}
-        for worker, slots in enumerate(self._slots):
-            for slot, job_id in enumerate(slots):
+        row = 0  # self.layout.row(worker, slot): the slots of each worker in turn
+        for slots in self._slots:
+            for job_id in slots:
                 if job_id is not None:
-                    limits[job_id] = clipped[self.layout.row(worker, slot)]
+                    limits[job_id] = clipped[row]
+                row += 1
         return limits
 
     def decision_to_action(self, decision: Decision) -> np.ndarray:
@@ -302,8 +306,10 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def _place_arrivals(self, now_s: float, backend_now: Telemetry | None = None) -> bool:
         """Place every arrived, unplaced job that finds a free slot; whether any was placed."""
-        view = self._with_waiting(backend_now) if backend_now is not None else self.telemetry
         arrived = [job for job in self._pending if job.arrival_s <= now_s + 1e-9]
+        if not arrived:  # most steps: the placer's view would be built for nothing
+            return False
+        view = self._with_waiting(backend_now) if backend_now is not None else self.telemetry
         if type(self.placer) is SpreadPlacer:
             return self._spread_arrivals(arrived, view)
         placements = []
@@ -383,7 +389,11 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
             if span_s > 0:
                 covered = min(span_s, job.age_s) or span_s
                 used = job.cpu_seconds - seconds_before.get(job.job_id, 0.0)
-                job = job.with_cpu_usage(max(used, 0.0) / covered)
+                cpu_usage = max(used, 0.0) / covered
+                # A backend that measured over the same span reports the same float: the
+                # (immutable) measurement is kept; a zero is copied, as 0.0 and -0.0 are equal.
+                if not (cpu_usage == job.cpu_usage and cpu_usage and type(job.cpu_usage) is float):
+                    job = job.with_cpu_usage(cpu_usage)
             if job.loss is not None and job.job_id not in self._first_loss:
                 self._first_loss[job.job_id] = job.loss
             if job.active and job.worker in usage:

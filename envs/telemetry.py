@@ -93,10 +93,10 @@ class JobTelemetry:
         Equal to ``JobTelemetry(**fields)`` but built without a frozen dataclass's generated
         ``__init__`` (one ``object.__setattr__`` per field), which costs a backend more than the
         rest of a job's measurement, every job every step. The caller gives every field, in the
-        class's order.
+        class's order, in a dict of its own: it becomes the object's attributes, not copied.
         """
         job = object.__new__(cls)
-        job.__dict__.update(fields)
+        object.__setattr__(job, "__dict__", fields)
         return job
 
     def with_cpu_usage(self, cpu_usage: float) -> JobTelemetry:
@@ -173,9 +173,17 @@ class Telemetry:
         """The active jobs of one worker."""
         return tuple(job for job in self.active_jobs if job.worker == worker)
 
+    @functools.cached_property
+    def qoe_classes(self) -> tuple[QoEClass | None, ...]:
+        """Each active job's ``qoe_class``, in ``active_jobs``' order.
+
+        Computed once per snapshot: the reward, the observation and the info all read them.
+        """
+        return tuple(job.qoe_class for job in self.active_jobs)
+
     def count(self, qoe_class: QoEClass) -> int:
         """How many active inference jobs are in a DQoES set."""
-        return sum(1 for job in self.active_jobs if job.qoe_class is qoe_class)
+        return sum(1 for job_class in self.qoe_classes if job_class is qoe_class)
 
 
 def waiting_job(job: JobSpec, now_s: float) -> JobTelemetry:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -202,6 +202,11 @@ class ReplayBackend(Backend):
             [_total_iterations(job, profiles[job.workload]) for job in ordered], dtype=np.int64
         )
 
+        self._training_list: list[bool] = self._training.tolist()
+        self._templates = [
+            job_template(job, total)
+            for job, total in zip(ordered, self._total.tolist(), strict=True)
+        ]
         self._phase = np.full(count, _UNPLACED, dtype=np.int8)
         self._worker = np.full(count, -1, dtype=np.int64)
         self._slot = np.full(count, -1, dtype=np.int64)
@@ -257,7 +262,8 @@ class ReplayBackend(Backend):
                 resume = max(resume, float(self._resume_s[index]))
             self._resume_s[index] = resume
         self._limit[limit_indices] = limit_values
-        self._next_resume = float(self._resume_s.min(initial=math.inf))
+        if placements or migrations:  # limits alone change no resume time
+            self._next_resume = float(self._resume_s.min(initial=math.inf))
         self._shares_stale = True
 
     def advance(self, seconds: float) -> Telemetry:
@@ -336,9 +342,12 @@ class ReplayBackend(Backend):
         self, limits: Mapping[str, float], placed_now: Collection[str]
     ) -> tuple[np.ndarray, np.ndarray]:
         """Job indices and values of ``limits``, each checked (placed job, value in (0, 1])."""
-        indices = np.array(
-            [self._job_index(job_id, "limit of") for job_id in limits], dtype=np.int64
-        )
+        index = self._index
+        try:
+            positions = [index[job_id] for job_id in limits]
+        except KeyError:
+            positions = [self._job_index(job_id, "limit of") for job_id in limits]  # names it
+        indices = np.array(positions, dtype=np.int64)
         values = np.array(list(limits.values()), dtype=np.float64)
         unplaced = self._phase[indices] == _UNPLACED
         bad_value = ~((values > 0.0) & (values <= 1.0))  # NaN fails both comparisons
@@ -427,9 +436,14 @@ class ReplayBackend(Backend):
 
     def _allocate(self) -> None:
         """CPU shares of running and booting jobs by water-filling each worker, and rates."""
-        booting = self._phase == _BOOTING
-        using = (self._phase == _RUNNING) | booting
-        demand = np.where(booting, self._boot_demand, self._demand)
+        if self._any_booting:
+            booting = self._phase == _BOOTING
+            using = (self._phase == _RUNNING) | booting
+            demand = np.where(booting, self._boot_demand, self._demand)
+        else:  # most steps: no job starts up on the CPU, so no start-up demand to lay out
+            booting = np.zeros(len(self._jobs), dtype=bool)
+            using = self._phase == _RUNNING
+            demand = self._demand
         self._share = np.zeros(len(self._jobs))
         if len(self._cores) < 3:
             workers = range(len(self._cores))
@@ -441,7 +455,8 @@ class ReplayBackend(Backend):
             self._share[members] = water_fill(cores, self._limit[members] * cores, demand[members])
         for members, (cores_points, rate_points) in zip(self._members, self._curves, strict=True):
             self._rate[members] = np.interp(self._share[members], cores_points, rate_points)
-        self._rate[booting] = 0.0
+        if self._any_booting:
+            self._rate[booting] = 0.0
         if self._contends:
             for worker, members in on_worker:
                 self._contend(float(self._cores[worker]), members, demand, booting)
@@ -573,40 +588,58 @@ class ReplayBackend(Backend):
         latency = self._latency.tolist()
         loss = self._loss.tolist()
         completed = self._completed.tolist()
-        total = self._total.tolist()
+        training = self._training_list
+        isnan = math.isnan
         for i in placed.tolist():
-            spec = self._jobs[i]
-            training = spec.kind is JobKind.TRAINING
-            # Every field, in the dataclass's order (see JobTelemetry.from_fields).
-            jobs.append(
-                JobTelemetry.from_fields(
-                    {
-                        "job_id": spec.job_id,
-                        "workload": spec.workload,
-                        "kind": spec.kind,
-                        "state": _STATE_OF_PHASE[phase[i]],
-                        "worker": worker[i],
-                        "slot": slot[i],
-                        "arrival_s": spec.arrival_s,
-                        "age_s": now - spec.arrival_s,
-                        "limit": limit[i],
-                        "cpu_usage": usage[i],
-                        "cpu_seconds": cpu_seconds[i],
-                        "target_s": spec.target_s,
-                        "tolerance": spec.tolerance,
-                        "batches": 0 if training else units[i],
-                        "latency_s": None if math.isnan(latency[i]) else latency[i],
-                        "iterations": units[i] if training else 0,
-                        "total_iterations": total[i] if training else None,
-                        "loss": None if math.isnan(loss[i]) else loss[i],
-                        "completed_s": None if math.isnan(completed[i]) else completed[i],
-                        "loss_targets": spec.loss_targets,
-                    }
-                )
+            # The job's fields that never change, copied, and those of this measurement set.
+            fields = self._templates[i].copy()
+            fields.update(
+                state=_STATE_OF_PHASE[phase[i]],
+                worker=worker[i],
+                slot=slot[i],
+                age_s=now - fields["arrival_s"],
+                limit=limit[i],
+                cpu_usage=usage[i],
+                cpu_seconds=cpu_seconds[i],
+                latency_s=None if isnan(latency[i]) else latency[i],
+                loss=None if isnan(loss[i]) else loss[i],
+                completed_s=None if isnan(completed[i]) else completed[i],
             )
+            fields["iterations" if training[i] else "batches"] = units[i]
+            jobs.append(JobTelemetry.from_fields(fields))
         return Telemetry(
             time_s=now, interval_s=self._scenario.interval_s, workers=workers, jobs=tuple(jobs)
         )
+
+
+def job_template(job: JobSpec, total_iterations: int) -> dict[str, Any]:
+    """Every field of ``job``'s :class:`~dlsched.envs.telemetry.JobTelemetry`, in the class's
+    order (see ``JobTelemetry.from_fields``): those that stay the same all episode, and
+    placeholders for those a measurement sets (state, where the job runs, its age, limit, CPU,
+    progress), so that a measurement copies one dict rather than building one."""
+    training = job.kind is JobKind.TRAINING
+    return {
+        "job_id": job.job_id,
+        "workload": job.workload,
+        "kind": job.kind,
+        "state": JobState.RUNNING,
+        "worker": None,
+        "slot": None,
+        "arrival_s": job.arrival_s,
+        "age_s": 0.0,
+        "limit": 1.0,
+        "cpu_usage": 0.0,
+        "cpu_seconds": 0.0,
+        "target_s": job.target_s,
+        "tolerance": job.tolerance,
+        "batches": 0,
+        "latency_s": None,
+        "iterations": 0,
+        "total_iterations": total_iterations if training else None,
+        "loss": None,
+        "completed_s": None,
+        "loss_targets": job.loss_targets,
+    }
 
 
 def _by_worker(jobs: np.ndarray, worker: np.ndarray) -> list[tuple[int, np.ndarray]]:

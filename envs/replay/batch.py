@@ -48,12 +48,19 @@ from dlsched.envs.replay.contention import FIXED_POINT_TOLERANCE, job_efficienci
 from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set, load_set_contention
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 
-__all__ = ["ACTIVE_PHASES", "ReplayBatch"]
+__all__ = ["ACTIVE_PHASES", "IS_ACTIVE", "ReplayBatch"]
 
 #: Phases in which a job holds its slot (the environment's ``active`` jobs).
 ACTIVE_PHASES = (_STARTING, _RUNNING, _MIGRATING, _BOOTING)
+#: Whether a phase is active, indexed by phase: ``IS_ACTIVE[phase]`` is
+#: ``np.isin(phase, ACTIVE_PHASES)`` by one lookup (isin sorts, several times a step).
+IS_ACTIVE = np.zeros(max(_UNPLACED, _DONE, *ACTIVE_PHASES) + 1, dtype=bool)
+IS_ACTIVE[list(ACTIVE_PHASES)] = True
 #: Unit bounds (and losses) of each job kept in arrays for the vectorised completions.
 _WINDOW = 64
+#: Bounds of a window compared first when counting the units a job completed (most complete one
+#: or two a step; comparing all 64 of every job cost more than the rest of the completions).
+_HEAD = 8
 
 
 class ReplayBatch:
@@ -128,6 +135,10 @@ class ReplayBatch:
             "beside": np.array([p.efficiency_beside_startup or 1.0 for p in self.profiles] + [1.0]),
             "boot": np.array([_boot_demand(p, max_cores) for p in self.profiles] + [0.0]),
         }
+        # The reference contends where a job of its episode has an exponent; here where one of
+        # the scenario's workloads has (the same where none has, and _contend then changes no
+        # rate: R ** -0 is 1 and no profile sets a start-up efficiency without an exponent).
+        self._contends = bool((self._by_profile["exponent"] > 0).any())
         shape = (episodes, self.jobs)
         self.specs: list[tuple[JobSpec, ...]] = [() for _ in range(episodes)]
         self.exists = np.zeros(shape, dtype=bool)
@@ -169,6 +180,8 @@ class ReplayBatch:
         self.window_start = np.zeros(shape, dtype=np.int64)
         self.bound_window = np.full((*shape, _WINDOW), math.inf)
         self.loss_window = np.full((*shape, _WINDOW), math.nan)
+        # Jobs placed since the last advance, by row, whose windows are still to be written.
+        self._unwindowed: dict[int, list[int]] = {}
 
     # ------------------------------------------------------------------ episodes
 
@@ -226,6 +239,7 @@ class ReplayBatch:
         self._job_rngs[row] = {}
         self._bounds[row] = [np.empty(0)] * self.jobs
         self._losses[row] = [np.empty(0)] * self.jobs
+        self._unwindowed.pop(row, None)
         self.window_start[row] = 0
         self.bound_window[row] = math.inf
         self.loss_window[row] = math.nan
@@ -257,30 +271,40 @@ class ReplayBatch:
             bounds = np.cumsum(_lognormal(job_rng, profile.noise_cv, _BATCH_DRAWS))
         self._bounds[row][job] = bounds
         self.next_bound[row, job] = bounds[0]
-        self._refill(row, job)
+        self._unwindowed.setdefault(row, []).append(job)  # windowed at the next advance
 
-    def _refill(self, row: int, job: int) -> None:
-        """Window the bounds (and losses) of a job from the unit before its current one.
+    def _refill(self, jobs: Sequence[tuple[int, int]]) -> None:
+        """Window the bounds (and losses) of ``jobs`` (row, job) from the unit before their
+        current one, all windows written at once.
 
         A service's bounds are drawn further ahead if needed, 32 at a time from its own stream,
         exactly the numbers the reference draws when it reaches them.
         """
-        start = max(int(self.units[row, job]) - 1, 0)
-        bounds = self._bounds[row][job]
-        if not self.training:
-            noise_cv = self.profiles[self.profile_of[row, job]].noise_cv
-            while len(bounds) < start + _WINDOW:
-                extra = np.cumsum(_lognormal(self._job_rngs[row][job], noise_cv, _BATCH_DRAWS))
-                bounds = np.concatenate((bounds, bounds[-1] + extra))
-            self._bounds[row][job] = bounds
-        part = bounds[start : start + _WINDOW]
-        self.window_start[row, job] = start
-        self.bound_window[row, job] = math.inf
-        self.bound_window[row, job, : len(part)] = part
+        if not jobs:
+            return
+        rows, columns = (list(part) for part in zip(*jobs, strict=True))
+        units = self.units[rows, columns].tolist()
+        starts = [max(done - 1, 0) for done in units]
+        windows = np.full((len(jobs), _WINDOW), math.inf)
+        losses = np.full((len(jobs), _WINDOW), math.nan) if self.training else windows
+        for index, (row, job) in enumerate(jobs):
+            start = starts[index]
+            bounds = self._bounds[row][job]
+            if not self.training:
+                noise_cv = self.profiles[self.profile_of[row, job]].noise_cv
+                while len(bounds) < start + _WINDOW:
+                    extra = np.cumsum(_lognormal(self._job_rngs[row][job], noise_cv, _BATCH_DRAWS))
+                    bounds = np.concatenate((bounds, bounds[-1] + extra))
+                self._bounds[row][job] = bounds
+            part = bounds[start : start + _WINDOW]
+            windows[index, : len(part)] = part
+            if self.training:
+                loss = self._losses[row][job][start : start + _WINDOW]
+                losses[index, : len(loss)] = loss
+        self.window_start[rows, columns] = starts
+        self.bound_window[rows, columns] = windows
         if self.training:
-            losses = self._losses[row][job][start : start + _WINDOW]
-            self.loss_window[row, job] = math.nan
-            self.loss_window[row, job, : len(losses)] = losses
+            self.loss_window[rows, columns] = losses
 
     def migrate(self, row: int, job: int, worker: int, slot: int) -> None:
         """Move running job ``job`` of ``row``; it pauses for the migration cost."""
@@ -302,6 +326,8 @@ class ReplayBatch:
             rows: boolean mask of the rows to advance.
             seconds: per row, seconds to let pass (finite, >= 0); ignored where ``rows`` is not.
         """
+        self._refill([(row, job) for row, jobs in self._unwindowed.items() for job in jobs])
+        self._unwindowed = {}
         end = np.where(rows, self.now + seconds, self.now)
         cpu_before = self.cpu_seconds.copy()
         self._wake(rows)
@@ -379,7 +405,8 @@ class ReplayBatch:
             members = self.profile_of == profile
             self.rate[members] = np.interp(self.share[members], cores_points, rate_points)
         self.rate[booting] = 0.0
-        self._contend(using, booting, demand, cores)
+        if self._contends:  # as the reference: no job of the scenario slows under contention
+            self._contend(using, booting, demand, cores)
 
     def _contend(
         self, using: np.ndarray, booting: np.ndarray, demand: np.ndarray, cores: np.ndarray
@@ -516,9 +543,13 @@ class ReplayBatch:
         """Record the units the ``crossed`` jobs completed: ``ReplayBackend._complete_units``
         for all of them at once from their windows, per job where a window falls short."""
         rows, jobs = np.nonzero(crossed)
-        window = self.bound_window[rows, jobs]
-        work = self.work[rows, jobs]
-        count = (window <= (work + _WORK_EPS)[:, None]).sum(axis=1)
+        threshold = (self.work[rows, jobs] + _WORK_EPS)[:, None]
+        # The bounds ascend: the count in the whole window is the count in its head unless every
+        # bound of the head was reached (a job that completed many units: look further).
+        count = (self.bound_window[rows, jobs, :_HEAD] <= threshold).sum(axis=1)
+        far = count == _HEAD
+        if far.any():
+            count[far] = (self.bound_window[rows[far], jobs[far]] <= threshold[far]).sum(axis=1)
         start = self.window_start[rows, jobs]
         completed = start + count
         first_new = self.units[rows, jobs]
@@ -527,40 +558,40 @@ class ReplayBatch:
         short = count >= _WINDOW
         if not self.training:
             short |= (completed - 1 != first_new) & (completed - 2 < start)
-        for row, job in zip(rows[short].tolist(), jobs[short].tolist(), strict=True):
+        refill = list(zip(rows[short].tolist(), jobs[short].tolist(), strict=True))
+        for row, job in refill:
             self._complete_units(row, job, float(work_before[row, job]), until)
-            self._refill(row, job)
         fast = ~short
-        rows, jobs, window = rows[fast], jobs[fast], window[fast]
+        rows, jobs = rows[fast], jobs[fast]
         start, completed, first_new = start[fast], completed[fast], first_new[fast]
-        pick = np.arange(len(rows))
         self.units[rows, jobs] = completed
         end_s = until[rows]
         if self.training:
-            self.loss[rows, jobs] = self.loss_window[rows, jobs][pick, completed - 1 - start]
+            self.loss[rows, jobs] = self.loss_window[rows, jobs, completed - 1 - start]
             finished = completed >= self.total[rows, jobs]
             done_rows, done_jobs = rows[finished], jobs[finished]
             self.phase[done_rows, done_jobs] = _DONE
             self.completed[done_rows, done_jobs] = end_s[finished]
             self.next_bound[done_rows, done_jobs] = math.inf
             going = ~finished
-            self.next_bound[rows[going], jobs[going]] = window[going, (completed - start)[going]]
+            self.next_bound[rows[going], jobs[going]] = self.bound_window[
+                rows[going], jobs[going], (completed - start)[going]
+            ]
         else:
             now = self.now[rows]
             rate = self.rate[rows, jobs]
             before = work_before[rows, jobs]
-            last = window[pick, completed - 1 - start]
+            last = self.bound_window[rows, jobs, completed - 1 - start]
             finish = np.minimum(end_s, now + np.maximum(last - before, 0.0) / rate)
-            previous = window[pick, np.maximum(completed - 2 - start, 0)]
+            previous = self.bound_window[rows, jobs, np.maximum(completed - 2 - start, 0)]
             reached = np.minimum(end_s, now + np.maximum(previous - before, 0.0) / rate)
             began = np.where(completed - 1 == first_new, self.unit_start[rows, jobs], reached)
             self.latency[rows, jobs] = finish - began
             self.unit_start[rows, jobs] = finish
-            self.next_bound[rows, jobs] = window[pick, completed - start]
-        low = completed - start > _WINDOW // 2
-        for row, job in zip(rows[low].tolist(), jobs[low].tolist(), strict=True):
-            if self.phase[row, job] != _DONE:
-                self._refill(row, job)
+            self.next_bound[rows, jobs] = self.bound_window[rows, jobs, completed - start]
+        low = (completed - start > _WINDOW // 2) & (self.phase[rows, jobs] != _DONE)
+        refill += zip(rows[low].tolist(), jobs[low].tolist(), strict=True)
+        self._refill(refill)
 
     def _complete_units(self, row: int, job: int, work_before: float, until: np.ndarray) -> None:
         """Record the units a job completed (``ReplayBackend._complete_units``)."""

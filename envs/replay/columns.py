@@ -10,14 +10,16 @@ single environment computes from a :class:`~dlsched.envs.telemetry.Telemetry`: t
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from dlsched.envs.errors import UnknownNameError
+from dlsched.envs.errors import ArgumentError, UnknownNameError
 from dlsched.envs.observation import (
+    FEATURES,
     LATENCY_RATIO_CAP,
     LOSS_RATIO_CAP,
     RATE_SCALE,
@@ -85,7 +87,15 @@ class TelemetryColumns:
         return self.active & ~np.isnan(self.latency_s) & ~np.isnan(self.target_s)
 
     def qoe(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Masks of DQoES's sets G, S and B among the measured jobs (``JobTelemetry.qoe_class``)."""
+        """Masks of DQoES's sets G, S and B among the measured jobs (``JobTelemetry.qoe_class``).
+
+        Computed once (the reward, the observation and the info all read them): a step's
+        columns are not changed once read.
+        """
+        return self._qoe_sets
+
+    @functools.cached_property
+    def _qoe_sets(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         measured = self.measured
         with np.errstate(invalid="ignore"):
             quality = self.target_s - self.latency_s
@@ -111,19 +121,25 @@ def encode_columns(
         horizon_s: the scenario's horizon.
     """
     episodes = columns.active.shape[0]
-    features = {name: index for index, name in enumerate(layout.features)}
+    if layout.features != FEATURES:
+        raise ArgumentError(
+            f"layout features {layout.features}; observations are encoded with {FEATURES}"
+        )
     rows_total = layout.workers * layout.slots_per_worker
-    observation = np.zeros((episodes, rows_total, len(layout.features)))
     row, job = np.nonzero(columns.active)
     worker = columns.worker[row, job]
     position = worker * layout.slots_per_worker + columns.slot[row, job]
     worker_cores = cores[worker]
+    # One row of features per active job, in FEATURES' order, then one scatter into the slots
+    # (not one scatter per feature); a feature a job lacks is 0, as in an empty slot.
+    values = np.zeros((len(row), len(FEATURES)))
 
-    def put(name: str, values: np.ndarray, where: np.ndarray | None = None) -> None:
+    def put(name: str, column: np.ndarray, where: np.ndarray | None = None) -> None:
+        index = _FEATURE_INDEX[name]
         if where is None:
-            observation[row, position, features[name]] = values
+            values[:, index] = column
         else:
-            observation[row[where], position[where], features[name]] = values[where]
+            values[where, index] = column[where]
 
     put("active", np.ones(len(row)))
     put("migrating", columns.migrating[row, job].astype(np.float64))
@@ -158,8 +174,14 @@ def encode_columns(
         has_loss = training & ~np.isnan(loss)
         put("measured", np.ones(len(row)), has_loss)
         put("loss_ratio", ratio / LOSS_RATIO_CAP, has_loss)
+    observation = np.zeros((episodes, rows_total, len(FEATURES)))
+    observation[row, position] = values
     np.clip(observation, 0.0, 1.0, out=observation)
     return observation.astype(np.float32)
+
+
+#: Column of each feature in the observation.
+_FEATURE_INDEX = {name: index for index, name in enumerate(FEATURES)}
 
 
 def _satisfied(columns: TelemetryColumns) -> np.ndarray:

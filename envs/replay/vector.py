@@ -51,7 +51,7 @@ from dlsched.envs.errors import ActionError, BackendError, ScenarioError
 from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.placement import Placer, SpreadPlacer, SpreadQueue
 from dlsched.envs.replay.backend import _DONE, _MIGRATING, _STATE_OF_PHASE, _UNPLACED
-from dlsched.envs.replay.batch import ACTIVE_PHASES, ReplayBatch
+from dlsched.envs.replay.batch import IS_ACTIVE, ReplayBatch
 from dlsched.envs.replay.columns import TelemetryColumns, column_reward, encode_columns
 from dlsched.envs.scenarios.limits import check_scenario_limits
 from dlsched.envs.scenarios.model import JobKind, Scenario
@@ -254,7 +254,7 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         before = self._columns
         batch = self._batch
         # Limits go to the jobs the action's slots hold before any migration moves them.
-        holding = live[:, None] & np.isin(batch.phase, ACTIVE_PHASES)
+        holding = live[:, None] & IS_ACTIVE[batch.phase]
         position = batch.worker * batch.slots + batch.slot
         batch.limit = np.where(holding, np.take_along_axis(limits, position, axis=1), batch.limit)
         if migrations is not None:
@@ -430,11 +430,13 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             self._iterations_before[row] = 0
             self._measured_usage[row] = 0.0
             self._counts_before[row] = 0
+            specs = batch.specs[row]
             self._target[row] = np.nan
+            self._target[row, : len(specs)] = [
+                np.nan if spec.target_s is None else spec.target_s for spec in specs
+            ]
             self._tolerance[row] = 0.1
-            for job, spec in enumerate(batch.specs[row]):
-                self._target[row, job] = np.nan if spec.target_s is None else spec.target_s
-                self._tolerance[row, job] = spec.tolerance
+            self._tolerance[row, : len(specs)] = [spec.tolerance for spec in specs]
             self._place_arrivals(row, 0.0, np.zeros(batch.workers, dtype=np.int64))
         batch.advance(rows, np.zeros(self.num_envs))
         self._measure(rows, 0.0)
@@ -553,14 +555,26 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         held = self._slot_job[row, position] == job
         self._slot_job[row[held], position[held]] = -1
 
-    def _active_counts(self) -> np.ndarray:
-        """Per episode and worker, the active jobs (``Telemetry.on_worker``'s length)."""
+    def _active_counts(self, active: np.ndarray | None = None) -> np.ndarray:
+        """Per episode and worker, the active jobs (``Telemetry.on_worker``'s length); ``active``
+        is the mask of active jobs if the caller has it."""
         batch = self._batch
-        active = np.isin(batch.phase, ACTIVE_PHASES)
-        row, job = np.nonzero(active)
-        counts = np.zeros((self.num_envs, batch.workers), dtype=np.int64)
-        np.add.at(counts, (row, batch.worker[row, job]), 1)
-        return counts
+        if active is None:
+            active = IS_ACTIVE[batch.phase]
+        return self._per_worker(active, None).astype(np.int64)
+
+    def _per_worker(self, jobs: np.ndarray, values: np.ndarray | None) -> np.ndarray:
+        """Per episode and worker, the sum of ``values`` (or the count) of the ``jobs`` there.
+
+        One ``bincount`` over (episode, worker) cells: it adds each cell's values in job order,
+        from 0, as ``np.add.at`` and the single environment's loop add them.
+        """
+        batch = self._batch
+        row, job = np.nonzero(jobs)
+        cells = row * batch.workers + batch.worker[row, job]
+        weights = None if values is None else values[row, job]
+        sums = np.bincount(cells, weights, minlength=self.num_envs * batch.workers)
+        return sums.reshape(self.num_envs, batch.workers)
 
     def _place_arrivals(self, row: int, now_s: float, counts: np.ndarray) -> bool:
         """Place the arrived, unplaced jobs of ``row`` that find a free slot, in arrival order,
@@ -568,8 +582,12 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         the spread placer); whether any was placed."""
         batch = self._batch
         arrived = self._pending[row] & (batch.arrival[row] <= now_s + _ARRIVED_EPS)
-        free = (self._slot_job[row].reshape(batch.workers, batch.slots) < 0).sum(axis=1)
-        queue = SpreadQueue(counts.tolist(), free.tolist())
+        if not arrived.any():
+            return False
+        empty = self._slot_job[row].reshape(batch.workers, batch.slots) < 0
+        queue = SpreadQueue(counts.tolist(), empty.sum(axis=1).tolist())
+        # Each worker's free slots, lowest first: the slot _free_slot would find, job by job.
+        free_slots: dict[int, list[int]] = {}
         placements = []
         for job in np.flatnonzero(arrived).tolist():
             pinned = batch.specs[row][job].worker
@@ -580,8 +598,9 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             if worker is None:
                 continue  # it waits for a slot
             queue.took(worker)
-            slot = self._free_slot(row, worker)
-            assert slot is not None
+            if worker not in free_slots:
+                free_slots[worker] = np.flatnonzero(empty[worker]).tolist()
+            slot = free_slots[worker].pop(0)
             self._slot_job[row, worker * batch.slots + slot] = job
             self._pending[row, job] = False
             placements.append((job, worker, slot))
@@ -613,10 +632,8 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._measured_usage = np.where(mask, usage, self._measured_usage)
         new_loss = mask & placed & ~np.isnan(batch.loss) & np.isnan(self._first_loss)
         self._first_loss[new_loss] = batch.loss[new_loss]
-        active = batch.exists & np.isin(batch.phase, ACTIVE_PHASES)
-        row, job = np.nonzero(active)
-        worker_usage = np.zeros((self.num_envs, batch.workers))
-        np.add.at(worker_usage, (row, batch.worker[row, job]), self._measured_usage[row, job])
+        active = batch.exists & IS_ACTIVE[batch.phase]
+        worker_usage = self._per_worker(active, self._measured_usage)
         iterations = batch.units if batch.training else np.zeros_like(batch.units)
         iterations_before = (
             self._iterations_before
@@ -625,10 +642,11 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         )
         # An episode just reset has no telemetry before (the observation's rates start at 0).
         iterations_before = np.where(mask & (span_s == 0), 0, iterations_before)
+        waiting = self._pending & (batch.arrival <= batch.now[:, None] + _ARRIVED_EPS)
         columns = TelemetryColumns(
             time_s=batch.now.copy(),
-            present=placed | (self._pending & (batch.arrival <= batch.now[:, None] + _ARRIVED_EPS)),
-            waiting=self._pending & (batch.arrival <= batch.now[:, None] + _ARRIVED_EPS),
+            present=placed | waiting,
+            waiting=waiting,
             active=active,
             migrating=active & (batch.phase == _MIGRATING),
             done=batch.exists & (batch.phase == _DONE),
@@ -646,7 +664,7 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             loss=batch.loss.copy(),
             first_loss=self._first_loss.copy(),
             worker_usage=worker_usage,
-            worker_jobs=self._active_counts(),
+            worker_jobs=self._active_counts(active),
         )
         if previous is not None and not rows.all():
             # Rows not measured now keep the columns they had.
