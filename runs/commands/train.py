@@ -232,7 +232,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tracking-uri",
         type=tracking_uri,
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
-        "(default sqlite:///mlflow.db)",
+        "(default sqlite:///mlflow.db, a file in the working directory)",
     )
     parser.add_argument("--experiment", help="MLflow experiment (default <scenario>-training)")
     parser.add_argument(

@@ -2,7 +2,8 @@
 
 Where to track: ``MLFLOW_TRACKING_URI`` if set, else ``--tracking-uri``, else
 ``sqlite:///mlflow.db`` in the working directory (MLflow's own default, so ``mlflow ui`` run in
-the same folder shows the runs).
+the same folder shows the runs). A relative sqlite path is resolved against the working
+directory when the command starts, and the store is named by its absolute path from then on.
 
 Two things make a store safe to share:
 
@@ -117,21 +118,52 @@ class TrackingTarget:
 
 
 def resolve_tracking_uri(
-    flag: str | None, environ: Mapping[str, str] | None = None
+    flag: str | None,
+    environ: Mapping[str, str] | None = None,
+    working_directory: Path | None = None,
 ) -> TrackingTarget:
     """Pick the tracking URI: the environment variable, else the flag, else the default.
+
+    A sqlite store named relative to the working directory is named from the root
+    (:func:`absolute_sqlite_uri`).
 
     Args:
         flag: the ``--tracking-uri`` value, ``None`` if not given.
         environ: the environment to read (``os.environ`` by default).
+        working_directory: the folder relative sqlite paths are read from (the process's
+            working directory by default).
     """
     from_env = (os.environ if environ is None else environ).get(ENV_VAR) or None
+    chosen = from_env or flag or DEFAULT_TRACKING_URI
+    uri = absolute_sqlite_uri(chosen, working_directory)
     if from_env is not None:
-        ignored = flag if flag is not None and flag != from_env else None
-        return TrackingTarget(from_env, ENV_VAR, ignored)
-    if flag is not None:
-        return TrackingTarget(flag, "--tracking-uri")
-    return TrackingTarget(DEFAULT_TRACKING_URI, "default")
+        differs = flag is not None and absolute_sqlite_uri(flag, working_directory) != uri
+        return TrackingTarget(uri, ENV_VAR, flag if differs else None)
+    return TrackingTarget(uri, "--tracking-uri" if flag is not None else "default")
+
+
+def absolute_sqlite_uri(uri: str, working_directory: Path | None = None) -> str:
+    """``uri`` with a relative sqlite file (``sqlite:///mlflow.db``) named from the root
+    (``sqlite:////home/me/mlflow.db``); any other URI as it is.
+
+    MLflow keeps one store object per URI for the life of the process: a relative URI would
+    keep naming the file of the folder it was first used in after the process changed folder
+    (a test, a notebook, a caller of :func:`dlsched.runs.evaluation.evaluate`). The absolute
+    URI also says which file is used, and still names it from another folder (``tracking.json``
+    for ``dlsched runs sync``, ``mlflow ui --backend-store-uri``).
+
+    Args:
+        uri: a tracking URI.
+        working_directory: the folder a relative path is read from (the process's working
+            directory by default).
+    """
+    parsed = urlparse(uri)
+    path = parsed.path[1:]  # sqlite:///rel.db has the path /rel.db; sqlite:////abs.db //abs.db
+    if parsed.scheme != "sqlite" or not path or path == ":memory:" or path.startswith("/"):
+        return uri
+    folder = Path.cwd() if working_directory is None else working_directory
+    query = f"?{parsed.query}" if parsed.query else ""
+    return f"sqlite:///{folder / path}{query}"
 
 
 def bound_http_retries(environ: dict[str, str] | None = None) -> None:
@@ -170,7 +202,7 @@ def connect(target: TrackingTarget, read_only: bool = False) -> MlflowClient:
         path = sqlite_path(target)
         if path is not None and read_only and not path.exists():
             raise TrackingError(
-                f"no MLflow store at {path.resolve()} ({target.uri}, from {target.source}): "
+                f"no MLflow store at {path} (from {target.source}): "
                 "nothing was tracked here. Run this in the folder where `dlsched evaluate` "
                 f"ran, or set {ENV_VAR} or --tracking-uri to the store that holds the runs"
             )
@@ -286,7 +318,7 @@ def _sqlite_schema(target: TrackingTarget, path: Path) -> str:
             )
     except sqlite3.Error as error:
         raise TrackingError(
-            f"MLflow tracking store {target.uri} ({path.resolve()}) is not a readable sqlite "
+            f"MLflow tracking store {target.uri} is not a readable sqlite "
             f"database: {error}. Move it aside (mv {path} {path}.broken) to start a new store, "
             f"or {target.fix_hint(lower=True)}"
         ) from None
@@ -309,7 +341,7 @@ def _sqlite_schema(target: TrackingTarget, path: Path) -> str:
         return "complete"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     raise TrackingError(
-        f"MLflow tracking store {target.uri} ({path.resolve()}) is half-migrated: {problem}. "
+        f"MLflow tracking store {target.uri} is half-migrated: {problem}. "
         f"dlsched leaves it untouched. Back it up (cp {path} {path}.backup-{stamp}), then "
         f"migrate it with `mlflow db upgrade {target.uri}`; if that fails, keep the backup, "
         f"move the store aside (mv {path} {path}.broken) and start a new one, or "
