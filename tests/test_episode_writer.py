@@ -12,7 +12,8 @@ from mlflow import MlflowClient
 from dlsched.baselines import make
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.runs.tracking import episode_writer
-from dlsched.runs.tracking.store import ENV_VAR, TrackingTarget, connect
+from dlsched.runs.tracking.store import connect
+from dlsched.runs.tracking.target import ENV_VAR, TrackingTarget
 from dlsched.runs.tracking.tracked_evaluation import EvaluationRequest, evaluate_tracked
 
 HORIZON_S = 60.0

@@ -24,7 +24,7 @@ from dlsched.runs.bench.tracking import bench_tracking
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import backend_label, run_episode
 from dlsched.runs.tracking.provenance import dlsched_version
-from dlsched.runs.tracking.store import DEFAULT_TRACKING_URI, ENV_VAR, resolve_tracking_uri
+from dlsched.runs.tracking.target import DEFAULT_TRACKING_URI, ENV_VAR, resolve_tracking_uri
 from dlsched.runs.tracking.tracker import EvaluationTracker, episode_metric_key
 from dlsched.runs.tracking.trajectory import TRAJECTORY_COLUMNS
 

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     # imported here, so that parsing, --help and --list do not wait for MLflow and matplotlib
     from dlsched.runs.reproduce.publish import reproduce_and_publish
     from dlsched.runs.reproduce.report import format_estimate
-    from dlsched.runs.tracking.store import resolve_tracking_uri
+    from dlsched.runs.tracking.target import resolve_tracking_uri
 
     readings = args.readings if args.readings is not None else args.backend == "replay"
     options = Options(args.backend, args.episodes, args.seed, readings)

@@ -32,7 +32,7 @@ from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 
 if TYPE_CHECKING:
     from dlsched.runs.fidelity.validation_run import ValidationRequest
-    from dlsched.runs.tracking.store import TrackingTarget
+    from dlsched.runs.tracking.target import TrackingTarget
 
 _DESCRIPTION = """\
 Run every policy on the same seeds on the replay backend and on the local Docker engine (the same
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         host_warnings,
         scenario_threading,
     )
-    from dlsched.runs.tracking.store import resolve_tracking_uri
+    from dlsched.runs.tracking.target import resolve_tracking_uri
 
     scenario = load_scenario(args.scenario)
     specs = list(args.policy)

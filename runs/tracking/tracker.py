@@ -68,7 +68,8 @@ from dlsched.runs.tracking.owners import end_run, owner_tags
 from dlsched.runs.tracking.plots import TIMELINE_FILE, plot_timeline, timeline_values
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.server_watch import ServerWatch
-from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, experiment_id, first_line
+from dlsched.runs.tracking.store import STORE_ERRORS, experiment_id, first_line
+from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.tracking.trajectory import EvaluationFolder, TrackingRecord, episode_name
 
 #: MLflow's batch limits (mlflow.utils.validation).
