@@ -65,7 +65,7 @@ from dlsched.runs.tracking.episode_writer import (
     EpisodeWriter,
     Reply,
 )
-from dlsched.runs.tracking.owners import end_run, owner_tags
+from dlsched.runs.tracking.owners import TAG_ENDED_BY, end_run, owner_tags
 from dlsched.runs.tracking.plots import TIMELINE_FILE, plot_timeline, timeline_values
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.server_watch import ServerWatch
@@ -423,8 +423,31 @@ class EvaluationTracker:
         for reply in replies:
             if isinstance(reply, EpisodeLogged):
                 self.episode_run_ids[reply.name] = reply.run_id
-            elif self.failure is None:
-                self._fail(reply.what)
+                continue
+            what = reply.what
+            if reply.stopped:
+                what += self._end_stopped_writers_runs()
+            if self.failure is None:
+                self._fail(what)
+
+    def _end_stopped_writers_runs(self) -> str:
+        """Mark ``KILLED`` the episode runs a stopped writer left ``RUNNING``; a clause saying
+        how many (or why none could be)."""
+        query = (
+            f"tags.`{TAG_EVALUATION}` = '{self.evaluation_id}' and tags.`{TAG_KIND}` = 'episode'"
+            " and attributes.status = 'RUNNING'"
+        )
+        try:
+            left = self.client.search_runs([str(self.experiment_id)], query, max_results=1000)
+            for run in left:
+                self.client.set_tag(run.info.run_id, TAG_ENDED_BY, "its episode writer was stopped")
+                end_run(self.client, run.info.run_id, "KILLED")
+        except STORE_ERRORS as error:
+            return f"; its unfinished runs could not be marked KILLED: {first_line(error)}"
+        names = ", ".join(run.info.run_name for run in left)
+        return (
+            f"; {len(left)} episode run(s) it left RUNNING marked KILLED ({names})" if left else ""
+        )
 
     def _fail(self, what: str) -> None:
         """Go on untracked from now on, and say where the episodes are and how to upload them."""
