@@ -85,7 +85,7 @@ def _load_from_mlflow(uri: str, tracking_uri: str | None) -> Policy:
     from dlsched.policies.learned import load_model
 
     if tracking_uri is None:
-        from dlsched.runs.tracking.store import resolve_tracking_uri
+        from dlsched.runs.tracking.target import resolve_tracking_uri
 
         tracking_uri = resolve_tracking_uri(None).uri
     # The model is read into memory, so its download can go once it is loaded.

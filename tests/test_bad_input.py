@@ -33,7 +33,7 @@ from hypothesis.extra import numpy as hnp
 import dlsched.envs  # registers the environments
 from dlsched.envs.errors import ActionError, ArgumentError, ModelError, UnknownNameError
 from dlsched.runs.cli import main
-from dlsched.runs.tracking.store import ENV_VAR
+from dlsched.runs.tracking.target import ENV_VAR
 
 MODEL = Path(__file__).parent / "fixtures" / "model-v0.1.0"  # an inference model
 MEMORY_LIMIT_BYTES = 6 << 30

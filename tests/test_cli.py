@@ -58,6 +58,39 @@ def test_light_commands_import_no_torch_sb3_mlflow_or_matplotlib(argv: list[str]
     assert json.loads(done.stdout.splitlines()[-1]) == []
 
 
+def test_an_untracked_evaluation_imports_no_mlflow_matplotlib_or_scipy_stats(
+    tmp_path: Path,
+) -> None:
+    # two seeds, so that the summary's confidence interval is computed (a t quantile)
+    heavy = (*HEAVY, "scipy.stats")
+    evaluate = ["evaluate", "--scenario", "dqoes-resnet50-burst-target40", "--policy",
+                "default", "--episodes", "2", "--no-progress"]  # fmt: skip
+    untracked = _imported(heavy, [*evaluate, "--no-tracking"], tmp_path)
+    assert untracked == []
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # tracked without plots: MLflow, but no matplotlib
+    assert _imported(heavy, [*evaluate, "--no-plots", "--tracking-uri", uri], tmp_path) == [
+        "mlflow"
+    ]
+    assert (tmp_path / "mlflow.db").is_file()
+
+
+def _imported(heavy: tuple[str, ...], argv: list[str], folder: Path) -> list[str]:
+    """The heavy packages a command that must succeed imported."""
+    probe = PROBE.format(heavy=heavy).replace(
+        "main(sys.argv[1:])", "assert main(sys.argv[1:]) == 0"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=folder,
+    )
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout.splitlines()[-1]))
+
+
 def test_train_s_light_algorithm_names_are_those_it_trains() -> None:
     from dlsched.policies.learned import ALGORITHMS
     from dlsched.runs.training.config import ALGORITHM_NAMES

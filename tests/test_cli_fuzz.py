@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from dlsched.runs.cli import build_parser, main
-from dlsched.runs.tracking.store import ENV_VAR
+from dlsched.runs.tracking.target import ENV_VAR
 
 TINY = """\
 name: tiny

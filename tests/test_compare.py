@@ -20,8 +20,8 @@ from dlsched.runs.evaluation import EpisodeMetrics, EpisodeScore, PolicyIdentity
 from dlsched.runs.tracking import tracker
 from dlsched.runs.tracking.compare import compare_stored
 from dlsched.runs.tracking.comparison_run import COMPARE_EXPERIMENT
-from dlsched.runs.tracking.store import ENV_VAR
 from dlsched.runs.tracking.stored_runs import StoredEpisode
+from dlsched.runs.tracking.target import ENV_VAR
 from dlsched.runs.tracking.tracker import TAG_KIND
 
 SCENARIO = "dqoes-resnet50-burst-target40"

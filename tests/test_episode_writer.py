@@ -12,7 +12,8 @@ from mlflow import MlflowClient
 from dlsched.baselines import make
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.runs.tracking import episode_writer
-from dlsched.runs.tracking.store import ENV_VAR, TrackingTarget, connect
+from dlsched.runs.tracking.store import connect
+from dlsched.runs.tracking.target import ENV_VAR, TrackingTarget
 from dlsched.runs.tracking.tracked_evaluation import EvaluationRequest, evaluate_tracked
 
 HORIZON_S = 60.0
@@ -69,3 +70,54 @@ def test_every_episode_is_logged_finished_under_the_evaluating_process(
     parent = client.get_run(outcome.location.parent_run_id)
     assert parent.info.status == "FINISHED"
     assert "timeline.png" in {info.path for info in client.list_artifacts(parent.info.run_id)}
+
+
+def test_a_writer_stuck_on_a_lock_held_at_the_fork_is_stopped_and_its_run_marked(
+    monkeypatch, tmp_path: Path
+) -> None:
+    import multiprocessing
+    import threading
+    import time
+
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    from dlsched.runs.tracking import tracker
+
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.chdir(tmp_path)
+    # held when the writer is forked, as a library's thread may hold a lock: the child's copy
+    # stays held for ever, and the child waits on it for ever
+    held = threading.Lock()
+    held.acquire()
+    log_episode_run = tracker.log_episode_run
+
+    def deadlocked(client, experiment_id, parent_run_id, evaluation_id, result, *args, **kwargs):
+        if (result.policy.name, result.seed) == ("dqoes", 1):  # the last episode
+            tags = {MLFLOW_PARENT_RUN_ID: parent_run_id, tracker.TAG_KIND: "episode",
+                    tracker.TAG_EVALUATION: evaluation_id}  # fmt: skip
+            client.create_run(experiment_id, run_name="stuck", tags=tags)
+            held.acquire()
+        return log_episode_run(
+            client, experiment_id, parent_run_id, evaluation_id, result, *args, **kwargs
+        )
+
+    monkeypatch.setattr(tracker, "log_episode_run", deadlocked)
+    monkeypatch.setattr(episode_writer, "STALL_TIMEOUT_S", 3.0)
+    started = time.monotonic()
+    outcome = _evaluate(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "out")
+
+    assert time.monotonic() - started < 60
+    said = str(outcome.failure)
+    assert "the process logging the episodes said nothing for 3 s and was stopped" in said
+    assert "1 episode run(s) it left RUNNING marked KILLED (stuck)" in said
+    assert f"dlsched runs sync {tmp_path / 'out'}" in said
+    assert multiprocessing.active_children() == []  # the child is gone
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (experiment,) = client.search_experiments(filter_string="name != 'Default'")
+    runs = client.search_runs([experiment.experiment_id], "tags.`dlsched.kind` = 'episode'")
+    assert sorted((run.info.run_name, run.info.status) for run in runs) == [
+        ("default-seed0", "FINISHED"),
+        ("default-seed1", "FINISHED"),
+        ("dqoes-seed0", "FINISHED"),
+        ("stuck", "KILLED"),
+    ]

@@ -34,7 +34,7 @@ from dlsched.runs.reproduce.baselines_report import report
 from dlsched.runs.reproduce.claims import CLAIMS_FILE, ClaimsError, load_claims
 from dlsched.runs.reproduce.statistics import STATISTICS, EpisodePair
 from dlsched.runs.reproduce.verdict import Direction, Expectation, Verdict, judge
-from dlsched.runs.tracking.store import ENV_VAR
+from dlsched.runs.tracking.target import ENV_VAR
 
 # ---------------------------------------------------------------------------------- claims file
 

@@ -24,7 +24,7 @@ from dlsched.runs.bench.tracking import bench_tracking
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import backend_label, run_episode
 from dlsched.runs.tracking.provenance import dlsched_version
-from dlsched.runs.tracking.store import DEFAULT_TRACKING_URI, ENV_VAR, resolve_tracking_uri
+from dlsched.runs.tracking.target import DEFAULT_TRACKING_URI, ENV_VAR, resolve_tracking_uri
 from dlsched.runs.tracking.tracker import EvaluationTracker, episode_metric_key
 from dlsched.runs.tracking.trajectory import TRAJECTORY_COLUMNS
 
@@ -71,10 +71,45 @@ def test_the_environment_variable_wins_and_a_different_flag_is_warned_about():
     assert "--tracking-uri sqlite:///flag.db is ignored" in both.describe()
     same = resolve_tracking_uri("sqlite:///a.db", {ENV_VAR: "sqlite:///a.db"})
     assert same.ignored is None and "warning" not in same.describe()
-    flag = resolve_tracking_uri("sqlite:///flag.db", {})
-    assert (flag.uri, flag.source) == ("sqlite:///flag.db", "--tracking-uri")
-    default = resolve_tracking_uri(None, {ENV_VAR: ""})
-    assert (default.uri, default.source) == (DEFAULT_TRACKING_URI, "default")
+    flag = resolve_tracking_uri("sqlite:////data/flag.db", {})
+    assert (flag.uri, flag.source) == ("sqlite:////data/flag.db", "--tracking-uri")
+    default = resolve_tracking_uri(None, {ENV_VAR: ""}, Path("/home/me"))
+    assert (default.uri, default.source) == ("sqlite:////home/me/mlflow.db", "default")
+    assert default.describe() == "tracking: sqlite:////home/me/mlflow.db (from default)"
+
+
+def test_a_relative_sqlite_store_is_named_from_the_working_directory():
+    here = Path("/home/me/work")
+    flag = resolve_tracking_uri("sqlite:///runs/a.db?timeout=20", {}, here)
+    assert flag.uri == "sqlite:////home/me/work/runs/a.db?timeout=20"
+    from_env = resolve_tracking_uri(None, {ENV_VAR: "sqlite:///a.db"}, here)
+    assert (from_env.uri, from_env.source) == ("sqlite:////home/me/work/a.db", ENV_VAR)
+    # the same file, named relative in one and absolute in the other, is no conflict
+    same = resolve_tracking_uri("sqlite:////home/me/work/a.db", {ENV_VAR: "sqlite:///a.db"}, here)
+    assert same.ignored is None
+    for kept in ("sqlite:////abs/m.db", "sqlite:///:memory:", "sqlite://", "http://h:5000"):
+        assert resolve_tracking_uri(kept, {}, here).uri == kept
+    assert DEFAULT_TRACKING_URI == "sqlite:///mlflow.db"  # MLflow's own, as documented
+
+
+def test_an_evaluation_after_a_change_of_folder_tracks_to_the_new_folder(
+    capsys, monkeypatch, tmp_path, short_scenario, no_env_uri
+):
+    # MLflow keeps a store object per URI for the process: a relative URI kept the first
+    # folder's file after an in-process caller changed folder
+    said = {}
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        monkeypatch.chdir(tmp_path / name)
+        code, _, said[name] = evaluate_cli(
+            capsys, "--scenario", str(short_scenario), "--policy", "default",
+            "--episodes", "1", "--no-plots", "--experiment", name,
+        )  # fmt: skip
+        assert code == 0, said[name]
+    for name, err in said.items():
+        store = f"sqlite:///{tmp_path / name / 'mlflow.db'}"
+        assert {e.name for e in MlflowClient(store).search_experiments()} == {name, "Default"}
+        assert f"tracking: {store} (from default)" in err
 
 
 # ---------------------------------------------------------------------------------- failures
@@ -242,12 +277,11 @@ def test_an_evaluation_on_the_sqlite_default_store_reads_back_as_printed(
         "--out", str(tmp_path / "out"), "--episode-plots",
     )  # fmt: skip
     assert code == 0, err
-    assert f"tracking: {DEFAULT_TRACKING_URI} (from default)" in err
+    store = f"sqlite:///{folder / 'mlflow.db'}"
+    assert f"tracking: {store} (from default)" in err
     printed = json.loads(out)
-    assert printed["evaluation"]["tracking_uri"] == DEFAULT_TRACKING_URI
-    check_store_matches_printed(
-        MlflowClient(DEFAULT_TRACKING_URI), printed, short_scenario, episode_plots=True
-    )
+    assert printed["evaluation"]["tracking_uri"] == store
+    check_store_matches_printed(MlflowClient(store), printed, short_scenario, episode_plots=True)
     local = Path(printed["evaluation"]["local_folder"])
     assert local.parent == tmp_path / "out"
     assert sorted(p.name for p in local.iterdir() if p.is_dir()) == [

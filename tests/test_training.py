@@ -27,7 +27,7 @@ from dlsched.runs.cli import main
 from dlsched.runs.evaluation import evaluate, summarise
 from dlsched.runs.policy_specs import resolve_policy
 from dlsched.runs.tracking.kvwriter import MlflowKVWriter
-from dlsched.runs.tracking.store import TrackingTarget
+from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.training.config import VALIDATION_SEED_BASE, TrainingConfig
 from dlsched.runs.training.environments import ScenarioMix, VecEnvKind, make_training_env
 from dlsched.runs.training.harness import (

@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tracking-uri",
         type=tracking_uri,
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
-        "(default sqlite:///mlflow.db)",
+        "(default sqlite:///mlflow.db, a file in the working directory)",
     )
     parser.add_argument(
         "--plot",
@@ -74,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
     from dlsched.runs.tracking.comparison_run import log_comparison
     from dlsched.runs.tracking.owners import end_orphaned_runs
     from dlsched.runs.tracking.plots import plot_comparison
-    from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+    from dlsched.runs.tracking.store import connect
     from dlsched.runs.tracking.stored_runs import load_episodes
+    from dlsched.runs.tracking.target import resolve_tracking_uri
 
     target = resolve_tracking_uri(args.tracking_uri)
     print(target.describe(), file=sys.stderr)

@@ -80,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tracking-uri",
         type=tracking_uri,
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
-        "(default sqlite:///mlflow.db)",
+        "(default sqlite:///mlflow.db, a file in the working directory)",
     )
     parser.add_argument(
         "--experiment", help="MLflow experiment name (default: the scenario's name)"
@@ -129,13 +129,8 @@ def episode_plots(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched evaluate`` as ``args`` say; the exit code."""
-    from dlsched.runs.tracking.owners import end_orphaned_runs
-    from dlsched.runs.tracking.store import connect, resolve_tracking_uri
-    from dlsched.runs.tracking.tracked_evaluation import (
-        EvaluationRequest,
-        evaluate_tracked,
-        evaluate_untracked,
-    )
+    from dlsched.runs.tracking.target import resolve_tracking_uri
+    from dlsched.runs.tracking.tracked_evaluation import EvaluationRequest, evaluate_untracked
 
     specs = list(args.policy)
     target = resolve_tracking_uri(args.tracking_uri)
@@ -153,6 +148,11 @@ def run(args: argparse.Namespace) -> int:
     if args.no_tracking:
         _print(evaluate_untracked(request, progress), None, args.json)
         return 0
+    # MLflow (about 1 s to import) only when tracking
+    from dlsched.runs.tracking.owners import end_orphaned_runs
+    from dlsched.runs.tracking.store import connect
+    from dlsched.runs.tracking.tracked_evaluation import evaluate_tracked
+
     print(target.describe(), file=sys.stderr)
     client = connect(target)
     end_orphaned_runs(client, lambda line: print(line, file=sys.stderr))

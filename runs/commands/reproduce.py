@@ -79,7 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tracking-uri",
         type=tracking_uri,
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
-        "(default sqlite:///mlflow.db)",
+        "(default sqlite:///mlflow.db, a file in the working directory)",
     )
     parser.add_argument(
         "--experiment", default=DEFAULT_EXPERIMENT, help=f"MLflow experiment ({DEFAULT_EXPERIMENT})"
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     # imported here, so that parsing, --help and --list do not wait for MLflow and matplotlib
     from dlsched.runs.reproduce.publish import reproduce_and_publish
     from dlsched.runs.reproduce.report import format_estimate
-    from dlsched.runs.tracking.store import resolve_tracking_uri
+    from dlsched.runs.tracking.target import resolve_tracking_uri
 
     readings = args.readings if args.readings is not None else args.backend == "replay"
     options = Options(args.backend, args.episodes, args.seed, readings)

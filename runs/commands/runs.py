@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tracking-uri",
         type=tracking_uri,
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
-        "(default sqlite:///mlflow.db)",
+        "(default sqlite:///mlflow.db, a file in the working directory)",
     )
     repair.set_defaults(handler=run_repair)
     sync = actions.add_parser(
@@ -57,7 +57,8 @@ def run_repair(args: argparse.Namespace) -> int:
     """Run ``dlsched runs repair``; the exit code (0)."""
     # imported here, so that parsing (and --help) does not wait for MLflow
     from dlsched.runs.tracking.owners import end_orphaned_runs, orphaned_runs
-    from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+    from dlsched.runs.tracking.store import connect
+    from dlsched.runs.tracking.target import resolve_tracking_uri
 
     target = resolve_tracking_uri(args.tracking_uri)
     print(target.describe(), file=sys.stderr)

@@ -30,7 +30,7 @@ from dlsched.runs.training.config import (
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-    from dlsched.runs.tracking.store import TrackingTarget
+    from dlsched.runs.tracking.target import TrackingTarget
     from dlsched.runs.training.harness import TrainingResult
 
 #: The training engines ``--engine`` takes.
@@ -232,7 +232,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--tracking-uri",
         type=tracking_uri,
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
-        "(default sqlite:///mlflow.db)",
+        "(default sqlite:///mlflow.db, a file in the working directory)",
     )
     parser.add_argument("--experiment", help="MLflow experiment (default <scenario>-training)")
     parser.add_argument(
@@ -336,7 +336,8 @@ def _print_outcome(
 def _tracking(args: argparse.Namespace) -> tuple[MlflowClient | None, TrackingTarget | None]:
     """The checked MLflow store the command logs to, unless ``--no-tracking``."""
     from dlsched.runs.tracking.owners import end_orphaned_runs
-    from dlsched.runs.tracking.store import connect, resolve_tracking_uri
+    from dlsched.runs.tracking.store import connect
+    from dlsched.runs.tracking.target import resolve_tracking_uri
 
     if args.no_tracking:
         return None, None

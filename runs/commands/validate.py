@@ -32,7 +32,7 @@ from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 
 if TYPE_CHECKING:
     from dlsched.runs.fidelity.validation_run import ValidationRequest
-    from dlsched.runs.tracking.store import TrackingTarget
+    from dlsched.runs.tracking.target import TrackingTarget
 
 _DESCRIPTION = """\
 Run every policy on the same seeds on the replay backend and on the local Docker engine (the same
@@ -119,7 +119,7 @@ def register(subparsers: Any) -> None:
         "--tracking-uri",
         type=tracking_uri,
         help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
-        "(default sqlite:///mlflow.db)",
+        "(default sqlite:///mlflow.db, a file in the working directory)",
     )
     parser.add_argument(
         "--experiment", help="MLflow experiment name (default: the scenario's name)"
@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
         host_warnings,
         scenario_threading,
     )
-    from dlsched.runs.tracking.store import resolve_tracking_uri
+    from dlsched.runs.tracking.target import resolve_tracking_uri
 
     scenario = load_scenario(args.scenario)
     specs = list(args.policy)

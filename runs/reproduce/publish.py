@@ -34,7 +34,8 @@ from dlsched.runs.reproduce.tracking import (
     track_reproduction,
 )
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
-from dlsched.runs.tracking.store import TrackingTarget, connect
+from dlsched.runs.tracking.store import connect
+from dlsched.runs.tracking.target import TrackingTarget
 
 #: Where reproductions are written unless told otherwise (beside ``dlsched evaluate``'s records).
 DEFAULT_OUT = Path("dlsched-runs")

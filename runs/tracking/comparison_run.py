@@ -33,7 +33,8 @@ from dlsched.runs.evaluation import PRIMARY_METRIC
 from dlsched.runs.interruption import deferred
 from dlsched.runs.tracking.compare import ScenarioComparison, comparison_data, render_table
 from dlsched.runs.tracking.owners import end_run, owner_tags
-from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, experiment_id, first_line
+from dlsched.runs.tracking.store import STORE_ERRORS, experiment_id, first_line
+from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.tracking.tracker import HEADLINE_KEYS, TAG_KIND, log_in_batches
 
 #: The experiment of the comparison runs.

@@ -117,9 +117,12 @@ class WriterFailed:
 
     Attributes:
         what: what failed, as a clause (``logging episode default-seed1 failed: ...``).
+        stopped: the writer said nothing for :data:`STALL_TIMEOUT_S` and was stopped: episode
+            runs it had started may be left ``RUNNING`` for the evaluation to end.
     """
 
     what: str
+    stopped: bool = False
 
 
 Reply = EpisodeLogged | WriterFailed
@@ -127,6 +130,11 @@ _Event = threading.Event | multiprocessing.synchronize.Event
 
 #: Linux's prctl option that signals a process when its parent dies.
 _PR_SET_PDEATHSIG = 1
+#: Seconds :meth:`EpisodeWriter.close` waits for the writer's next word before it takes it for
+#: stuck (a forked child can deadlock on a lock another thread held at the fork). Logging an
+#: episode takes tens of milliseconds, drawing its plots about a second, on a tracking server
+#: at most ``HTTP_GIVE_UP_S`` (25 s) a call: a minute of silence is no slow episode.
+STALL_TIMEOUT_S = 60.0
 
 
 class EpisodeWriter:
@@ -203,15 +211,22 @@ class EpisodeWriter:
                 replies.append(self._connection.recv())
         return replies
 
-    def close(self, hurry: bool = False) -> list[Reply]:
+    def close(self, hurry: bool = False, stall_timeout_s: float | None = None) -> list[Reply]:
         """Let the writer finish every episode handed over and end; its last replies.
+
+        A writer that says nothing for ``stall_timeout_s`` is taken for stuck: a child process
+        is killed (it ignores SIGTERM), a thread left behind (it is a daemon), and the last
+        reply is a :class:`WriterFailed` with ``stopped`` set, naming the wait.
 
         Args:
             hurry: the evaluation was stopped: the writer logs what it holds without drawing
                 plots (the episodes and their records are logged; plots cost the most).
+            stall_timeout_s: the longest silence taken for work, in seconds
+                (:data:`STALL_TIMEOUT_S` by default).
         """
         if self._closed:
             return []
+        stall_timeout_s = STALL_TIMEOUT_S if stall_timeout_s is None else stall_timeout_s
         self._closed = True
         if hurry:
             self._hurry.set()
@@ -220,6 +235,10 @@ class EpisodeWriter:
             self._connection.send(_Close())
         while True:
             try:
+                if not self._connection.poll(stall_timeout_s):
+                    replies.append(self._stop(stall_timeout_s))
+                    self._connection.close()
+                    return replies
                 replies.append(self._connection.recv())
             except (EOFError, OSError):
                 break
@@ -229,6 +248,20 @@ class EpisodeWriter:
         if exit_code:  # killed before it said what became of every episode
             replies.append(self._gone())
         return replies
+
+    def _stop(self, stall_timeout_s: float) -> WriterFailed:
+        """End a writer that has said nothing for ``stall_timeout_s`` (see :meth:`close`)."""
+        kind = "thread" if isinstance(self._worker, threading.Thread) else "process"
+        # a thread cannot be killed (a daemon, it ends with the evaluation); a child ignores
+        # SIGTERM, so it is killed outright
+        if isinstance(self._worker, multiprocessing.process.BaseProcess):
+            self._worker.kill()
+            self._worker.join()
+        return WriterFailed(
+            f"the {kind} logging the episodes said nothing for {stall_timeout_s:.0f} s and was "
+            "stopped (deadlocked or hung on the store)",
+            stopped=True,
+        )
 
     def _gone(self) -> WriterFailed:
         exit_code = getattr(self._worker, "exitcode", None)

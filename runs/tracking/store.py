@@ -1,8 +1,6 @@
 """Where evaluations and trainings are tracked: the MLflow store, checked before anything runs.
 
-Where to track: ``MLFLOW_TRACKING_URI`` if set, else ``--tracking-uri``, else
-``sqlite:///mlflow.db`` in the working directory (MLflow's own default, so ``mlflow ui`` run in
-the same folder shows the runs).
+Where to track is :mod:`dlsched.runs.tracking.target`'s (which imports no MLflow).
 
 Two things make a store safe to share:
 
@@ -28,7 +26,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -38,9 +35,8 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from dlsched.envs.errors import TrackingError
+from dlsched.runs.tracking.target import ENV_VAR, TrackingTarget
 
-ENV_VAR = "MLFLOW_TRACKING_URI"
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 #: Seconds the up-front check waits for an HTTP tracking server's health endpoint.
 PROBE_TIMEOUT_S = 5.0
 #: Seconds a process waits for another one to create a new sqlite store.
@@ -64,74 +60,6 @@ STORE_ERRORS: tuple[type[BaseException], ...] = (
     requests.RequestException,
     OSError,
 )
-
-
-# ---------------------------------------------------------------------------------- where
-
-
-@dataclass(frozen=True)
-class TrackingTarget:
-    """The tracking URI in use and where it came from.
-
-    Attributes:
-        uri: the tracking URI.
-        source: ``MLFLOW_TRACKING_URI``, ``--tracking-uri`` or ``default``.
-        ignored: the ``--tracking-uri`` value that ``MLFLOW_TRACKING_URI`` overrode, if it
-            differed.
-    """
-
-    uri: str
-    source: str
-    ignored: str | None = None
-
-    def describe(self) -> str:
-        """One line saying which store is used, and a warning if a typed flag was overridden."""
-        line = f"tracking: {self.uri} (from {self.source})"
-        if self.ignored is not None:
-            line += (
-                f"\nwarning: --tracking-uri {self.ignored} is ignored because {ENV_VAR} is set "
-                f"to {self.uri}; unset {ENV_VAR} to use the flag"
-            )
-        return line
-
-    def fix_hint(self, lower: bool = False, untracked: bool = True) -> str:
-        """What the user can do about a store that cannot be used (one or two sentences).
-
-        Args:
-            lower: start with a lower-case letter (inside a sentence).
-            untracked: offer ``--no-tracking`` (a command that writes runs has it; one that
-                reads them, such as ``dlsched compare``, has not).
-        """
-        if self.source == ENV_VAR:
-            fix = f"Fix or unset {ENV_VAR}"
-        elif self.source == "--tracking-uri":
-            fix = "Fix --tracking-uri"
-        else:
-            fix = f"Set {ENV_VAR} or --tracking-uri to a usable store"
-        parsed = urlparse(self.uri)
-        if parsed.scheme in ("http", "https"):
-            port = parsed.port or (443 if parsed.scheme == "https" else 80)
-            fix += f" (or start the server: mlflow server --host {parsed.hostname} --port {port})"
-        fix += ", or run without tracking: --no-tracking." if untracked else "."
-        return fix[0].lower() + fix[1:] if lower else fix
-
-
-def resolve_tracking_uri(
-    flag: str | None, environ: Mapping[str, str] | None = None
-) -> TrackingTarget:
-    """Pick the tracking URI: the environment variable, else the flag, else the default.
-
-    Args:
-        flag: the ``--tracking-uri`` value, ``None`` if not given.
-        environ: the environment to read (``os.environ`` by default).
-    """
-    from_env = (os.environ if environ is None else environ).get(ENV_VAR) or None
-    if from_env is not None:
-        ignored = flag if flag is not None and flag != from_env else None
-        return TrackingTarget(from_env, ENV_VAR, ignored)
-    if flag is not None:
-        return TrackingTarget(flag, "--tracking-uri")
-    return TrackingTarget(DEFAULT_TRACKING_URI, "default")
 
 
 def bound_http_retries(environ: dict[str, str] | None = None) -> None:
@@ -170,7 +98,7 @@ def connect(target: TrackingTarget, read_only: bool = False) -> MlflowClient:
         path = sqlite_path(target)
         if path is not None and read_only and not path.exists():
             raise TrackingError(
-                f"no MLflow store at {path.resolve()} ({target.uri}, from {target.source}): "
+                f"no MLflow store at {path} (from {target.source}): "
                 "nothing was tracked here. Run this in the folder where `dlsched evaluate` "
                 f"ran, or set {ENV_VAR} or --tracking-uri to the store that holds the runs"
             )
@@ -286,7 +214,7 @@ def _sqlite_schema(target: TrackingTarget, path: Path) -> str:
             )
     except sqlite3.Error as error:
         raise TrackingError(
-            f"MLflow tracking store {target.uri} ({path.resolve()}) is not a readable sqlite "
+            f"MLflow tracking store {target.uri} is not a readable sqlite "
             f"database: {error}. Move it aside (mv {path} {path}.broken) to start a new store, "
             f"or {target.fix_hint(lower=True)}"
         ) from None
@@ -309,7 +237,7 @@ def _sqlite_schema(target: TrackingTarget, path: Path) -> str:
         return "complete"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     raise TrackingError(
-        f"MLflow tracking store {target.uri} ({path.resolve()}) is half-migrated: {problem}. "
+        f"MLflow tracking store {target.uri} is half-migrated: {problem}. "
         f"dlsched leaves it untouched. Back it up (cp {path} {path}.backup-{stamp}), then "
         f"migrate it with `mlflow db upgrade {target.uri}`; if that fails, keep the backup, "
         f"move the store aside (mv {path} {path}.broken) and start a new one, or "

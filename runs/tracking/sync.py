@@ -33,7 +33,8 @@ from dlsched.runs.evaluation import summarise
 from dlsched.runs.tracking.owners import end_run
 from dlsched.runs.tracking.plots import TIMELINE_FILE
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
-from dlsched.runs.tracking.store import STORE_ERRORS, connect, first_line, resolve_tracking_uri
+from dlsched.runs.tracking.store import STORE_ERRORS, connect, first_line
+from dlsched.runs.tracking.target import resolve_tracking_uri
 from dlsched.runs.tracking.tracker import (
     TAG_DEGRADED,
     TAG_EVALUATION,

@@ -15,8 +15,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from mlflow import MlflowClient
+from typing import TYPE_CHECKING
 
 from dlsched.envs.errors import TrackingError
 from dlsched.envs.scenarios.model import Scenario
@@ -29,9 +28,13 @@ from dlsched.runs.evaluation import (
     summarise,
 )
 from dlsched.runs.tracking.compare import ScenarioComparison, comparison_data, render_table
-from dlsched.runs.tracking.store import TrackingTarget
-from dlsched.runs.tracking.tracker import EvaluationTracker, new_evaluation_id
+from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.tracking.trajectory import EvaluationFolder
+
+# MLflow and the tracker (matplotlib) are imported by evaluate_tracked: an untracked evaluation
+# does not wait for them (about 1.5 s)
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ def evaluate_tracked(
         episode_plots: also draw and log every episode's plots (latency or completion times,
             limits and usage); they cost far more than the rest of the tracking.
     """
+    from dlsched.runs.tracking.tracker import EvaluationTracker, new_evaluation_id
+
     evaluation_id = new_evaluation_id(request.scenario)
     folder = EvaluationFolder.of(out, evaluation_id)
     tracker = EvaluationTracker(

@@ -43,6 +43,7 @@ from urllib.parse import urlparse
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
 
 from dlsched.envs.errors import TrackingError
@@ -64,11 +65,12 @@ from dlsched.runs.tracking.episode_writer import (
     EpisodeWriter,
     Reply,
 )
-from dlsched.runs.tracking.owners import end_run, owner_tags
+from dlsched.runs.tracking.owners import TAG_ENDED_BY, end_run, owner_tags
 from dlsched.runs.tracking.plots import TIMELINE_FILE, plot_timeline, timeline_values
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.server_watch import ServerWatch
-from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, experiment_id, first_line
+from dlsched.runs.tracking.store import STORE_ERRORS, experiment_id, first_line
+from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.tracking.trajectory import EvaluationFolder, TrackingRecord, episode_name
 
 #: MLflow's batch limits (mlflow.utils.validation).
@@ -421,8 +423,31 @@ class EvaluationTracker:
         for reply in replies:
             if isinstance(reply, EpisodeLogged):
                 self.episode_run_ids[reply.name] = reply.run_id
-            elif self.failure is None:
-                self._fail(reply.what)
+                continue
+            what = reply.what
+            if reply.stopped:
+                what += self._end_stopped_writers_runs()
+            if self.failure is None:
+                self._fail(what)
+
+    def _end_stopped_writers_runs(self) -> str:
+        """Mark ``KILLED`` the episode runs a stopped writer left ``RUNNING``; a clause saying
+        how many (or why none could be)."""
+        query = (
+            f"tags.`{TAG_EVALUATION}` = '{self.evaluation_id}' and tags.`{TAG_KIND}` = 'episode'"
+            " and attributes.status = 'RUNNING'"
+        )
+        try:
+            left = self.client.search_runs([str(self.experiment_id)], query, max_results=1000)
+            for run in left:
+                self.client.set_tag(run.info.run_id, TAG_ENDED_BY, "its episode writer was stopped")
+                end_run(self.client, run.info.run_id, "KILLED")
+        except STORE_ERRORS as error:
+            return f"; its unfinished runs could not be marked KILLED: {first_line(error)}"
+        names = ", ".join(run.info.run_name for run in left)
+        return (
+            f"; {len(left)} episode run(s) it left RUNNING marked KILLED ({names})" if left else ""
+        )
 
     def _fail(self, what: str) -> None:
         """Go on untracked from now on, and say where the episodes are and how to upload them."""
@@ -522,7 +547,8 @@ def _log_episode(
     version: str,
     commit: str | None,
 ) -> str:
-    run_id: str = client.create_run(experiment_id, run_name=name, tags=dict(tags)).info.run_id
+    run = client.create_run(experiment_id, run_name=name, tags=dict(tags))
+    run_id: str = run.info.run_id
     status = "FAILED"
     try:
         now_ms = int(time.time() * 1000)
@@ -537,7 +563,10 @@ def _log_episode(
         ]
         params = episode_params(result, evaluation_id, version, commit)
         log_in_batches(client, run_id, metrics, params)
-        client.log_artifacts(run_id, str(episode_dir))
+        # the repository of the run just created: client.log_artifacts(run_id) reads the run
+        # back to find it (8 ms, a sixth of the episode's logging on sqlite)
+        artifacts = get_artifact_repository(run.info.artifact_uri, tracking_uri=client.tracking_uri)
+        artifacts.log_artifacts(str(episode_dir))
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
