@@ -46,7 +46,8 @@ from dlsched.runs.fidelity.validation import (
 )
 from dlsched.runs.fidelity.validation_plots import plot_timelines, plot_twins
 from dlsched.runs.tracking.owners import end_run, owner_tags
-from dlsched.runs.tracking.store import STORE_ERRORS, TrackingTarget, first_line
+from dlsched.runs.tracking.store import STORE_ERRORS, first_line
+from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.tracking.tracked_evaluation import EvaluationRequest, evaluate_tracked
 from dlsched.runs.tracking.tracker import TAG_KIND, log_in_batches
 
