@@ -112,7 +112,7 @@ def register(subparsers: Any) -> None:
         "the default against recorded or replay references). Hosts that report the same CPU "
         "model differ in speed by up to 1.6x; the report names the ratios. A measured speed is "
         "measured again after the host episodes, and the report warns if it drifted by more "
-        "than 10%",
+        "than a tenth",
     )
     parser.add_argument("--json", action="store_true", help="print only JSON on stdout")
     parser.add_argument(
