@@ -31,7 +31,7 @@ import numpy as np
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Placement
 from dlsched.envs.errors import ActionError, BackendError, ScenarioError, UnknownNameError
-from dlsched.envs.replay.contention import job_efficiencies, runnable_threads, thread_counts
+from dlsched.envs.replay.contention import busy_and_quotas, job_efficiencies, runnable_threads
 from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set, load_set_contention
 from dlsched.envs.replay.sharing import water_fill
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
@@ -473,8 +473,7 @@ class ReplayBackend(Backend):
         """
         limits = self._limit[members]
         stock = self._stock[members] & ~booting[members]
-        busy = np.minimum(thread_counts(limits, cores, stock), demand[members])
-        quotas = np.where(limits >= 1.0, math.inf, limits * cores)
+        busy, quotas = busy_and_quotas(limits, demand[members], stock, cores)
         runnable = runnable_threads(busy, quotas, cores)
         if runnable > cores:
             kept = job_efficiencies(

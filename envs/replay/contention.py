@@ -315,6 +315,22 @@ class ContentionModel:
 NO_CONTENTION = ContentionModel(exponents={threading: 0.0 for threading in THREADINGS})
 
 
+def busy_and_quotas(
+    limits: np.ndarray, demands: np.ndarray, stock: np.ndarray, cores: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per job of one worker, the threads it keeps busy unthrottled and its quota in cores.
+
+    Args:
+        limits: per job, its limit as a fraction of the worker in ``(0, 1]`` (1: no quota,
+            whose quota is ``inf``).
+        demands: per job, the cores it keeps busy uncapped (its profile's ``demand_cores``).
+        stock: per job, whether it runs ``stock`` threading.
+        cores: the worker's cores.
+    """
+    busy = np.minimum(thread_counts(limits, cores, stock), demands)
+    return busy, np.where(limits >= 1.0, math.inf, limits * cores)
+
+
 def oversubscription(
     limits: np.ndarray,
     demands: np.ndarray,
@@ -329,8 +345,7 @@ def oversubscription(
         stock: per job, whether it runs ``stock`` threading.
         cores: the worker's cores.
     """
-    busy = np.minimum(thread_counts(limits, cores, stock), demands)
-    quotas = np.where(limits >= 1.0, math.inf, limits * cores)
+    busy, quotas = busy_and_quotas(limits, demands, stock, cores)
     return max(1.0, runnable_threads(busy, quotas, cores) / cores)
 
 

@@ -59,11 +59,11 @@ from dlsched.envs.replay.contention import (
     ContentionFit,
     ContentionModel,
     Crowding,
+    busy_and_quotas,
     contention_data,
     crowding,
     oversubscription,
     runnable_threads,
-    thread_counts,
 )
 from dlsched.envs.replay.profile import WorkloadProfile
 from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
@@ -226,11 +226,12 @@ class ThreadingMeasurement:
         """The replay model's states of the cell's jobs (``None`` where the threads fit)."""
         count = len(cell.samples)
         limits = np.array([sample.limit for sample in cell.samples])
-        busy = np.minimum(
-            thread_counts(limits, cores, np.full(count, self.threading == "stock")),
-            self.demand if demand is None else demand,
+        busy, quotas = busy_and_quotas(
+            limits,
+            np.full(count, self.demand if demand is None else demand),
+            np.full(count, self.threading == "stock"),
+            cores,
         )
-        quotas = np.where(limits >= 1.0, math.inf, limits * cores)
         runnable = runnable_threads(busy, quotas, cores)
         if runnable <= cores:
             return None
