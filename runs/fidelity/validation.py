@@ -393,7 +393,7 @@ def seed_agreement(jobs: Sequence[JobComparison]) -> SeedAgreement | None:
     means = [
         dataclasses.replace(
             runs[0],
-            seed=-1,
+            seed=-1,  # a mean over the seeds has no seed of its own
             replay=mean([job.replay for job in runs]),
             host=mean([job.host for job in runs]),
         )
