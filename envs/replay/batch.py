@@ -468,7 +468,7 @@ class ReplayBatch:
         crowded = runnable > capacity[:, 0]
         rows, jobs = np.nonzero(using)
         position = self.worker[rows, jobs] * self.slots + self.slot[rows, jobs]
-        kept_d = np.ones((self.episodes, self.workers * self.slots))
+        kept_d = np.ones((*over.shape, self.slots))
         if crowded.any():
             # One layout for the three per-job terms: laying each out apart cost more.
             terms = np.zeros((3, self.episodes, self.workers * self.slots))
@@ -489,11 +489,9 @@ class ReplayBatch:
                 floor,
                 bound_scale,
             )
-            kept_d = kept_d.reshape(*over.shape, self.slots)
             kept_d[over] = kept_o
-            kept_d = kept_d.reshape(self.episodes, -1)
         job_kept = np.ones(using.shape)
-        job_kept[rows, jobs] = kept_d[rows, position]
+        job_kept[rows, jobs] = kept_d.reshape(self.episodes, -1)[rows, position]
         crowded_d = np.zeros(over.shape, dtype=bool)
         crowded_d[over] = crowded
         slowed = using & np.take_along_axis(crowded_d, self.worker, axis=1)

@@ -797,39 +797,36 @@ def fit_bound_scale(
         ``s`` and one residual line per cell that has a throttled job: the allocation, each
         job's limit, measured and modelled efficiency.
     """
-    cells = [
-        (cell, np.log(np.array(measured.job_efficiencies(cell))))
-        for cell in measured.grid
-        if all(efficiency > 0 for efficiency in measured.job_efficiencies(cell))
-    ]
+    # Each crowded cell's states do not depend on s: found once, then weighed for every s.
+    # (A cell whose threads fit is modelled as 1 whatever s is: it moves no error.)
+    cells: list[tuple[GridCell, np.ndarray, Crowding]] = []
+    for cell in measured.grid:
+        efficiencies = measured.job_efficiencies(cell)
+        states = measured.crowding(cell, cores)
+        if states is not None and all(efficiency > 0 for efficiency in efficiencies):
+            cells.append((cell, np.log(np.array(efficiencies)), states))
+
+    def modelled(states: Crowding, scale: float) -> np.ndarray:
+        shape = states.throttled.shape
+        return states.efficiencies(
+            np.full(shape, exponent), np.full(shape, floor), np.full(shape, scale)
+        )[0]
 
     def error(scale: float) -> float:
         return float(
-            sum(
-                (
-                    (
-                        logs
-                        - np.log(
-                            measured.modelled_job_efficiencies(cell, cores, exponent, floor, scale)
-                        )
-                    )
-                    ** 2
-                ).sum()
-                for cell, logs in cells
-            )
+            sum(((logs - np.log(modelled(states, scale))) ** 2).sum() for _, logs, states in cells)
         )
 
     errors = [error(float(scale)) for scale in _BOUND_SCALES[::-1]]
     scale = float(_BOUND_SCALES[::-1][int(np.argmin(errors))])
     lines = []
-    for cell, logs in cells:
-        modelled = measured.modelled_job_efficiencies(cell, cores, exponent, floor, scale)
-        unmodelled = measured.modelled_job_efficiencies(cell, cores, exponent, floor, 1.0)
-        if np.array_equal(modelled, unmodelled):
+    for cell, logs, states in cells:
+        fitted = modelled(states, scale)
+        if np.array_equal(fitted, modelled(states, 1.0)):
             continue
         jobs = ", ".join(
             f"limit {sample.limit:.3g} measured {math.exp(log):.3f} modelled {value:.3f}"
-            for sample, log, value in zip(cell.samples, logs, modelled, strict=True)
+            for sample, log, value in zip(cell.samples, logs, fitted, strict=True)
         )
         lines.append(f"{measured.threading} {len(cell.samples)} jobs {cell.allocation}: {jobs}")
     return scale, lines
