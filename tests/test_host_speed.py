@@ -13,13 +13,15 @@ from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.runs.cli import main as cli_main
 from dlsched.runs.fidelity.host_speed import (
     HostSpeed,
+    SpeedBracket,
     WorkloadSpeed,
+    between,
     drift_warning,
     measure_host_speed,
     read_host_speed,
     rescaled_model,
     resolve_host_speed,
-    speed_recheck,
+    speed_bracket,
     write_host_speed,
     write_rescaled_set,
 )
@@ -100,15 +102,55 @@ def test_a_drift_between_two_probes_is_named_beyond_the_tolerance():
     assert "mlp-digits" not in warning  # 3% apart: within the tolerance
 
 
-def test_only_a_speed_measured_now_is_measured_again(tmp_path):
+def test_only_a_speed_measured_now_is_bracketed(tmp_path):
     scenario = load_scenario("docker-training-4")
     speed = _speed({n: 0.7 for n in TRAININGS})
-    live = Side("docker")
-    assert speed_recheck(None, scenario, live, speed) is not None
-    assert speed_recheck("measure", scenario, live, speed) is not None
-    assert speed_recheck(str(tmp_path / "host-speed.json"), scenario, live, speed) is None
-    assert speed_recheck(None, scenario, Side("docker", recorded=tmp_path), speed) is None
-    assert speed_recheck("none", scenario, live, None) is None
+    live, folder = Side("docker"), tmp_path / "profiles"
+    assert isinstance(speed_bracket(None, scenario, live, speed, folder), SpeedBracket)
+    assert isinstance(speed_bracket("measure", scenario, live, speed, folder), SpeedBracket)
+    saved = str(tmp_path / "host-speed.json")
+    assert speed_bracket(saved, scenario, live, speed, folder) is None
+    recorded = Side("docker", recorded=tmp_path)
+    assert speed_bracket(None, scenario, recorded, speed, folder) is None
+    assert speed_bracket("none", scenario, live, None, folder) is None
+
+
+def test_the_speed_between_two_probes_is_their_geometric_mean(tmp_path):
+    before = _speed({"cnn-digits": 0.5, "mlp-digits": 1.0})
+    after = _speed({"cnn-digits": 2.0, "mlp-digits": 1.0})
+    speed = between(before, after)
+    assert speed.ratios() == pytest.approx({"cnn-digits": 1.0, "mlp-digits": 1.0})
+    assert speed.probes == 2 and before.probes == 1
+    assert "geometric mean of the probes before and after" in speed.note()
+    assert read_host_speed(write_host_speed(speed, tmp_path / "host-speed.json")) == speed
+    with pytest.raises(ProfileError, match="cannot be combined"):
+        between(before, _speed({"cnn-digits": 1.0}))
+
+
+def test_a_bracketed_model_runs_after_the_reference_on_the_mean_speed(tmp_path):
+    """The reference runs at 0.6x throughout; probes of 0.3x before and 1.2x after (a drift)
+    bracket it, and replay rescaled to their geometric mean (0.6x) matches it exactly."""
+    scenario = load_scenario("docker-training-4")
+    slower = write_rescaled_set(_speed({n: 0.6 for n in TRAININGS}), tmp_path / "slower")
+    reference = Side("replay", profile_set=str(slower))
+    probes = []
+
+    def measure() -> HostSpeed:
+        probes.append("after")
+        return _speed({n: 1.2 for n in TRAININGS})
+
+    bracket = SpeedBracket(_speed({n: 0.3 for n in TRAININGS}), tmp_path / "model", measure)
+    policies = [make("default"), make("equal")]
+    report, _, _ = run_validation(
+        scenario, policies, (0,), reference=reference, model=bracket, progress=False
+    )
+    assert probes == ["after"]
+    assert report.all_jobs.median == 0.0 and report.all_jobs.max == 0.0
+    assert bracket.speed is not None
+    assert bracket.speed.ratios() == pytest.approx({n: 0.6 for n in TRAININGS})
+    assert report.sides[0] == "replay[rescaled to this host's speed]"
+    assert any("x0.30 before, x1.20 after (+300%)" in w for w in report.warnings)
+    assert any("cnn-digits x0.60" in w and "geometric mean" in w for w in report.warnings)
 
 
 def test_replay_rescaled_to_a_slower_reference_reports_no_error(tmp_path):

@@ -310,8 +310,10 @@ def test_replay_is_within_a_loose_bound_of_the_host(
     data = json.loads(captured.out)
     assert data["all_jobs"]["jobs"] == 2
     assert data["all_jobs"]["median"] < 0.4, captured.out
-    # The host's speed was probed before and again after its episode.
+    # The host's speed was probed before and again after its episode, and replay rescaled to
+    # the mean of the two.
     assert captured.err.count("[host speed] mlp-digits alone") == 2
+    assert any("geometric mean of the probes" in w for w in data["warnings"]), data["warnings"]
     assert any(
         "the host's speed after its episodes" in warning
         or "this host's speed changed while its episodes ran" in warning

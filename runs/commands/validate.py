@@ -111,8 +111,9 @@ def register(subparsers: Any) -> None:
         "a host-speed.json a validation saved (FILE), or hold the profiles as they are (none; "
         "the default against recorded or replay references). Hosts that report the same CPU "
         "model differ in speed by up to 1.6x; the report names the ratios. A measured speed is "
-        "measured again after the host episodes, and the report warns if it drifted by more "
-        "than a tenth",
+        "measured again after the host episodes, replay (run after them) is rescaled to the "
+        "geometric mean of the two probes, and the report warns if they differ by more than a "
+        "tenth",
     )
     parser.add_argument("--json", action="store_true", help="print only JSON on stdout")
     parser.add_argument(
@@ -176,9 +177,10 @@ def run(args: argparse.Namespace) -> int:
     """Run ``dlsched validate`` as ``args`` say; the exit code."""
     # imported here, so that parsing (and --help) does not wait for MLflow and matplotlib
     from dlsched.runs.fidelity.host_speed import (
+        SpeedBracket,
         rescaled_model,
         resolve_host_speed,
-        speed_recheck,
+        speed_bracket,
     )
     from dlsched.runs.fidelity.validation_run import (
         ValidationRequest,
@@ -206,10 +208,19 @@ def run(args: argparse.Namespace) -> int:
     warnings = host_warnings(scenario, reference)
     speed = resolve_host_speed(args.host_speed, scenario, reference)
     with tempfile.TemporaryDirectory(prefix="dlsched-rescaled-") as scratch:
-        model = REPLAY
+        directory = Path(scratch) / "profiles"
+        model: Side | SpeedBracket = REPLAY
+        bracket = speed_bracket(args.host_speed, scenario, reference, speed, directory)
         if speed is not None:
-            model = rescaled_model(speed, Path(scratch) / "profiles")
-            warnings.append(speed.warning() or speed.note())
+            said = speed.warning() or speed.note()
+            if bracket is not None:
+                # said now, before the host episodes; the report names the speed replay is
+                # rescaled to once they are done: the mean of this probe and the one after
+                print(f"warning: {said}", file=sys.stderr)
+                model = bracket
+            else:
+                model = rescaled_model(speed, directory)
+                warnings.append(said)
         for warning in warnings:
             print(f"warning: {warning}", file=sys.stderr)
         request = ValidationRequest(
@@ -219,8 +230,7 @@ def run(args: argparse.Namespace) -> int:
             reference=reference,
             model=model,
             held_out=held_out,
-            host_speed=speed,
-            after_reference=speed_recheck(args.host_speed, scenario, reference, speed),
+            host_speed=None if bracket is not None else speed,
         )
         return _validate(request, args, target, warnings)
 
@@ -246,7 +256,6 @@ def _validate(
             held_out=request.held_out,
             progress=progress,
             warnings=warnings,
-            after_reference=request.after_reference,
         )
         _print(report_data(report) if args.json else render_report(report), args.json)
         return 0
@@ -265,9 +274,9 @@ def _validate(
     )
     _print(report_data(outcome.report) if args.json else render_report(outcome.report), args.json)
     print(f"validation records: {outcome.folder.resolve()}", file=sys.stderr)
-    if request.host_speed is not None:
+    if outcome.host_speed is not None:
         print(
-            f"host speed: {request.host_speed.describe()} (--host-speed "
+            f"host speed: {outcome.host_speed.describe()} (--host-speed "
             f"{outcome.folder.resolve() / 'host-speed.json'} reuses it)",
             file=sys.stderr,
         )

@@ -93,6 +93,8 @@ class HostSpeed:
         profile_set: the set the ratios are relative to.
         threading: how the probed workloads sized their threads.
         workloads: one per probed workload.
+        probes: how many probes this speed stands for: 1, or 2 where it is the geometric mean
+            of the probes before and after a validation's host episodes (:func:`between`).
     """
 
     host: str
@@ -100,6 +102,7 @@ class HostSpeed:
     profile_set: str
     threading: Threading
     workloads: tuple[WorkloadSpeed, ...]
+    probes: int = 1
 
     def ratios(self) -> dict[str, float]:
         """Each probed workload's ratio, by name."""
@@ -109,12 +112,19 @@ class HostSpeed:
         """One line: the ratio of every workload."""
         return ", ".join(f"{w.workload} x{w.ratio:.2f}" for w in self.workloads)
 
+    def which(self) -> str:
+        """Which probes the speed is: one, or the mean of those around the host episodes."""
+        if self.probes == 1:
+            return "one probe"
+        return "the geometric mean of the probes before and after the host episodes"
+
     def note(self) -> str:
         """What a report says of a rescale that :meth:`warning` does not warn about."""
         return (
             f"replay rescaled to this host's speed ({self.describe()} the speed of the host "
             f"profile set {self.profile_set!r} was measured on, within "
-            f"{SPEED_TOLERANCE:.0%}); --host-speed none holds the profiles as they are"
+            f"{SPEED_TOLERANCE:.0%}; {self.which()}); --host-speed none holds the profiles as "
+            "they are"
         )
 
     def warning(self, tolerance: float = SPEED_TOLERANCE) -> str | None:
@@ -129,8 +139,9 @@ class HostSpeed:
         )
         return (
             f"this host runs the workloads at {self.describe()} the speed of the host profile "
-            f"set {self.profile_set!r} was measured on ({listing}); replay was rescaled to this "
-            "host's speed (--host-speed none holds the profiles as they are). For replay "
+            f"set {self.profile_set!r} was measured on ({listing}; {self.which()}); replay was "
+            "rescaled to this host's speed (--host-speed none holds the profiles as they are). "
+            "For replay "
             "episodes that describe this host, calibrate it: dlsched calibrate --workload all "
             "--output-dir DIR, then profile_set: DIR"
         )
@@ -260,7 +271,11 @@ def host_speed_data(speed: HostSpeed) -> dict[str, Any]:
     """The JSON object of ``speed``, as :func:`read_host_speed` reads it."""
     return {
         "format": HOST_SPEED_FORMAT,
-        **{field.name: getattr(speed, field.name) for field in dataclasses.fields(speed)[:4]},
+        "host": speed.host,
+        "date": speed.date,
+        "profile_set": speed.profile_set,
+        "threading": speed.threading,
+        "probes": speed.probes,
         "workloads": [dataclasses.asdict(w) for w in speed.workloads],
     }
 
@@ -300,12 +315,16 @@ def read_host_speed(path: Path) -> HostSpeed:
             or not workloads
         ):
             raise ValueError("every workload needs positive, finite cores and rates")
+        probes = data.get("probes", 1)  # files saved before brackets hold one probe
+        if probes not in (1, 2):
+            raise ValueError(f"probes {probes!r}, expected 1 or 2")
         return HostSpeed(
             host=str(data["host"]),
             date=str(data["date"]),
             profile_set=str(data["profile_set"]),
             threading=data["threading"],
             workloads=workloads,
+            probes=probes,
         )
     except (KeyError, TypeError, ValueError) as error:
         raise ProfileError(
@@ -353,8 +372,8 @@ def _rescale(profile: dict[str, Any], ratio: float, speed: HostSpeed) -> None:
             profile[field] = significant(profile[field] / ratio, 5)
     note = (
         f"rescaled to {speed.host} on {speed.date}: throughput x{ratio:.4g} and start-up "
-        f"/{ratio:.4g}, from one uncapped run against the profile (dlsched validate's host "
-        "speed probe)"
+        f"/{ratio:.4g}, from {speed.which()} of dlsched validate (each workload alone and "
+        "uncapped, against the profile)"
     )
     provenance = profile.get("provenance")
     if isinstance(provenance, dict):
@@ -410,6 +429,36 @@ def resolve_host_speed(option: str | None, scenario: Scenario, reference: Side) 
     return speed
 
 
+def between(before: HostSpeed, after: HostSpeed) -> HostSpeed:
+    """The host's speed between two probes of the same workloads: per workload, the geometric
+    mean of the two (cores, rates and the profile's rates alike, so that the ratio is the
+    geometric mean of the two ratios).
+
+    Raises:
+        ProfileError: the probes are of different profile sets or workloads.
+    """
+    later = {speed.workload: speed for speed in after.workloads}
+    if before.profile_set != after.profile_set or sorted(later) != sorted(before.ratios()):
+        raise ProfileError(
+            f"probes of {sorted(before.ratios())} on {before.profile_set!r} and of "
+            f"{sorted(later)} on {after.profile_set!r} cannot be combined; probe the same "
+            "workloads of the same profile set twice"
+        )
+    combined = []
+    for first in before.workloads:
+        second = later[first.workload]
+        combined.append(
+            WorkloadSpeed(
+                workload=first.workload,
+                unit=first.unit,
+                cores=math.sqrt(first.cores * second.cores),
+                rate=math.sqrt(first.rate * second.rate),
+                profile_rate=math.sqrt(first.profile_rate * second.profile_rate),
+            )
+        )
+    return dataclasses.replace(before, date=after.date, workloads=tuple(combined), probes=2)
+
+
 def drift_warning(
     before: HostSpeed, after: HostSpeed, tolerance: float = SPEED_TOLERANCE
 ) -> str | None:
@@ -434,41 +483,75 @@ def drift_warning(
     )
     return (
         f"this host's speed changed while its episodes ran: {listing}; replay was rescaled to "
-        "the first probe, so part of the errors is the host's drift: validate again when the "
-        "host is steadier, or over more seeds"
+        "the geometric mean of the two probes, but how fast the host ran during each episode is "
+        "not known, so part of the errors is the host's drift: validate again when the host is "
+        "steadier, or over more seeds"
     )
 
 
-def speed_recheck(
-    option: str | None, scenario: Scenario, reference: Side, before: HostSpeed | None
-) -> Callable[[], list[str]] | None:
-    """A second probe for after the host episodes, where the first was measured just now.
+@dataclass
+class SpeedBracket:
+    """Replay rescaled to the host's speed *during* its episodes, as well as it can be known.
+
+    A VM whose neighbours come and go runs the same workload up to 1.7x faster or slower from
+    one hour to the next (measured on a 2-core VM), so a probe taken before the host episodes
+    can be minutes stale by the time they end. The bracket probes before (:attr:`before`) and,
+    once the host episodes are done, again; replay runs after, on the profiles rescaled to the
+    geometric mean of the two (:func:`between`), and the report says whether the two differed
+    (:func:`drift_warning`). It is the model of
+    :func:`~dlsched.runs.fidelity.validation.run_validation` where it is given instead of a
+    :class:`~dlsched.runs.fidelity.validation.Side`.
+
+    Attributes:
+        before: the probe before the host episodes.
+        directory: a new folder the rescaled profile set is written into.
+        measure: probes the host again (``measure_host_speed`` on the scenario).
+        speed: the speed replay was rescaled to, once :meth:`after_reference` ran.
+    """
+
+    before: HostSpeed
+    directory: Path
+    measure: Callable[[], HostSpeed]
+    speed: HostSpeed | None = None
+
+    def after_reference(self) -> tuple[Side, list[str]]:
+        """Probe again; replay on the rescaled set, and what the report should say of it."""
+        after = self.measure()
+        self.speed = between(self.before, after)
+        drift = drift_warning(self.before, after)
+        notes = [
+            self.speed.warning() or self.speed.note(),
+            drift
+            or f"the host's speed after its episodes: {after.describe()}, within "
+            f"{SPEED_TOLERANCE:.0%} of the probe before them ({self.before.describe()})",
+        ]
+        return rescaled_model(self.speed, self.directory), notes
+
+
+def speed_bracket(
+    option: str | None,
+    scenario: Scenario,
+    reference: Side,
+    before: HostSpeed | None,
+    directory: Path,
+) -> SpeedBracket | None:
+    """A bracket around the host episodes, where the speed was measured just now.
 
     Args:
         option: ``--host-speed`` as given (``None``: its default).
         scenario: the scenario validated.
         reference: what replay is held against.
-        before: the first probe (``None``: no rescale, nothing to recheck).
+        before: the first probe (``None``: no rescale, nothing to bracket).
+        directory: a new folder for the rescaled profile set.
 
     Returns:
-        A function that probes again and returns :func:`drift_warning`'s warning, or else a
-        note of the second probe's ratios; ``None`` where the speed was not measured now (a
-        file, ``none``, a recorded reference).
+        ``None`` where the speed was not measured now (a file, ``none``, a recorded
+        reference): replay is then rescaled to ``before`` as it is.
     """
     live = reference.backend == "docker" and reference.recorded is None
     if before is None or not live or option not in (None, "measure"):
         return None
-
-    def recheck() -> list[str]:
-        after = measure_host_speed(scenario, before.threading)
-        warning = drift_warning(before, after)
-        return [
-            warning
-            or f"the host's speed after its episodes: {after.describe()}, within "
-            f"{SPEED_TOLERANCE:.0%} of the first probe"
-        ]
-
-    return recheck
+    return SpeedBracket(before, directory, lambda: measure_host_speed(scenario, before.threading))
 
 
 def rescaled_model(speed: HostSpeed, directory: Path) -> Side:

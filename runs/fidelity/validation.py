@@ -37,9 +37,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from scipy import stats
@@ -615,43 +616,52 @@ def build_report(
     )
 
 
+class ModelAfterReference(Protocol):
+    """A model known only once the reference's episodes are done: replay rescaled to the host's
+    speed during them (:class:`~dlsched.runs.fidelity.host_speed.SpeedBracket`)."""
+
+    def after_reference(self) -> tuple[Side, list[str]]:
+        """The model's side, and what the report should say of it."""
+        ...
+
+
 def run_validation(
     scenario: Scenario,
     policies: Sequence[Policy],
     seeds: Sequence[int],
     reference: Side = HOST,
-    model: Side = REPLAY,
+    model: Side | ModelAfterReference = REPLAY,
     held_out: Sequence[str] = (),
     progress: bool = True,
     warnings: Sequence[str] = (),
-    after_reference: Callable[[], list[str]] | None = None,
 ) -> tuple[ValidationReport, list[EpisodeResult], list[EpisodeResult]]:
-    """Run every policy on every seed on the model, then on the reference, and compare.
+    """Run every policy on every seed on the model and on the reference, and compare.
 
-    The model runs first: replay takes seconds, and a scenario that fails on replay fails before
-    any container starts. Nothing is recorded (see :mod:`.validation_run` for the tracked run).
+    A model given as a side runs first: replay takes seconds, and a scenario that fails on
+    replay fails before any container starts. A model known only after the reference (replay
+    rescaled to the host's speed during its episodes) runs after it. Nothing is recorded (see
+    :mod:`.validation_run` for the tracked run).
 
     Args:
         scenario: a scenario both sides can run (the host-scale ones, for the host).
         policies: the policies, built (:func:`dlsched.runs.policy_specs.build_policies`).
         seeds: the seeds, the same on both sides.
         reference: what the model is held against (the local engine by default).
-        model: the model (replay on the scenario's profiles by default).
+        model: the model (replay on the scenario's profiles by default), or what makes it once
+            the reference's episodes are done; its notes join the report's warnings.
         held_out: names of the policies calibration did not see.
         progress: show a progress bar.
         warnings: warnings to carry into the report (a busy or different host).
-        after_reference: run once the reference's episodes are done (a second probe of the
-            host's speed); its warnings join the report's.
 
     Returns:
         The report, and the model's and the reference's episodes.
     """
     from dlsched.runs.evaluation import evaluate
 
-    episodes = [
-        side.recorded_episodes(scenario, policies, seeds)
-        if side.recorded is not None
-        else evaluate(
+    def episodes_of(side: Side) -> list[EpisodeResult]:
+        if side.recorded is not None:
+            return side.recorded_episodes(scenario, policies, seeds)
+        return evaluate(
             side.scenario_for(scenario),
             policies,
             seeds,
@@ -659,14 +669,24 @@ def run_validation(
             progress=progress,
             backend_options=side.options,
         )
-        for side in (model, reference)
-    ]
-    if after_reference is not None:
-        warnings = [*warnings, *after_reference()]
+
+    if isinstance(model, Side):
+        model_episodes = episodes_of(model)
+        reference_episodes = episodes_of(reference)
+    else:
+        reference_episodes = episodes_of(reference)
+        model, notes = model.after_reference()
+        warnings = [*warnings, *notes]
+        model_episodes = episodes_of(model)
     report = build_report(
-        scenario, episodes[0], episodes[1], held_out, warnings, (model.label(), reference.label())
+        scenario,
+        model_episodes,
+        reference_episodes,
+        held_out,
+        warnings,
+        (model.label(), reference.label()),
     )
-    return report, episodes[0], episodes[1]
+    return report, model_episodes, reference_episodes
 
 
 def render_report(report: ValidationReport) -> str:

@@ -34,7 +34,12 @@ from dlsched.envs.workloads.cpu_quota import Threading
 from dlsched.policies.policy import Policy
 from dlsched.runs.evaluation import EpisodeResult
 from dlsched.runs.fidelity.calibration import HostDescription
-from dlsched.runs.fidelity.host_speed import HOST_SPEED_FILE, HostSpeed, write_host_speed
+from dlsched.runs.fidelity.host_speed import (
+    HOST_SPEED_FILE,
+    HostSpeed,
+    SpeedBracket,
+    write_host_speed,
+)
 from dlsched.runs.fidelity.quiet_host import QUIET_CORES, sample_load
 from dlsched.runs.fidelity.validation import (
     REPLAY,
@@ -61,22 +66,26 @@ class ValidationRequest:
         policies: the built policies.
         seeds: the seeds, the same on both sides.
         reference: what the model is held against.
-        model: the model.
+        model: the model, or a speed bracket: replay rescaled to the host's speed around its
+            episodes, run after them.
         held_out: names of the policies calibration did not see.
         host_speed: the host's speed the model was rescaled to, saved beside the report
-            (``None``: the profiles as they are).
-        after_reference: run once the reference's episodes are done (a second probe of the
-            host's speed); its warnings join the report's.
+            (``None``: the profiles as they are, or the bracket's speed).
     """
 
     scenario: Scenario
     policies: tuple[Policy, ...]
     seeds: tuple[int, ...]
     reference: Side
-    model: Side = REPLAY
+    model: Side | SpeedBracket = REPLAY
     held_out: tuple[str, ...] = ()
     host_speed: HostSpeed | None = None
-    after_reference: Callable[[], list[str]] | None = None
+
+    def rescaled_to(self) -> HostSpeed | None:
+        """The speed replay was rescaled to (a bracket's: once its reference ran)."""
+        if isinstance(self.model, SpeedBracket):
+            return self.model.speed
+        return self.host_speed
 
 
 @dataclass(frozen=True)
@@ -88,12 +97,14 @@ class ValidationOutcome:
         folder: the validation's local folder.
         run_id: the validation's MLflow run (``None`` if the store failed).
         failure: the store's failure, if it failed (the validation still completed).
+        host_speed: the speed replay was rescaled to (``None``: the profiles as they are).
     """
 
     report: ValidationReport
     folder: Path
     run_id: str | None
     failure: TrackingError | None
+    host_speed: HostSpeed | None = None
 
 
 def scenario_threading(scenario: Scenario) -> Threading:
@@ -202,15 +213,14 @@ def validate_tracked(
         warn: where warnings go.
     """
     validation_id = new_validation_id(request.scenario)
-    episodes: list[list[EpisodeResult]] = []
     evaluation_runs: list[str | None] = []
     experiment_id: str | None = None
     failure: TrackingError | None = None
-    for side in (request.model, request.reference):
+
+    def episodes_of(side: Side) -> list[EpisodeResult]:
+        nonlocal experiment_id, failure
         if side.recorded is not None:
-            recorded = side.recorded_episodes(request.scenario, request.policies, request.seeds)
-            episodes.append(recorded)
-            continue
+            return side.recorded_episodes(request.scenario, request.policies, request.seeds)
         outcome = evaluate_tracked(
             EvaluationRequest(
                 scenario=side.scenario_for(request.scenario),
@@ -229,25 +239,33 @@ def validate_tracked(
             # a validation's episodes are few and set side by side episode by episode
             episode_plots=plots,
         )
-        episodes.append(list(outcome.results))
         evaluation_runs.append(outcome.location.parent_run_id)
         experiment_id = experiment_id or outcome.location.experiment_id
         failure = failure or outcome.failure
-    model, reference = episodes
-    if request.after_reference is not None:
-        warnings = [*warnings, *request.after_reference()]
+        return list(outcome.results)
+
+    if isinstance(request.model, Side):
+        model_side = request.model
+        model = episodes_of(model_side)
+        reference = episodes_of(request.reference)
+    else:  # replay rescaled to the host's speed around its episodes: known after them
+        reference = episodes_of(request.reference)
+        model_side, notes = request.model.after_reference()
+        warnings = [*warnings, *notes]
+        model = episodes_of(model_side)
     report = build_report(
         request.scenario,
         model,
         reference,
         request.held_out,
         warnings,
-        (request.model.label(), request.reference.label()),
+        (model_side.label(), request.reference.label()),
     )
     folder = out / validation_id
     files = _write_files(folder, report, model, reference, plots)
-    if request.host_speed is not None:
-        files.append(write_host_speed(request.host_speed, folder / HOST_SPEED_FILE))
+    host_speed = request.rescaled_to()
+    if host_speed is not None:
+        files.append(write_host_speed(host_speed, folder / HOST_SPEED_FILE))
     run_id = None
     if failure is None:
         try:
@@ -266,7 +284,7 @@ def validate_tracked(
                 f"{first_line(error)}; its report is on disk in {folder.resolve()}"
             )
             warn(f"warning: {failure}")
-    return ValidationOutcome(report, folder, run_id, failure)
+    return ValidationOutcome(report, folder, run_id, failure, host_speed)
 
 
 def _write_files(
@@ -328,8 +346,8 @@ def _log_report(
     params = {
         "scenario": request.scenario.name,
         "scenario.hash": request.scenario.content_hash(),
-        "model": request.model.label(),
-        "reference": request.reference.label(),
+        "model": report.sides[0],
+        "reference": report.sides[1],
         "policies": ",".join(policy.name for policy in request.policies),
         "held_out": ",".join(request.held_out) or "-",
         "seeds": ",".join(str(seed) for seed in request.seeds),
