@@ -212,3 +212,44 @@ def test_the_probe_measures_a_workload_on_the_engine(docker_engine, workload_ima
     # Any machine this runs on is within a factor of 4 of the profiles' host.
     assert 0.25 < mlp.ratio < 4.0, speed.describe()
     assert speed.profile_set == "measured"
+
+
+def test_a_tracked_bracket_saves_the_speed_and_both_probes(tmp_path, monkeypatch, mlflow_store):
+    """Beside the report: the speed replay was rescaled to, and each probe alone, so that the
+    recorded host episodes can be held against either later."""
+    from dlsched.runs.fidelity.validation_run import ValidationRequest, validate_tracked
+    from dlsched.runs.tracking.store import connect
+    from dlsched.runs.tracking.target import resolve_tracking_uri
+
+    folder, uri = mlflow_store
+    monkeypatch.chdir(folder)
+    scenario = load_scenario("docker-training-4")
+    slower = write_rescaled_set(_speed({n: 0.6 for n in TRAININGS}), tmp_path / "slower")
+    bracket = SpeedBracket(
+        _speed({n: 0.3 for n in TRAININGS}),
+        tmp_path / "model",
+        lambda: _speed({n: 1.2 for n in TRAININGS}),
+    )
+    request = ValidationRequest(
+        scenario=scenario,
+        policies=(make("equal"),),
+        seeds=(0,),
+        reference=Side("replay", profile_set=str(slower)),
+        model=bracket,
+    )
+    target = resolve_tracking_uri(uri)
+    outcome = validate_tracked(
+        request,
+        connect(target),
+        target,
+        tmp_path / "records",
+        experiment=f"bracket-{tmp_path.name}",
+        plots=False,
+        progress=False,
+    )
+    assert outcome.report.all_jobs.median == 0.0
+    assert outcome.host_speed == bracket.speed
+    saved = {path.name: read_host_speed(path) for path in outcome.folder.glob("host-speed*.json")}
+    assert saved["host-speed.json"].ratios() == pytest.approx({n: 0.6 for n in TRAININGS})
+    assert saved["host-speed-before.json"] == bracket.before
+    assert saved["host-speed-after.json"].ratios() == pytest.approx({n: 1.2 for n in TRAININGS})

@@ -51,6 +51,8 @@ from dlsched.runs.fidelity.validation import Side
 HOST_SPEED_FORMAT = 1
 #: The file a probe is saved to, beside a validation's report.
 HOST_SPEED_FILE = "host-speed.json"
+#: Where a bracket's two probes are saved beside it (each a ``host-speed.json`` of one probe).
+BRACKET_FILES = ("host-speed-before.json", "host-speed-after.json")
 #: A ratio further than this from 1 is warned about: the profiles describe another machine.
 SPEED_TOLERANCE = 0.10
 #: Batches a service's probe window holds at its profile's speed, at least.
@@ -507,16 +509,18 @@ class SpeedBracket:
         directory: a new folder the rescaled profile set is written into.
         measure: probes the host again (``measure_host_speed`` on the scenario).
         speed: the speed replay was rescaled to, once :meth:`after_reference` ran.
+        after: the probe after the host episodes, once :meth:`after_reference` ran.
     """
 
     before: HostSpeed
     directory: Path
     measure: Callable[[], HostSpeed]
     speed: HostSpeed | None = None
+    after: HostSpeed | None = None
 
     def after_reference(self) -> tuple[Side, list[str]]:
         """Probe again; replay on the rescaled set, and what the report should say of it."""
-        after = self.measure()
+        after = self.after = self.measure()
         self.speed = between(self.before, after)
         drift = drift_warning(self.before, after)
         notes = [
@@ -526,6 +530,12 @@ class SpeedBracket:
             f"{SPEED_TOLERANCE:.0%} of the probe before them ({self.before.describe()})",
         ]
         return rescaled_model(self.speed, self.directory), notes
+
+    def probes(self) -> list[tuple[str, HostSpeed]]:
+        """Each probe taken so far with the file it is saved to (:data:`BRACKET_FILES`), so
+        that recorded host episodes can be held against either alone."""
+        taken = (self.before, self.after)
+        return [(name, probe) for name, probe in zip(BRACKET_FILES, taken, strict=True) if probe]
 
 
 def speed_bracket(

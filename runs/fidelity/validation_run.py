@@ -266,6 +266,9 @@ def validate_tracked(
     host_speed = request.rescaled_to()
     if host_speed is not None:
         files.append(write_host_speed(host_speed, folder / HOST_SPEED_FILE))
+    if isinstance(request.model, SpeedBracket):
+        for name, probe in request.model.probes():
+            files.append(write_host_speed(probe, folder / name))
     run_id = None
     if failure is None:
         try:
