@@ -6,6 +6,7 @@ import dataclasses
 import multiprocessing
 import os
 import pickle
+import signal
 import socket
 import threading
 import time
@@ -290,3 +291,39 @@ def test_a_writer_that_only_draws_after_the_store_failed_is_not_taken_for_stuck(
     assert len(episodes) == 10
     assert all((episode / "plotted").is_file() for episode in episodes)  # none cut short
     assert _no_writer_left()
+
+
+def test_a_close_cut_short_by_a_signal_is_resumed_and_leaves_no_writer(
+    monkeypatch, tmp_path: Path, mlflow_store
+) -> None:
+    from mlflow.exceptions import MlflowException
+
+    from dlsched.runs.evaluation import evaluate
+    from dlsched.runs.interruption import Interrupted, interruptible
+    from dlsched.runs.tracking import tracker
+
+    let_go = multiprocessing.get_context("fork").Event()  # shared with the forked writer
+
+    def busy(*args, **kwargs):
+        let_go.wait(60)
+        raise MlflowException("database is locked")
+
+    monkeypatch.setattr(tracker, "log_episode_run", busy)
+    (result,) = evaluate(_scenario(), [make("default")], [0], progress=False)
+    uri = mlflow_store[1]
+    context = episode_writer.EpisodeRunContext(uri, "0", "parent", "evaluation", "0", None, {})
+    writer = episode_writer.EpisodeWriter.start(MlflowClient(uri), context)
+    writer.submit(episode_writer.EpisodeJob(result, tmp_path, plots=False, log=True))
+    with interruptible():
+        # Ctrl-C while the evaluation waits for the writer at its end
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(Interrupted):
+            writer.close()
+        let_go.set()
+        replies = writer.close(hurry=True)  # what the tracker's __exit__ does
+
+    assert [reply.what for reply in replies if isinstance(reply, episode_writer.WriterFailed)] == [
+        "logging episode default-seed0 failed: database is locked"
+    ]
+    assert writer.closed
+    assert _no_writer_left()  # before, the child waited on the pipe for ever
