@@ -9,6 +9,19 @@ episode's plots (when asked) and logs it as a child run
 (:func:`~dlsched.runs.tracking.tracker.log_episode_run`); :meth:`EpisodeWriter.replies` and
 :meth:`EpisodeWriter.close` say what became of each.
 
+The evaluation never waits for the writer between episodes:
+
+- episodes go over a pipe, which holds a few hundred kilobytes (a few episodes): a writer that
+  stops reading (deadlocked, or hung on a locked store) would block the evaluation's next send
+  for ever. A courier thread of the evaluation sends them from a queue instead, and only it can
+  block;
+- the writer answers every episode it is handed (:class:`EpisodeLogged`,
+  :class:`EpisodeHandled` for one it did not log, :class:`WriterFailed`), so its answers say it
+  is alive whether or not it logs. One that says nothing for :data:`STALL_TIMEOUT_S` while it
+  holds episodes is taken for stuck and stopped, in the middle of the evaluation as at its end;
+  the evaluation then goes on untracked (every episode is on disk already) and ends ``KILLED``
+  the runs the writer left ``RUNNING``.
+
 Where it runs:
 
 - **a sqlite store**: a child process forked from the evaluation, since the logging is Python
@@ -43,8 +56,11 @@ import ctypes
 import multiprocessing
 import multiprocessing.synchronize
 import os
+import queue
 import signal
+import socket
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -112,35 +128,49 @@ class EpisodeLogged:
 
 
 @dataclass(frozen=True)
+class EpisodeHandled:
+    """An episode was handled without being logged: its plots drawn after the store failed, or
+    nothing done (no plots asked for). Its reply, so that a writer that only draws is not taken
+    for a silent one."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class WriterFailed:
     """The writer stopped logging: the store refused a write, or a plot could not be drawn.
 
     Attributes:
         what: what failed, as a clause (``logging episode default-seed1 failed: ...``).
-        stopped: the writer said nothing for :data:`STALL_TIMEOUT_S` and was stopped: episode
-            runs it had started may be left ``RUNNING`` for the evaluation to end.
+        stopped: the writer is no more (it said nothing for :data:`STALL_TIMEOUT_S` with
+            episodes in hand and was stopped, or it ended unexpectedly): episode runs it had
+            started may be left ``RUNNING`` for the evaluation to end.
     """
 
     what: str
     stopped: bool = False
 
 
-Reply = EpisodeLogged | WriterFailed
+#: What the writer answers for each episode handed to it, one each (:class:`WriterFailed` also
+#: comes from the evaluation's side when the writer is stopped or gone).
+Reply = EpisodeLogged | EpisodeHandled | WriterFailed
 _Event = threading.Event | multiprocessing.synchronize.Event
 
 #: Linux's prctl option that signals a process when its parent dies.
 _PR_SET_PDEATHSIG = 1
-#: Seconds :meth:`EpisodeWriter.close` waits for the writer's next word before it takes it for
-#: stuck (a forked child can deadlock on a lock another thread held at the fork). Logging an
-#: episode takes tens of milliseconds, drawing its plots about a second, on a tracking server
-#: at most ``HTTP_GIVE_UP_S`` (25 s) a call: a minute of silence is no slow episode.
+#: Seconds the writer may say nothing while it holds episodes before it is taken for stuck (a
+#: forked child can deadlock on a lock another thread held at the fork, or hang on a locked
+#: store). It answers every episode; logging one takes tens of milliseconds, drawing its plots
+#: about a second, on a tracking server at most ``HTTP_GIVE_UP_S`` (25 s) a call: a minute of
+#: silence is no slow episode.
 STALL_TIMEOUT_S = 60.0
 
 
 class EpisodeWriter:
     """Logs the episodes handed to it, in a child process or a thread (module docstring).
 
-    Build it with :meth:`start`; hand it episodes with :meth:`submit`; :meth:`close` once.
+    Build it with :meth:`start`; hand it episodes with :meth:`submit`, which never waits for
+    the writer; :meth:`close` at the end.
     """
 
     def __init__(
@@ -148,16 +178,45 @@ class EpisodeWriter:
         connection: Connection,
         worker: multiprocessing.process.BaseProcess | threading.Thread,
         hurry: _Event,
+        stall_timeout_s: float,
     ) -> None:
         self._connection = connection
         self._worker = worker
         self._hurry = hurry
+        self._stall_timeout_s = stall_timeout_s
+        # what the courier sends, in order: put() never blocks, and is safe under a signal
+        self._outbox: queue.SimpleQueue[EpisodeJob | _Close] = queue.SimpleQueue()
+        self._courier = threading.Thread(
+            target=_deliver,
+            args=(self._outbox, connection),
+            name="dlsched-episode-courier",
+            daemon=True,
+        )
+        self._courier.start()
+        # replies received and not yet returned: a signal between the two keeps them here
+        self._received: list[Reply] = []
+        self._unanswered = 0  # episodes handed over that the writer has not answered yet
+        self._heard_at = time.monotonic()  # its last answer, or the hand-over that woke it
+        self._close_sent = False
+        self._ended = False  # the writer ended, was stopped or is gone: nothing more to hand
         self._closed = False
 
     @classmethod
-    def start(cls, client: MlflowClient, context: EpisodeRunContext) -> EpisodeWriter:
+    def start(
+        cls,
+        client: MlflowClient,
+        context: EpisodeRunContext,
+        stall_timeout_s: float | None = None,
+    ) -> EpisodeWriter:
         """Start a writer for ``context``'s store: a forked process where it is safe, else a
-        thread sharing ``client``."""
+        thread sharing ``client``.
+
+        Args:
+            client: the evaluation's client (the thread's).
+            context: what the episode runs are logged with.
+            stall_timeout_s: the longest silence taken for work while the writer holds
+                episodes, in seconds (:data:`STALL_TIMEOUT_S` by default).
+        """
         ours, theirs = multiprocessing.Pipe(duplex=True)
         worker: multiprocessing.process.BaseProcess | threading.Thread
         hurry: _Event
@@ -181,96 +240,162 @@ class EpisodeWriter:
                 daemon=True,
             )
             worker.start()
-        return cls(ours, worker, hurry)
+        # the courier thread starts after the fork: the child must not copy its locks
+        return cls(
+            ours, worker, hurry, STALL_TIMEOUT_S if stall_timeout_s is None else stall_timeout_s
+        )
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
+        """Whether :meth:`close` has run to its end."""
         return self._closed
 
     def submit(self, job: EpisodeJob) -> list[Reply]:
-        """Hand an episode over; what the writer has reported since the last call.
+        """Hand an episode over without waiting for the writer; what it has reported since the
+        last call (:meth:`replies`).
 
-        The replies are read first, so the writer never waits on a full pipe back while this
-        waits for room to send.
+        Once the writer is stopped or gone (a reply :class:`WriterFailed` with ``stopped``),
+        nothing more is handed over: the evaluation goes on untracked.
         """
         replies = self.replies()
-        try:
-            # a signal in the middle of a send would leave half a message in the pipe
-            with deferred():
-                self._connection.send(job)
-        except OSError:  # the writer is gone (killed by the system, say)
-            replies.append(self._gone())
+        if self._ended or self._close_sent:
+            return replies
+        with deferred():  # counted if and only if queued
+            if self._unanswered == 0:
+                self._heard_at = time.monotonic()  # an idle writer's silence was no stall
+            self._unanswered += 1
+            self._outbox.put(job)
         return replies
 
     def replies(self) -> list[Reply]:
-        """What the writer has reported so far, without waiting."""
-        replies = []
-        with contextlib.suppress(EOFError, OSError):  # an ended writer has said all it will
-            while self._connection.poll():
-                replies.append(self._connection.recv())
+        """What the writer has reported so far, without waiting.
+
+        A writer that has said nothing for the stall timeout while it holds episodes is stopped
+        here, in the middle of the evaluation as :meth:`close` stops it at the end; one that
+        ended unexpectedly is said once. Either way the last reply is a :class:`WriterFailed`
+        with ``stopped`` set.
+        """
+        if not self._ended:
+            try:
+                while self._connection.poll():
+                    self._receive()
+            except (EOFError, OSError):  # its end is closed
+                self._received += self._ended_itself()
+            if not self._ended and self._unanswered and self._silence_left() <= 0:
+                self._received.append(self._stop())
+        replies, self._received = self._received, []
         return replies
 
-    def close(self, hurry: bool = False, stall_timeout_s: float | None = None) -> list[Reply]:
+    def close(self, hurry: bool = False) -> list[Reply]:
         """Let the writer finish every episode handed over and end; its last replies.
 
-        A writer that says nothing for ``stall_timeout_s`` is taken for stuck: a child process
-        is killed (it ignores SIGTERM), a thread left behind (it is a daemon), and the last
-        reply is a :class:`WriterFailed` with ``stopped`` set, naming the wait.
+        A writer that says nothing for the stall timeout (:meth:`start`) while it holds
+        episodes, or when told to end, is taken for stuck: a child process is killed (it ignores
+        SIGTERM), a thread left behind (it is a daemon, and hears no more from the evaluation),
+        and the last reply is a :class:`WriterFailed` with ``stopped`` set, naming the wait. A
+        signal while it waits leaves it to be called again (with ``hurry``).
 
         Args:
             hurry: the evaluation was stopped: the writer logs what it holds without drawing
                 plots (the episodes and their records are logged; plots cost the most).
-            stall_timeout_s: the longest silence taken for work, in seconds
-                (:data:`STALL_TIMEOUT_S` by default).
         """
         if self._closed:
             return []
-        stall_timeout_s = STALL_TIMEOUT_S if stall_timeout_s is None else stall_timeout_s
-        self._closed = True
         if hurry:
             self._hurry.set()
-        replies = self.replies()
-        with contextlib.suppress(OSError):  # a writer that died cannot be told anything
-            self._connection.send(_Close())
-        while True:
+        if not self._ended and not self._close_sent:
+            if self._unanswered == 0:
+                self._heard_at = time.monotonic()
+            self._close_sent = True
+            self._outbox.put(_Close())
+        while not self._ended:
             try:
-                if not self._connection.poll(stall_timeout_s):
-                    replies.append(self._stop(stall_timeout_s))
-                    self._connection.close()
-                    return replies
-                replies.append(self._connection.recv())
-            except (EOFError, OSError):
-                break
-        self._worker.join()
-        self._connection.close()
-        exit_code = getattr(self._worker, "exitcode", 0)
-        if exit_code:  # killed before it said what became of every episode
-            replies.append(self._gone())
-        return replies
+                if self._connection.poll(max(0.0, self._silence_left())):
+                    self._receive()
+                else:
+                    self._received.append(self._stop())
+            except (EOFError, OSError):  # it ended
+                self._received += self._ended_itself()
+        self._closed = True
+        return self.replies()
 
-    def _stop(self, stall_timeout_s: float) -> WriterFailed:
-        """End a writer that has said nothing for ``stall_timeout_s`` (see :meth:`close`)."""
-        kind = "thread" if isinstance(self._worker, threading.Thread) else "process"
+    def _receive(self) -> None:
+        """Receive one reply (the pipe has one)."""
+        # a signal in the middle of a message would leave the rest of it in the pipe
+        with deferred():
+            self._received.append(self._connection.recv())
+            self._unanswered -= 1
+            self._heard_at = time.monotonic()
+
+    def _silence_left(self) -> float:
+        return self._heard_at + self._stall_timeout_s - time.monotonic()
+
+    @property
+    def _kind(self) -> str:
+        return "thread" if isinstance(self._worker, threading.Thread) else "process"
+
+    def _stop(self) -> WriterFailed:
+        """End a writer that has said nothing for the stall timeout (see :meth:`close`)."""
         # a thread cannot be killed (a daemon, it ends with the evaluation); a child ignores
         # SIGTERM, so it is killed outright
         if isinstance(self._worker, multiprocessing.process.BaseProcess):
             self._worker.kill()
-            self._worker.join()
+            self._end(join_worker=True)
+        else:
+            self._end(join_worker=False)
         return WriterFailed(
-            f"the {kind} logging the episodes said nothing for {stall_timeout_s:.0f} s and was "
-            "stopped (deadlocked or hung on the store)",
+            f"the {self._kind} logging the episodes said nothing for {self._stall_timeout_s:g} s "
+            "and was stopped (deadlocked or hung on the store)",
             stopped=True,
         )
 
-    def _gone(self) -> WriterFailed:
-        exit_code = getattr(self._worker, "exitcode", None)
-        how = f" (exit code {exit_code})" if exit_code is not None else ""
-        return WriterFailed(f"the process logging the episodes ended unexpectedly{how}")
+    def _ended_itself(self) -> list[Reply]:
+        """The writer's end of the pipe closed: nothing if it was told to close and did, else
+        that it is gone."""
+        self._end(join_worker=True)
+        exit_code = getattr(self._worker, "exitcode", 0)
+        if self._close_sent and not exit_code:
+            return []
+        how = f" (exit code {exit_code})" if exit_code else ""
+        return [
+            WriterFailed(
+                f"the {self._kind} logging the episodes ended unexpectedly{how}", stopped=True
+            )
+        ]
+
+    def _end(self, join_worker: bool) -> None:
+        """Hang up on the writer and let the courier go (again if a signal cut it short)."""
+        if join_worker:
+            self._worker.join()
+        # shut this end down: a courier blocked on a full pipe fails at once (so does one woken
+        # by the last message below), and a stuck thread that wakes up hears the end
+        with (
+            contextlib.suppress(OSError),
+            socket.socket(fileno=os.dup(self._connection.fileno())) as end,
+        ):
+            end.shutdown(socket.SHUT_RDWR)
+        self._outbox.put(_Close())
+        self._courier.join(self._stall_timeout_s)
+        if not self._courier.is_alive():  # else it still holds the pipe: left to end with it
+            self._connection.close()
+        self._ended = True
 
 
 class _Close:
     """No more episodes: finish those handed over and end."""
+
+
+def _deliver(outbox: queue.SimpleQueue[EpisodeJob | _Close], connection: Connection) -> None:
+    """The courier: send what is queued, in order, until the close is sent or the writer has
+    hung up; only this thread ever waits for room in the pipe."""
+    while True:
+        message = outbox.get()
+        try:
+            connection.send(message)
+        except OSError:  # the writer is gone, or was stopped: the evaluation's side says so
+            return
+        if isinstance(message, _Close):
+            return
 
 
 def _forkable(tracking_uri: str) -> bool:
@@ -346,7 +471,7 @@ def _serve(
     connection: Connection, client: MlflowClient, context: EpisodeRunContext, hurry: _Event
 ) -> None:
     """Draw and log every episode received until told to close (or the evaluation is gone);
-    once ``hurry`` is set, without plots."""
+    once ``hurry`` is set, without plots. Every episode is answered, logged or not."""
     defaults: dict[int, EpisodeResult] = {}  # default's episodes by seed, for completion plots
     failed = False
 
@@ -365,12 +490,9 @@ def _serve(
         result = job.result
         if result.policy.name == DEFAULT_POLICY:
             defaults[result.seed] = result
-        if failed and not job.plots:
-            continue
         outcome = _write(job, client, context, defaults, plots=not hurry.is_set(), log=not failed)
-        if outcome is not None:
-            failed = failed or isinstance(outcome, WriterFailed)
-            reply(outcome)
+        failed = failed or isinstance(outcome, WriterFailed)
+        reply(outcome)
 
 
 def _write(
@@ -380,7 +502,7 @@ def _write(
     defaults: Mapping[int, EpisodeResult],
     plots: bool,
     log: bool,
-) -> Reply | None:
+) -> Reply:
     """Draw one episode's plots and log it, as the job and the writer's state say; the reply."""
     from dlsched.runs.tracking.tracker import log_episode_run  # the tracker imports this module
 
@@ -394,7 +516,7 @@ def _write(
     except Exception as error:
         return WriterFailed(f"drawing the plots of episode {name} failed: {_said(error)}")
     if not (job.log and log):
-        return None
+        return EpisodeHandled(name)
     try:
         run_id = log_episode_run(
             client,

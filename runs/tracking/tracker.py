@@ -59,6 +59,7 @@ from dlsched.runs.evaluation import (
 )
 from dlsched.runs.interruption import deferred
 from dlsched.runs.tracking.episode_writer import (
+    EpisodeHandled,
     EpisodeJob,
     EpisodeLogged,
     EpisodeRunContext,
@@ -204,9 +205,10 @@ class EvaluationTracker:
     :class:`~dlsched.runs.tracking.episode_writer.EpisodeWriter`, which logs it while the next
     one runs; :meth:`wait_for_episodes` waits for it (and draws the timeline meanwhile).
 
-    If the store fails after that, the evaluation goes on without it: :attr:`failure` holds the
-    error, ``warn`` has said where the local records are, and every later episode is still
-    written to the local folder.
+    If the store fails after that, or the writer stops answering (it is then stopped, and the
+    runs it left ``RUNNING`` are ended ``KILLED``), the evaluation goes on without it:
+    :attr:`failure` holds the error, ``warn`` has said where the local records are, and every
+    later episode is still written to the local folder.
 
     Args:
         client: a client from :func:`connect`.
@@ -423,6 +425,8 @@ class EvaluationTracker:
         for reply in replies:
             if isinstance(reply, EpisodeLogged):
                 self.episode_run_ids[reply.name] = reply.run_id
+                continue
+            if isinstance(reply, EpisodeHandled):  # drawn only, the store having failed
                 continue
             what = reply.what
             if reply.stopped:
