@@ -19,8 +19,12 @@ What the reference does per job in Python is done here for all rows and jobs at 
 - events: each row runs to its own next event (a start-up or migration pause ending, a training
   job finishing), and a step loops until every row has reached its end.
 
-Only what happens once per job is per job in Python: placing it (its noise is drawn then, from
-its own generator), a service drawing its next batches of work, a migration.
+- resets and placements: every row reset (and every job placed) in one step is written at once;
+  each job's first units of work are drawn and windowed together.
+
+Only what needs a job's own generator is per job in Python: seeding it (from its row's
+generator, in placement order, as the reference does) and drawing its numbers from it, and a
+migration.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from dlsched.envs.replay.backend import (
     _WORK_EPS,
     _boot_demand,
     _lognormal,
+    _lognormal_sigma,
     _total_iterations,
 )
 from dlsched.envs.replay.contention import FIXED_POINT_TOLERANCE, job_efficiencies
@@ -135,6 +140,16 @@ class ReplayBatch:
             "beside": np.array([p.efficiency_beside_startup or 1.0 for p in self.profiles] + [1.0]),
             "boot": np.array([_boot_demand(p, max_cores) for p in self.profiles] + [0.0]),
         }
+        self._startup_s = np.array([p.startup_s for p in self.profiles] + [0.0])
+        self._startup_cpu_s = np.array([p.startup_cpu_s or 0.0 for p in self.profiles] + [0.0])
+        # A profile with noise draws its unit factors; one without draws nothing (factors 1).
+        self._noisy = np.array([p.noise_cv != 0.0 for p in self.profiles] + [False])
+        self._sigma = np.array(
+            [_lognormal_sigma(p.noise_cv) if p.noise_cv != 0.0 else 0.0 for p in self.profiles]
+            + [0.0]
+        )
+        # A training workload's loss curve at iterations 1..total, by (profile, total).
+        self._loss_curves: dict[tuple[int, int], np.ndarray] = {}
         # The reference contends where a job of its episode has an exponent; here where one of
         # the scenario's workloads has (the same where none has, and _contend then changes no
         # rate: R ** -0 is 1 and no profile sets a start-up efficiency without an exponent).
@@ -180,98 +195,219 @@ class ReplayBatch:
         self.window_start = np.zeros(shape, dtype=np.int64)
         self.bound_window = np.full((*shape, _WINDOW), math.inf)
         self.loss_window = np.full((*shape, _WINDOW), math.nan)
-        # Jobs placed since the last advance, by row, whose windows are still to be written.
-        self._unwindowed: dict[int, list[int]] = {}
 
     # ------------------------------------------------------------------ episodes
 
-    def reset_row(self, row: int, jobs: Sequence[JobSpec], rng: np.random.Generator) -> None:
-        """Start an empty episode at time 0 in ``row`` (as ``ReplayBackend.reset``)."""
-        ordered = tuple(sorted(jobs, key=lambda job: (job.arrival_s, job.job_id)))
-        if len(ordered) > self.jobs:
-            raise ScenarioError(
-                f"episode has {len(ordered)} jobs but scenario {self.scenario.name!r} allows at "
-                f"most {self.jobs}"
-            )
-        if len({job.job_id for job in ordered}) != len(ordered):
-            raise ScenarioError(f"job ids must be unique; got {[job.job_id for job in ordered]}")
-        count = len(ordered)
+    def reset_rows(
+        self,
+        rows: Sequence[int],
+        episodes: Sequence[Sequence[JobSpec]],
+        rngs: Sequence[np.random.Generator],
+    ) -> None:
+        """Start an empty episode at time 0 in each of ``rows`` (as ``ReplayBackend.reset``):
+        ``episodes[i]`` are row ``rows[i]``'s jobs, ``rngs[i]`` its generator.
+
+        Raises:
+            ScenarioError: an episode has more jobs than the scenario allows, or repeated ids.
+        """
         index = {name: i for i, name in enumerate(self.profile_names)}
-        profile_of = np.full(self.jobs, len(self.profiles), dtype=np.int64)
-        profile_of[:count] = [index[job.workload] for job in ordered]
-        self.specs[row] = ordered
-        self.exists[row] = False
-        self.exists[row, :count] = True
-        self.arrival[row] = math.inf
-        self.arrival[row, :count] = [job.arrival_s for job in ordered]
-        self.profile_of[row] = profile_of
-        self.total[row] = 0
-        self.total[row, :count] = [
-            _total_iterations(job, self.profiles[index[job.workload]]) for job in ordered
-        ]
-        self.demand[row] = self._by_profile["demand"][profile_of]
-        self.stock[row] = self._by_profile["stock"][profile_of]
-        self.exponent[row] = self._by_profile["exponent"][profile_of]
-        self.floor[row] = self._by_profile["floor"][profile_of]
-        self.bound_scale[row] = self._by_profile["bound_scale"][profile_of]
-        self.beside_startup[row] = self._by_profile["beside"][profile_of]
-        self.boot_demand[row] = self._by_profile["boot"][profile_of]
-        self.phase[row] = _UNPLACED
-        self.worker[row] = 0
-        self.slot[row] = 0
-        self.limit[row] = 1.0
-        self.resume_s[row] = math.inf
-        self.startup_left[row] = 0.0
-        self.unit_start[row] = math.nan
-        self.work[row] = 0.0
-        self.next_bound[row] = math.inf
-        self.final_bound[row] = math.inf
-        self.units[row] = 0
-        self.latency[row] = math.nan
-        self.loss[row] = math.nan
-        self.completed[row] = math.nan
-        self.cpu_seconds[row] = 0.0
-        self.usage[row] = 0.0
-        self.share[row] = 0.0
-        self.rate[row] = 0.0
-        self.now[row] = 0.0
-        self._rngs[row] = rng
-        self._job_rngs[row] = {}
-        self._bounds[row] = [np.empty(0)] * self.jobs
-        self._losses[row] = [np.empty(0)] * self.jobs
-        self._unwindowed.pop(row, None)
-        self.window_start[row] = 0
-        self.bound_window[row] = math.inf
-        self.loss_window[row] = math.nan
+        cells: list[int] = []  # row * jobs + column of every job of the episodes
+        profile_of: list[int] = []
+        arrival: list[float] = []
+        total: list[int] = []
+        checked: list[tuple[int, tuple[JobSpec, ...], np.random.Generator]] = []
+        for row, jobs, rng in zip(rows, episodes, rngs, strict=True):
+            ordered = tuple(sorted(jobs, key=lambda job: (job.arrival_s, job.job_id)))
+            if len(ordered) > self.jobs:
+                raise ScenarioError(
+                    f"episode has {len(ordered)} jobs but scenario {self.scenario.name!r} allows "
+                    f"at most {self.jobs}"
+                )
+            if len({job.job_id for job in ordered}) != len(ordered):
+                raise ScenarioError(
+                    f"job ids must be unique; got {[job.job_id for job in ordered]}"
+                )
+            checked.append((row, ordered, rng))
+            first = row * self.jobs
+            for column, job in enumerate(ordered):
+                profile = index[job.workload]
+                cells.append(first + column)
+                profile_of.append(profile)
+                arrival.append(job.arrival_s)
+                total.append(_total_iterations(job, self.profiles[profile]))
+        # Every episode checked: no row changes if one is refused.
+        for row, ordered, rng in checked:
+            self.specs[row] = ordered
+            self._rngs[row] = rng
+            self._job_rngs[row] = {}
+            self._bounds[row] = [np.empty(0)] * self.jobs
+            self._losses[row] = [np.empty(0)] * self.jobs
+        reset = np.asarray(rows, dtype=np.int64)
+        flat = np.asarray(cells, dtype=np.int64)
+        at = (flat // self.jobs, flat % self.jobs)
+        self.exists[reset] = False
+        self.exists[at] = True
+        self.arrival[reset] = math.inf
+        self.arrival[at] = arrival
+        self.profile_of[reset] = len(self.profiles)
+        self.profile_of[at] = profile_of
+        self.total[reset] = 0
+        self.total[at] = total
+        profiles = self.profile_of[reset]
+        for name, values in (
+            ("demand", self.demand),
+            ("stock", self.stock),
+            ("exponent", self.exponent),
+            ("floor", self.floor),
+            ("bound_scale", self.bound_scale),
+            ("beside", self.beside_startup),
+            ("boot", self.boot_demand),
+        ):
+            values[reset] = self._by_profile[name][profiles]
+        self.phase[reset] = _UNPLACED
+        self.worker[reset] = 0
+        self.slot[reset] = 0
+        self.limit[reset] = 1.0
+        self.resume_s[reset] = math.inf
+        self.startup_left[reset] = 0.0
+        self.unit_start[reset] = math.nan
+        self.work[reset] = 0.0
+        self.next_bound[reset] = math.inf
+        self.final_bound[reset] = math.inf
+        self.units[reset] = 0
+        self.latency[reset] = math.nan
+        self.loss[reset] = math.nan
+        self.completed[reset] = math.nan
+        self.cpu_seconds[reset] = 0.0
+        self.usage[reset] = 0.0
+        self.share[reset] = 0.0
+        self.rate[reset] = 0.0
+        self.now[reset] = 0.0
+        self.window_start[reset] = 0
+        self.bound_window[reset] = math.inf
+        self.loss_window[reset] = math.nan
 
     # ------------------------------------------------------------------ actuation
 
-    def place(self, row: int, job: int, worker: int, slot: int) -> None:
-        """Start job ``job`` of ``row`` on ``worker``/``slot`` (as ``ReplayBackend._place``)."""
-        profile = self.profiles[self.profile_of[row, job]]
-        self.worker[row, job] = worker
-        self.slot[row, job] = slot
-        if self.boot_demand[row, job] > 0:
-            self.phase[row, job] = _BOOTING
-            self.startup_left[row, job] = profile.startup_cpu_s
-        else:
-            self.phase[row, job] = _STARTING
-            self.resume_s[row, job] = self.now[row] + profile.startup_s
-        rng = self._rngs[row]
-        assert rng is not None
-        job_rng = np.random.default_rng(int(rng.integers(2**63)))
-        self._job_rngs[row][job] = job_rng
+    def place(
+        self, rows: np.ndarray, jobs: np.ndarray, workers: np.ndarray, slots: np.ndarray
+    ) -> None:
+        """Start job ``jobs[i]`` of row ``rows[i]`` on ``workers[i]``/``slots[i]`` for every
+        ``i`` (as ``ReplayBackend._place`` each), a row's jobs in the order given.
+
+        Each job's noise stream is seeded from its row's generator in that order, as the
+        reference seeds them one placement at a time; its first units of work (and, for a
+        training job, all of them and its losses) are drawn from it and windowed at once.
+        """
+        if not len(rows):
+            return
+        profile_of = self.profile_of[rows, jobs]
+        self.worker[rows, jobs] = workers
+        self.slot[rows, jobs] = slots
+        booting = self.boot_demand[rows, jobs] > 0
+        self.phase[rows, jobs] = np.where(booting, _BOOTING, _STARTING)
+        self.startup_left[rows[booting], jobs[booting]] = self._startup_cpu_s[profile_of[booting]]
+        timed = ~booting
+        self.resume_s[rows[timed], jobs[timed]] = (
+            self.now[rows[timed]] + self._startup_s[profile_of[timed]]
+        )
+        # The reference draws a seed per placement from the row's generator: one call per row
+        # draws the same numbers (a bound above 2**32 takes no buffered bits).
+        order = np.argsort(rows, kind="stable")
+        seeds = np.empty(len(rows), dtype=np.int64)
+        bounds = np.flatnonzero(np.diff(rows[order])) + 1
+        for group in np.split(order, bounds):
+            rng = self._rngs[int(rows[group[0]])]
+            assert rng is not None
+            seeds[group] = rng.integers(2**63, size=len(group))
+        job_rngs = [np.random.default_rng(seed) for seed in seeds.tolist()]
+        for row, job, job_rng in zip(rows.tolist(), jobs.tolist(), job_rngs, strict=True):
+            self._job_rngs[row][job] = job_rng
         if self.training:
-            total = int(self.total[row, job])
-            bounds = np.cumsum(_lognormal(job_rng, profile.noise_cv, total))
-            self.final_bound[row, job] = bounds[-1]
-            curve = np.asarray(profile.loss_at(np.arange(1, total + 1, dtype=np.float64)))
-            self._losses[row][job] = curve * _lognormal(job_rng, self.loss_noise_cv, total)
+            self._draw_training(rows, jobs, profile_of, job_rngs)
         else:
-            bounds = np.cumsum(_lognormal(job_rng, profile.noise_cv, _BATCH_DRAWS))
-        self._bounds[row][job] = bounds
-        self.next_bound[row, job] = bounds[0]
-        self._unwindowed.setdefault(row, []).append(job)  # windowed at the next advance
+            self._draw_services(rows, jobs, profile_of, job_rngs)
+        self.window_start[rows, jobs] = 0
+
+    def _draw_services(
+        self,
+        rows: np.ndarray,
+        jobs: np.ndarray,
+        profile_of: np.ndarray,
+        job_rngs: Sequence[np.random.Generator],
+    ) -> None:
+        """The first two draws of ``_BATCH_DRAWS`` units of new services, windowed: the
+        numbers ``_refill`` draws from each stream, in the same arithmetic (each draw's
+        cumulative sum continues from the last bound before it)."""
+        draws = 2 * _BATCH_DRAWS  # what a window from unit 0 needs
+        sigma = self._sigma[profile_of][:, None]
+        noisy = self._noisy[profile_of].tolist()
+        normal = np.zeros((len(rows), draws))
+        for index, job_rng in enumerate(job_rngs):
+            if noisy[index]:
+                normal[index] = job_rng.standard_normal(draws)
+        # Without noise sigma and the draws are 0 and the factors exp(0) = 1, as _lognormal's.
+        factors = np.exp(sigma * normal - 0.5 * sigma * sigma)
+        bounds = np.cumsum(factors.reshape(len(rows), 2, _BATCH_DRAWS), axis=2)
+        bounds[:, 1] += bounds[:, 0, -1:]
+        bounds = bounds.reshape(len(rows), draws)
+        for row, job, job_bounds in zip(rows.tolist(), jobs.tolist(), bounds, strict=True):
+            self._bounds[row][job] = job_bounds
+        self.next_bound[rows, jobs] = bounds[:, 0]
+        self.bound_window[rows, jobs] = bounds[:, :_WINDOW]
+
+    def _draw_training(
+        self,
+        rows: np.ndarray,
+        jobs: np.ndarray,
+        profile_of: np.ndarray,
+        job_rngs: Sequence[np.random.Generator],
+    ) -> None:
+        """All iterations' work and losses of new training jobs, windowed; jobs of one
+        workload and length are drawn into one array (each from its own stream)."""
+        totals = self.total[rows, jobs]
+        groups: dict[tuple[int, int], list[int]] = {}
+        for index, key in enumerate(zip(profile_of.tolist(), totals.tolist(), strict=True)):
+            groups.setdefault(key, []).append(index)
+        loss_noisy = self.loss_noise_cv != 0.0
+        loss_sigma = _lognormal_sigma(self.loss_noise_cv)
+        for (profile, total), members in groups.items():
+            sigma = float(self._sigma[profile])
+            work_draws = total if self._noisy[profile] else 0
+            loss_draws = total if loss_noisy else 0
+            normal = np.zeros((len(members), 2, total))
+            for position, index in enumerate(members):
+                draws = job_rngs[index].standard_normal(work_draws + loss_draws)
+                normal[position, 0, :work_draws] = draws[:work_draws]
+                normal[position, 1, :loss_draws] = draws[work_draws:]
+            # Without noise sigma and the draws are 0 and the factors exp(0) = 1, as _lognormal's.
+            bounds = np.cumsum(np.exp(sigma * normal[:, 0] - 0.5 * sigma * sigma), axis=1)
+            noise = np.exp(loss_sigma * normal[:, 1] - 0.5 * loss_sigma * loss_sigma)
+            losses = self._loss_curve(profile, total) * noise
+            at_rows, at_jobs = rows[members], jobs[members]
+            for row, job, job_bounds, job_losses in zip(
+                at_rows.tolist(), at_jobs.tolist(), bounds, losses, strict=True
+            ):
+                self._bounds[row][job] = job_bounds
+                self._losses[row][job] = job_losses
+            self.final_bound[at_rows, at_jobs] = bounds[:, -1]
+            self.next_bound[at_rows, at_jobs] = bounds[:, 0]
+            width = min(total, _WINDOW)
+            windows = np.full((len(members), _WINDOW), math.inf)
+            windows[:, :width] = bounds[:, :width]
+            self.bound_window[at_rows, at_jobs] = windows
+            windows = np.full((len(members), _WINDOW), math.nan)
+            windows[:, :width] = losses[:, :width]
+            self.loss_window[at_rows, at_jobs] = windows
+
+    def _loss_curve(self, profile: int, total: int) -> np.ndarray:
+        """Workload ``profile``'s loss curve at iterations ``1..total`` (computed once)."""
+        curve = self._loss_curves.get((profile, total))
+        if curve is None:
+            iterations = np.arange(1, total + 1, dtype=np.float64)
+            curve = np.asarray(self.profiles[profile].loss_at(iterations))
+            self._loss_curves[profile, total] = curve
+        return curve
 
     def _refill(self, jobs: Sequence[tuple[int, int]]) -> None:
         """Window the bounds (and losses) of ``jobs`` (row, job) from the unit before their
@@ -326,8 +462,6 @@ class ReplayBatch:
             rows: boolean mask of the rows to advance.
             seconds: per row, seconds to let pass (finite, >= 0); ignored where ``rows`` is not.
         """
-        self._refill([(row, job) for row, jobs in self._unwindowed.items() for job in jobs])
-        self._unwindowed = {}
         end = np.where(rows, self.now + seconds, self.now)
         cpu_before = self.cpu_seconds.copy()
         self._wake(rows)
