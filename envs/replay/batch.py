@@ -22,15 +22,16 @@ What the reference does per job in Python is done here for all rows and jobs at 
 - resets and placements: every row reset (and every job placed) in one step is written at once;
   each job's first units of work are drawn and windowed together.
 
-Only what needs a job's own generator is per job in Python: seeding it (from its row's
-generator, in placement order, as the reference does) and drawing its numbers from it, and a
-migration.
+Only what needs a job's own stream is per job in Python: drawing its numbers from it (its seed
+is drawn from its row's generator in placement order, as the reference draws it, and its
+starting state computed for all jobs at once by :mod:`.streams`), and a migration.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,6 +52,7 @@ from dlsched.envs.replay.backend import (
 )
 from dlsched.envs.replay.contention import FIXED_POINT_TOLERANCE, job_efficiencies
 from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set, load_set_contention
+from dlsched.envs.replay.streams import pcg64_states
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 
 __all__ = ["ACTIVE_PHASES", "IS_ACTIVE", "ReplayBatch"]
@@ -187,7 +189,11 @@ class ReplayBatch:
         self.rate = np.zeros(shape)
         self.now = np.zeros(episodes)
         self._rngs: list[np.random.Generator | None] = [None] * episodes
-        self._job_rngs: list[dict[int, np.random.Generator]] = [{} for _ in range(episodes)]
+        # Every service's noise stream, as the state of its generator after its last draw: the
+        # generator np.random.default_rng(seed) would be, its draws made on one shared generator
+        # set to that state (building a generator per job cost more than its draws).
+        self._job_states: list[dict[int, Mapping[str, Any]]] = [{} for _ in range(episodes)]
+        self._stream = np.random.Generator(np.random.PCG64(0))
         self._bounds: list[list[np.ndarray]] = [[] for _ in range(episodes)]
         self._losses: list[list[np.ndarray]] = [[] for _ in range(episodes)]
         # A window of every job's cumulative unit bounds (and losses) from unit ``window_start``,
@@ -239,7 +245,7 @@ class ReplayBatch:
         for row, ordered, rng in checked:
             self.specs[row] = ordered
             self._rngs[row] = rng
-            self._job_rngs[row] = {}
+            self._job_states[row] = {}
             self._bounds[row] = [np.empty(0)] * self.jobs
             self._losses[row] = [np.empty(0)] * self.jobs
         reset = np.asarray(rows, dtype=np.int64)
@@ -320,13 +326,11 @@ class ReplayBatch:
             rng = self._rngs[int(rows[group[0]])]
             assert rng is not None
             seeds[group] = rng.integers(2**63, size=len(group))
-        job_rngs = [np.random.default_rng(seed) for seed in seeds.tolist()]
-        for row, job, job_rng in zip(rows.tolist(), jobs.tolist(), job_rngs, strict=True):
-            self._job_rngs[row][job] = job_rng
+        states = pcg64_states(seeds)
         if self.training:
-            self._draw_training(rows, jobs, profile_of, job_rngs)
+            self._draw_training(rows, jobs, profile_of, states)
         else:
-            self._draw_services(rows, jobs, profile_of, job_rngs)
+            self._draw_services(rows, jobs, profile_of, states)
         self.window_start[rows, jobs] = 0
 
     def _draw_services(
@@ -334,7 +338,7 @@ class ReplayBatch:
         rows: np.ndarray,
         jobs: np.ndarray,
         profile_of: np.ndarray,
-        job_rngs: Sequence[np.random.Generator],
+        states: Sequence[Mapping[str, Any]],
     ) -> None:
         """The first two draws of ``_BATCH_DRAWS`` units of new services, windowed: the
         numbers ``_refill`` draws from each stream, in the same arithmetic (each draw's
@@ -343,9 +347,16 @@ class ReplayBatch:
         sigma = self._sigma[profile_of][:, None]
         noisy = self._noisy[profile_of].tolist()
         normal = np.zeros((len(rows), draws))
-        for index, job_rng in enumerate(job_rngs):
+        stream = self._stream
+        bit_generator = stream.bit_generator
+        for index, (row, job, state) in enumerate(
+            zip(rows.tolist(), jobs.tolist(), states, strict=True)
+        ):
             if noisy[index]:
-                normal[index] = job_rng.standard_normal(draws)
+                bit_generator.state = state
+                normal[index] = stream.standard_normal(draws)
+                state = bit_generator.state
+            self._job_states[row][job] = state
         # Without noise sigma and the draws are 0 and the factors exp(0) = 1, as _lognormal's.
         factors = np.exp(sigma * normal - 0.5 * sigma * sigma)
         bounds = np.cumsum(factors.reshape(len(rows), 2, _BATCH_DRAWS), axis=2)
@@ -361,7 +372,7 @@ class ReplayBatch:
         rows: np.ndarray,
         jobs: np.ndarray,
         profile_of: np.ndarray,
-        job_rngs: Sequence[np.random.Generator],
+        states: Sequence[Mapping[str, Any]],
     ) -> None:
         """All iterations' work and losses of new training jobs, windowed; jobs of one
         workload and length are drawn into one array (each from its own stream)."""
@@ -377,7 +388,8 @@ class ReplayBatch:
             loss_draws = total if loss_noisy else 0
             normal = np.zeros((len(members), 2, total))
             for position, index in enumerate(members):
-                draws = job_rngs[index].standard_normal(work_draws + loss_draws)
+                self._stream.bit_generator.state = states[index]
+                draws = self._stream.standard_normal(work_draws + loss_draws)
                 normal[position, 0, :work_draws] = draws[:work_draws]
                 normal[position, 1, :loss_draws] = draws[work_draws:]
             # Without noise sigma and the draws are 0 and the factors exp(0) = 1, as _lognormal's.
@@ -409,6 +421,15 @@ class ReplayBatch:
             self._loss_curves[profile, total] = curve
         return curve
 
+    def _more_work(self, row: int, job: int) -> np.ndarray:
+        """The work factors of service ``job``'s next ``_BATCH_DRAWS`` units, from its stream."""
+        bit_generator = self._stream.bit_generator
+        bit_generator.state = self._job_states[row][job]
+        noise_cv = self.profiles[self.profile_of[row, job]].noise_cv
+        factors = _lognormal(self._stream, noise_cv, _BATCH_DRAWS)
+        self._job_states[row][job] = bit_generator.state
+        return factors
+
     def _refill(self, jobs: Sequence[tuple[int, int]]) -> None:
         """Window the bounds (and losses) of ``jobs`` (row, job) from the unit before their
         current one, all windows written at once.
@@ -427,9 +448,8 @@ class ReplayBatch:
             start = starts[index]
             bounds = self._bounds[row][job]
             if not self.training:
-                noise_cv = self.profiles[self.profile_of[row, job]].noise_cv
                 while len(bounds) < start + _WINDOW:
-                    extra = np.cumsum(_lognormal(self._job_rngs[row][job], noise_cv, _BATCH_DRAWS))
+                    extra = np.cumsum(self._more_work(row, job))
                     bounds = np.concatenate((bounds, bounds[-1] + extra))
                 self._bounds[row][job] = bounds
             part = bounds[start : start + _WINDOW]
@@ -732,9 +752,8 @@ class ReplayBatch:
         work = float(self.work[row, job])
         bounds = self._bounds[row][job]
         if not self.training:
-            noise_cv = self.profiles[self.profile_of[row, job]].noise_cv
             while bounds[-1] <= work + _WORK_EPS:
-                extra = np.cumsum(_lognormal(self._job_rngs[row][job], noise_cv, _BATCH_DRAWS))
+                extra = np.cumsum(self._more_work(row, job))
                 bounds = np.concatenate((bounds, bounds[-1] + extra))
             self._bounds[row][job] = bounds
         completed = int(np.searchsorted(bounds, work + _WORK_EPS, side="right"))
