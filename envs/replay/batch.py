@@ -30,6 +30,7 @@ starting state computed for all jobs at once by :mod:`.streams`), and a migratio
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -63,6 +64,8 @@ ACTIVE_PHASES = (_STARTING, _RUNNING, _MIGRATING, _BOOTING)
 #: ``np.isin(phase, ACTIVE_PHASES)`` by one lookup (isin sorts, several times a step).
 IS_ACTIVE = np.zeros(max(_UNPLACED, _DONE, *ACTIVE_PHASES) + 1, dtype=bool)
 IS_ACTIVE[list(ACTIVE_PHASES)] = True
+#: The backend's order of an episode's jobs: by arrival, then id.
+_ARRIVAL_ORDER = operator.attrgetter("arrival_s", "job_id")
 #: Unit bounds (and losses) of each job kept in arrays for the vectorised completions.
 _WINDOW = 64
 #: Bounds of a window compared first when counting the units a job completed (most complete one
@@ -160,6 +163,8 @@ class ReplayBatch:
         self.specs: list[tuple[JobSpec, ...]] = [() for _ in range(episodes)]
         self.exists = np.zeros(shape, dtype=bool)
         self.arrival = np.full(shape, math.inf)
+        self.target = np.full(shape, math.nan)  # a service's latency target; NaN for training
+        self.tolerance = np.full(shape, 0.1)
         self.profile_of = np.full(shape, len(self.profiles), dtype=np.int64)
         self.total = np.zeros(shape, dtype=np.int64)
         self.demand = np.zeros(shape)
@@ -189,10 +194,13 @@ class ReplayBatch:
         self.rate = np.zeros(shape)
         self.now = np.zeros(episodes)
         self._rngs: list[np.random.Generator | None] = [None] * episodes
-        # Every service's noise stream, as the state of its generator after its last draw: the
-        # generator np.random.default_rng(seed) would be, its draws made on one shared generator
-        # set to that state (building a generator per job cost more than its draws).
-        self._job_states: list[dict[int, Mapping[str, Any]]] = [{} for _ in range(episodes)]
+        # Every service's noise stream: a state of its generator (the generator
+        # np.random.default_rng(seed) would be) and the normals already drawn after it; its
+        # draws are made on one shared generator set to that state (building a generator per
+        # job cost more than its draws, reading its state back after them a third of them).
+        self._job_states: list[dict[int, tuple[Mapping[str, Any], int]]] = [
+            {} for _ in range(episodes)
+        ]
         self._stream = np.random.Generator(np.random.PCG64(0))
         self._bounds: list[list[np.ndarray]] = [[] for _ in range(episodes)]
         self._losses: list[list[np.ndarray]] = [[] for _ in range(episodes)]
@@ -216,14 +224,9 @@ class ReplayBatch:
         Raises:
             ScenarioError: an episode has more jobs than the scenario allows, or repeated ids.
         """
-        index = {name: i for i, name in enumerate(self.profile_names)}
-        cells: list[int] = []  # row * jobs + column of every job of the episodes
-        profile_of: list[int] = []
-        arrival: list[float] = []
-        total: list[int] = []
-        checked: list[tuple[int, tuple[JobSpec, ...], np.random.Generator]] = []
-        for row, jobs, rng in zip(rows, episodes, rngs, strict=True):
-            ordered = tuple(sorted(jobs, key=lambda job: (job.arrival_s, job.job_id)))
+        ordered_rows = []
+        for jobs in episodes:
+            ordered = tuple(sorted(jobs, key=_ARRIVAL_ORDER))
             if len(ordered) > self.jobs:
                 raise ScenarioError(
                     f"episode has {len(ordered)} jobs but scenario {self.scenario.name!r} allows "
@@ -233,32 +236,38 @@ class ReplayBatch:
                 raise ScenarioError(
                     f"job ids must be unique; got {[job.job_id for job in ordered]}"
                 )
-            checked.append((row, ordered, rng))
-            first = row * self.jobs
-            for column, job in enumerate(ordered):
-                profile = index[job.workload]
-                cells.append(first + column)
-                profile_of.append(profile)
-                arrival.append(job.arrival_s)
-                total.append(_total_iterations(job, self.profiles[profile]))
+            ordered_rows.append(ordered)
         # Every episode checked: no row changes if one is refused.
-        for row, ordered, rng in checked:
+        for row, ordered, rng in zip(rows, ordered_rows, rngs, strict=True):
             self.specs[row] = ordered
             self._rngs[row] = rng
             self._job_states[row] = {}
             self._bounds[row] = [np.empty(0)] * self.jobs
             self._losses[row] = [np.empty(0)] * self.jobs
         reset = np.asarray(rows, dtype=np.int64)
-        flat = np.asarray(cells, dtype=np.int64)
-        at = (flat // self.jobs, flat % self.jobs)
+        # Every job of the episodes, row by row, and where it goes.
+        every = [job for ordered in ordered_rows for job in ordered]
+        counts = np.array([len(ordered) for ordered in ordered_rows], dtype=np.int64)
+        starts = np.cumsum(counts) - counts
+        at = (np.repeat(reset, counts), np.arange(len(every)) - np.repeat(starts, counts))
+        index = {name: i for i, name in enumerate(self.profile_names)}
+        profile_of = [index[job.workload] for job in every]
         self.exists[reset] = False
         self.exists[at] = True
         self.arrival[reset] = math.inf
-        self.arrival[at] = arrival
+        self.arrival[at] = [job.arrival_s for job in every]
+        self.target[reset] = math.nan
+        self.target[at] = [math.nan if job.target_s is None else job.target_s for job in every]
+        self.tolerance[reset] = 0.1
+        self.tolerance[at] = [job.tolerance for job in every]
         self.profile_of[reset] = len(self.profiles)
         self.profile_of[at] = profile_of
         self.total[reset] = 0
-        self.total[at] = total
+        if self.training:
+            self.total[at] = [
+                _total_iterations(job, self.profiles[profile])
+                for job, profile in zip(every, profile_of, strict=True)
+            ]
         profiles = self.profile_of[reset]
         for name, values in (
             ("demand", self.demand),
@@ -354,9 +363,10 @@ class ReplayBatch:
         ):
             if noisy[index]:
                 bit_generator.state = state
-                normal[index] = stream.standard_normal(draws)
-                state = bit_generator.state
-            self._job_states[row][job] = state
+                stream.standard_normal(out=normal[index])
+                self._job_states[row][job] = (state, draws)
+            else:
+                self._job_states[row][job] = (state, 0)
         # Without noise sigma and the draws are 0 and the factors exp(0) = 1, as _lognormal's.
         factors = np.exp(sigma * normal - 0.5 * sigma * sigma)
         bounds = np.cumsum(factors.reshape(len(rows), 2, _BATCH_DRAWS), axis=2)
@@ -424,10 +434,13 @@ class ReplayBatch:
     def _more_work(self, row: int, job: int) -> np.ndarray:
         """The work factors of service ``job``'s next ``_BATCH_DRAWS`` units, from its stream."""
         bit_generator = self._stream.bit_generator
-        bit_generator.state = self._job_states[row][job]
+        state, drawn = self._job_states[row][job]
+        bit_generator.state = state
+        if drawn:  # drawn at placement, when the state after them was not read back
+            self._stream.standard_normal(drawn)
         noise_cv = self.profiles[self.profile_of[row, job]].noise_cv
         factors = _lognormal(self._stream, noise_cv, _BATCH_DRAWS)
-        self._job_states[row][job] = bit_generator.state
+        self._job_states[row][job] = (bit_generator.state, 0)
         return factors
 
     def _refill(self, jobs: Sequence[tuple[int, int]]) -> None:

@@ -182,8 +182,6 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._first_loss = np.full((num_envs, jobs), np.nan)
         self._measured_usage = np.zeros((num_envs, jobs))
         self._counts_before = np.zeros((num_envs, len(resolved.workers)), dtype=np.int64)
-        self._target = np.full((num_envs, jobs), np.nan)
-        self._tolerance = np.full((num_envs, jobs), 0.1)
         self._ended = np.zeros(num_envs, dtype=bool)
         # Whether a job may be pinned to a worker (placed as the placer's exception).
         self._pins = any(group.worker is not None for group in resolved.groups)
@@ -437,17 +435,6 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._iterations_before[indices] = 0
         self._measured_usage[indices] = 0.0
         self._counts_before[indices] = 0
-        self._target[indices] = np.nan
-        self._tolerance[indices] = 0.1
-        rows_of, jobs_of, targets, tolerances = [], [], [], []
-        for row in indices.tolist():
-            for job, spec in enumerate(batch.specs[row]):
-                rows_of.append(row)
-                jobs_of.append(job)
-                targets.append(np.nan if spec.target_s is None else spec.target_s)
-                tolerances.append(spec.tolerance)
-        self._target[rows_of, jobs_of] = targets
-        self._tolerance[rows_of, jobs_of] = tolerances
         self._place_first(indices)
         batch.advance(rows, np.zeros(self.num_envs))
         self._measure(rows, 0.0)
@@ -706,8 +693,8 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             limit=batch.limit.copy(),
             cpu_usage=self._measured_usage.copy(),
             age_s=age,
-            target_s=self._target.copy(),
-            tolerance=self._tolerance.copy(),
+            target_s=batch.target.copy(),
+            tolerance=batch.tolerance.copy(),
             latency_s=batch.latency.copy(),
             iterations=iterations.copy(),
             iterations_before=iterations_before,
