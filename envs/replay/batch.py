@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,17 @@ _WINDOW = 64
 #: Bounds of a window compared first when counting the units a job completed (most complete one
 #: or two a step; comparing all 64 of every job cost more than the rest of the completions).
 _HEAD = 8
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where the jobs that get CPU sit in ``(episodes, workers, slots)`` arrays, found once per
+    allocation (water-filling, contention and their results read it)."""
+
+    rows: np.ndarray
+    jobs: np.ndarray
+    #: Per job, its flat index ``(row * workers + worker) * slots + slot``.
+    cells: np.ndarray
 
 
 class ReplayBatch:
@@ -499,8 +511,10 @@ class ReplayBatch:
         cpu_before = self.cpu_seconds.copy()
         self._wake(rows)
         moving = rows & (self.now < end)
+        # Jobs keep their worker and slot while time passes: their cells are found once.
+        cells = self.worker * self.slots + self.slot
         while moving.any():
-            self._allocate()
+            self._allocate(cells)
             until = self._next_event(end, moving)
             self._integrate(until, moving)
             self.now = np.where(moving, until, self.now)
@@ -532,23 +546,25 @@ class ReplayBatch:
         self.phase[rebooting] = _BOOTING
         self.resume_s[waking] = math.inf
 
-    def _dense(self, values: np.ndarray, using: np.ndarray, fill: float) -> np.ndarray:
-        """``values`` of the ``using`` jobs laid out as ``(episodes, workers, slots)``."""
-        dense = np.full((self.episodes, self.workers * self.slots), fill)
-        rows, jobs = np.nonzero(using)
-        dense[rows, self.worker[rows, jobs] * self.slots + self.slot[rows, jobs]] = values[
-            rows, jobs
-        ]
+    def _dense(self, values: np.ndarray, layout: _Layout, fill: float) -> np.ndarray:
+        """``values`` of the ``layout``'s jobs laid out as ``(episodes, workers, slots)``."""
+        dense = np.full(self.episodes * self.workers * self.slots, fill)
+        dense[layout.cells] = values[layout.rows, layout.jobs]
         return dense.reshape(self.episodes, self.workers, self.slots)
 
-    def _allocate(self) -> None:
-        """CPU shares by water-filling every worker, then rates (``ReplayBackend._allocate``)."""
+    def _allocate(self, cells: np.ndarray) -> None:
+        """CPU shares by water-filling every worker, then rates (``ReplayBackend._allocate``).
+
+        Args:
+            cells: every job's ``worker * slots + slot``.
+        """
         booting = self.phase == _BOOTING
         using = (self.phase == _RUNNING) | booting
         demand = np.where(booting, self.boot_demand, self.demand)
-        cores = self.cores[None, :, None]
+        rows, jobs = np.nonzero(using)
+        layout = _Layout(rows, jobs, rows * (self.workers * self.slots) + cells[rows, jobs])
         caps = np.minimum(self.limit * self.cores[self.worker], demand)
-        dense = self._dense(caps, using, 0.0)
+        dense = self._dense(caps, layout, 0.0)
         over = dense.sum(axis=2) > self.cores[None, :]
         if over.any():
             crowded = dense[over]
@@ -561,23 +577,23 @@ class ReplayBatch:
             first = np.argmax(levels <= ordered, axis=1)
             level = levels[np.arange(len(levels)), first]
             dense[over] = np.minimum(crowded, np.maximum(level, 0.0)[:, None])
-        rows, jobs = np.nonzero(using)
-        flat = dense.reshape(self.episodes, -1)
+        share = dense.reshape(-1)[layout.cells]
         self.share = np.zeros_like(self.share)
-        self.share[rows, jobs] = flat[
-            rows, self.worker[rows, jobs] * self.slots + self.slot[rows, jobs]
-        ]
-        self.rate = np.zeros_like(self.rate)
+        self.share[rows, jobs] = share
+        # Rates of the jobs that get CPU, by profile; the others' are 0, as the profile's
+        # throughput at 0 cores is.
+        rate = np.zeros(len(rows))
+        profile_of = self.profile_of[rows, jobs]
         for profile, (cores_points, rate_points) in enumerate(self._curves):
-            members = self.profile_of == profile
-            self.rate[members] = np.interp(self.share[members], cores_points, rate_points)
+            members = profile_of == profile
+            rate[members] = np.interp(share[members], cores_points, rate_points)
+        self.rate = np.zeros_like(self.rate)
+        self.rate[rows, jobs] = rate
         self.rate[booting] = 0.0
         if self._contends:  # as the reference: no job of the scenario slows under contention
-            self._contend(using, booting, demand, cores)
+            self._contend(booting, demand, layout)
 
-    def _contend(
-        self, using: np.ndarray, booting: np.ndarray, demand: np.ndarray, cores: np.ndarray
-    ) -> None:
+    def _contend(self, booting: np.ndarray, demand: np.ndarray, layout: _Layout) -> None:
         """Slow every oversubscribed worker's jobs by their efficiency (``ReplayBackend._contend``).
 
         Per worker the runnable threads ``N`` are the largest fixed point of the piecewise-linear
@@ -592,14 +608,16 @@ class ReplayBatch:
         threads = np.where(stock | (self.limit >= 1.0), whole, following)
         busy = np.minimum(threads, demand)
         quotas = np.where(self.limit >= 1.0, math.inf, self.limit * worker_cores)
-        busy_d = self._dense(busy, using, 0.0)
+        busy_d = self._dense(busy, layout, 0.0)
         total = busy_d.sum(axis=2)
         over = total > self.cores[None, :]
         if not over.any():
             return
-        quota_d = self._dense(quotas, using, 0.0)[over]
+        quota_d = self._dense(quotas, layout, 0.0)[over]
         busy_o = busy_d[over]
-        present = self._dense(np.ones_like(busy), using, 0.0)[over] > 0
+        occupied = np.zeros(self.episodes * self.workers * self.slots, dtype=bool)
+        occupied[layout.cells] = True
+        present = occupied.reshape(busy_d.shape)[over]
         capacity = np.broadcast_to(self.cores[None, :], over.shape)[over][:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             breaks = np.where(
@@ -633,13 +651,12 @@ class ReplayBatch:
                 np.maximum(np.minimum(fixed[pick, first], upper[pick, first]), capacity[:, 0]),
             )
         crowded = runnable > capacity[:, 0]
-        rows, jobs = np.nonzero(using)
-        position = self.worker[rows, jobs] * self.slots + self.slot[rows, jobs]
+        rows, jobs = layout.rows, layout.jobs
         kept_d = np.ones((*over.shape, self.slots))
         if crowded.any():
             # One layout for the three per-job terms: laying each out apart cost more.
-            terms = np.zeros((3, self.episodes, self.workers * self.slots))
-            terms[:, rows, position] = np.stack((self.exponent, self.floor, self.bound_scale))[
+            terms = np.zeros((3, self.episodes * self.workers * self.slots))
+            terms[:, layout.cells] = np.stack((self.exponent, self.floor, self.bound_scale))[
                 :, rows, jobs
             ]
             exponent, floor, bound_scale = (
@@ -657,35 +674,36 @@ class ReplayBatch:
                 bound_scale,
             )
             kept_d[over] = kept_o
-        job_kept = np.ones(using.shape)
-        job_kept[rows, jobs] = kept_d.reshape(self.episodes, -1)[rows, position]
         crowded_d = np.zeros(over.shape, dtype=bool)
         crowded_d[over] = crowded
-        slowed = using & np.take_along_axis(crowded_d, self.worker, axis=1)
-        kept = job_kept[slowed]
+        # The layout's jobs on a crowded worker, in the order of their rows and jobs.
+        on_worker = rows * self.workers + self.worker[rows, jobs]
+        slowed = crowded_d.reshape(-1)[on_worker]
+        kept = kept_d.reshape(-1)[layout.cells][slowed]
+        rows, jobs = rows[slowed], jobs[slowed]
         if booting.any():  # most steps start no job: skip laying the start-ups out by worker
-            starting = self._dense(booting.astype(float), using, 0.0).sum(axis=2) > 0
-            beside = np.take_along_axis(starting, self.worker, axis=1)[slowed]
-            kept = np.where(beside, np.minimum(kept, self.beside_startup[slowed]), kept)
-        self.rate[slowed] *= kept
+            starting = self._dense(booting.astype(float), layout, 0.0).sum(axis=2) > 0
+            beside = starting.reshape(-1)[on_worker[slowed]]
+            kept = np.where(beside, np.minimum(kept, self.beside_startup[rows, jobs]), kept)
+        self.rate[rows, jobs] *= kept
 
     def _next_event(self, end: np.ndarray, moving: np.ndarray) -> np.ndarray:
         """Per row, the earliest time before its end at which the shares change."""
         until = np.minimum(end, self.resume_s.min(axis=1))
         booting = (self.phase == _BOOTING) & (self.share > 0)
         if booting.any():
-            with np.errstate(divide="ignore", invalid="ignore"):
-                left = np.where(booting, self.startup_left / self.share, math.inf).min(axis=1)
+            left = np.full(self.share.shape, math.inf)
+            left[booting] = self.startup_left[booting] / self.share[booting]
+            left = left.min(axis=1)
             until = np.minimum(until, np.where(booting.any(axis=1), self.now + left, math.inf))
         if self.training:
             finishing = (self.phase == _RUNNING) & (self.rate > 0)
             if finishing.any():
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    remaining = np.where(
-                        finishing,
-                        (self.final_bound - self.work).clip(min=0.0) / self.rate,
-                        math.inf,
-                    ).min(axis=1)
+                remaining = np.full(self.rate.shape, math.inf)
+                remaining[finishing] = (self.final_bound[finishing] - self.work[finishing]).clip(
+                    min=0.0
+                ) / self.rate[finishing]
+                remaining = remaining.min(axis=1)
                 until = np.minimum(
                     until, np.where(finishing.any(axis=1), self.now + remaining, math.inf)
                 )
