@@ -79,8 +79,10 @@ class _Layout:
     """Where the jobs that get CPU sit in ``(episodes, workers, slots)`` arrays, found once per
     allocation (water-filling, contention and their results read it)."""
 
+    #: Per job, its episode.
     rows: np.ndarray
-    jobs: np.ndarray
+    #: Per job, its flat index ``row * jobs + job`` in the ``(episodes, jobs)`` arrays.
+    at: np.ndarray
     #: Per job, its flat index ``(row * workers + worker) * slots + slot``.
     cells: np.ndarray
 
@@ -549,7 +551,7 @@ class ReplayBatch:
     def _dense(self, values: np.ndarray, layout: _Layout, fill: float) -> np.ndarray:
         """``values`` of the ``layout``'s jobs laid out as ``(episodes, workers, slots)``."""
         dense = np.full(self.episodes * self.workers * self.slots, fill)
-        dense[layout.cells] = values[layout.rows, layout.jobs]
+        dense[layout.cells] = values.reshape(-1)[layout.at]
         return dense.reshape(self.episodes, self.workers, self.slots)
 
     def _allocate(self, cells: np.ndarray) -> None:
@@ -561,8 +563,9 @@ class ReplayBatch:
         booting = self.phase == _BOOTING
         using = (self.phase == _RUNNING) | booting
         demand = np.where(booting, self.boot_demand, self.demand)
-        rows, jobs = np.nonzero(using)
-        layout = _Layout(rows, jobs, rows * (self.workers * self.slots) + cells[rows, jobs])
+        at = np.flatnonzero(using)
+        rows = at // self.jobs
+        layout = _Layout(rows, at, rows * (self.workers * self.slots) + cells.reshape(-1)[at])
         caps = np.minimum(self.limit * self.cores[self.worker], demand)
         dense = self._dense(caps, layout, 0.0)
         over = dense.sum(axis=2) > self.cores[None, :]
@@ -579,16 +582,16 @@ class ReplayBatch:
             dense[over] = np.minimum(crowded, np.maximum(level, 0.0)[:, None])
         share = dense.reshape(-1)[layout.cells]
         self.share = np.zeros_like(self.share)
-        self.share[rows, jobs] = share
+        self.share.reshape(-1)[at] = share
         # Rates of the jobs that get CPU, by profile; the others' are 0, as the profile's
         # throughput at 0 cores is.
-        rate = np.zeros(len(rows))
-        profile_of = self.profile_of[rows, jobs]
+        rate = np.zeros(len(at))
+        profile_of = self.profile_of.reshape(-1)[at]
         for profile, (cores_points, rate_points) in enumerate(self._curves):
             members = profile_of == profile
             rate[members] = np.interp(share[members], cores_points, rate_points)
         self.rate = np.zeros_like(self.rate)
-        self.rate[rows, jobs] = rate
+        self.rate.reshape(-1)[at] = rate
         self.rate[booting] = 0.0
         if self._contends:  # as the reference: no job of the scenario slows under contention
             self._contend(booting, demand, layout)
@@ -651,14 +654,14 @@ class ReplayBatch:
                 np.maximum(np.minimum(fixed[pick, first], upper[pick, first]), capacity[:, 0]),
             )
         crowded = runnable > capacity[:, 0]
-        rows, jobs = layout.rows, layout.jobs
+        at = layout.at
         kept_d = np.ones((*over.shape, self.slots))
         if crowded.any():
             # One layout for the three per-job terms: laying each out apart cost more.
             terms = np.zeros((3, self.episodes * self.workers * self.slots))
-            terms[:, layout.cells] = np.stack((self.exponent, self.floor, self.bound_scale))[
-                :, rows, jobs
-            ]
+            terms[:, layout.cells] = np.stack(
+                (self.exponent, self.floor, self.bound_scale)
+            ).reshape(3, -1)[:, at]
             exponent, floor, bound_scale = (
                 term.reshape((*over.shape, self.slots))[over][crowded] for term in terms
             )
@@ -677,15 +680,15 @@ class ReplayBatch:
         crowded_d = np.zeros(over.shape, dtype=bool)
         crowded_d[over] = crowded
         # The layout's jobs on a crowded worker, in the order of their rows and jobs.
-        on_worker = rows * self.workers + self.worker[rows, jobs]
+        on_worker = layout.rows * self.workers + self.worker.reshape(-1)[at]
         slowed = crowded_d.reshape(-1)[on_worker]
         kept = kept_d.reshape(-1)[layout.cells][slowed]
-        rows, jobs = rows[slowed], jobs[slowed]
+        at = at[slowed]
         if booting.any():  # most steps start no job: skip laying the start-ups out by worker
             starting = self._dense(booting.astype(float), layout, 0.0).sum(axis=2) > 0
             beside = starting.reshape(-1)[on_worker[slowed]]
-            kept = np.where(beside, np.minimum(kept, self.beside_startup[rows, jobs]), kept)
-        self.rate[rows, jobs] *= kept
+            kept = np.where(beside, np.minimum(kept, self.beside_startup.reshape(-1)[at]), kept)
+        self.rate.reshape(-1)[at] *= kept
 
     def _next_event(self, end: np.ndarray, moving: np.ndarray) -> np.ndarray:
         """Per row, the earliest time before its end at which the shares change."""
@@ -724,56 +727,65 @@ class ReplayBatch:
 
     def _complete(self, crossed: np.ndarray, work_before: np.ndarray, until: np.ndarray) -> None:
         """Record the units the ``crossed`` jobs completed: ``ReplayBackend._complete_units``
-        for all of them at once from their windows, per job where a window falls short."""
-        rows, jobs = np.nonzero(crossed)
-        threshold = (self.work[rows, jobs] + _WORK_EPS)[:, None]
+        for all of them at once from their windows, per job where a window falls short.
+
+        The jobs are addressed by their flat index ``row * jobs + job`` in the (C-contiguous)
+        arrays: a gather or a scatter by one index costs a third of one by two.
+        """
+        cells = np.flatnonzero(crossed)
+        rows = cells // self.jobs
+        windows = self.bound_window.reshape(-1, _WINDOW)
+        threshold = (self.work.reshape(-1)[cells] + _WORK_EPS)[:, None]
         # The bounds ascend: the count in the whole window is the count in its head unless every
         # bound of the head was reached (a job that completed many units: look further).
-        count = (self.bound_window[rows, jobs, :_HEAD] <= threshold).sum(axis=1)
+        count = (windows[cells, :_HEAD] <= threshold).sum(axis=1)
         far = count == _HEAD
         if far.any():
-            count[far] = (self.bound_window[rows[far], jobs[far]] <= threshold[far]).sum(axis=1)
-        start = self.window_start[rows, jobs]
+            count[far] = (windows[cells[far]] <= threshold[far]).sum(axis=1)
+        start = self.window_start.reshape(-1)[cells]
         completed = start + count
-        first_new = self.units[rows, jobs]
+        first_new = self.units.reshape(-1)[cells]
         # A window that ends before the last unit completed, or that lacks the unit before a
         # service's last one when it needs it, leaves the job to the reference's per-job code.
         short = count >= _WINDOW
         if not self.training:
             short |= (completed - 1 != first_new) & (completed - 2 < start)
-        refill = list(zip(rows[short].tolist(), jobs[short].tolist(), strict=True))
+        refill = list(zip(rows[short].tolist(), (cells[short] % self.jobs).tolist(), strict=True))
         for row, job in refill:
             self._complete_units(row, job, float(work_before[row, job]), until)
         fast = ~short
-        rows, jobs = rows[fast], jobs[fast]
+        cells, rows = cells[fast], rows[fast]
         start, completed, first_new = start[fast], completed[fast], first_new[fast]
-        self.units[rows, jobs] = completed
+        self.units.reshape(-1)[cells] = completed
         end_s = until[rows]
         if self.training:
-            self.loss[rows, jobs] = self.loss_window[rows, jobs, completed - 1 - start]
-            finished = completed >= self.total[rows, jobs]
-            done_rows, done_jobs = rows[finished], jobs[finished]
-            self.phase[done_rows, done_jobs] = _DONE
-            self.completed[done_rows, done_jobs] = end_s[finished]
-            self.next_bound[done_rows, done_jobs] = math.inf
+            self.loss.reshape(-1)[cells] = self.loss_window.reshape(-1, _WINDOW)[
+                cells, completed - 1 - start
+            ]
+            finished = completed >= self.total.reshape(-1)[cells]
+            done = cells[finished]
+            self.phase.reshape(-1)[done] = _DONE
+            self.completed.reshape(-1)[done] = end_s[finished]
+            self.next_bound.reshape(-1)[done] = math.inf
             going = ~finished
-            self.next_bound[rows[going], jobs[going]] = self.bound_window[
-                rows[going], jobs[going], (completed - start)[going]
+            self.next_bound.reshape(-1)[cells[going]] = windows[
+                cells[going], (completed - start)[going]
             ]
         else:
             now = self.now[rows]
-            rate = self.rate[rows, jobs]
-            before = work_before[rows, jobs]
-            last = self.bound_window[rows, jobs, completed - 1 - start]
+            rate = self.rate.reshape(-1)[cells]
+            before = work_before.reshape(-1)[cells]
+            last = windows[cells, completed - 1 - start]
             finish = np.minimum(end_s, now + np.maximum(last - before, 0.0) / rate)
-            previous = self.bound_window[rows, jobs, np.maximum(completed - 2 - start, 0)]
+            previous = windows[cells, np.maximum(completed - 2 - start, 0)]
             reached = np.minimum(end_s, now + np.maximum(previous - before, 0.0) / rate)
-            began = np.where(completed - 1 == first_new, self.unit_start[rows, jobs], reached)
-            self.latency[rows, jobs] = finish - began
-            self.unit_start[rows, jobs] = finish
-            self.next_bound[rows, jobs] = self.bound_window[rows, jobs, completed - start]
-        low = (completed - start > _WINDOW // 2) & (self.phase[rows, jobs] != _DONE)
-        refill += zip(rows[low].tolist(), jobs[low].tolist(), strict=True)
+            unit_start = self.unit_start.reshape(-1)
+            began = np.where(completed - 1 == first_new, unit_start[cells], reached)
+            self.latency.reshape(-1)[cells] = finish - began
+            unit_start[cells] = finish
+            self.next_bound.reshape(-1)[cells] = windows[cells, completed - start]
+        low = (completed - start > _WINDOW // 2) & (self.phase.reshape(-1)[cells] != _DONE)
+        refill += zip(rows[low].tolist(), (cells[low] % self.jobs).tolist(), strict=True)
         self._refill(refill)
 
     def _complete_units(self, row: int, job: int, work_before: float, until: np.ndarray) -> None:
