@@ -597,9 +597,9 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         from 0, as ``np.add.at`` and the single environment's loop add them.
         """
         batch = self._batch
-        row, job = np.nonzero(jobs)
-        cells = row * batch.workers + batch.worker[row, job]
-        weights = None if values is None else values[row, job]
+        at = np.flatnonzero(jobs)
+        cells = at // batch.jobs * batch.workers + batch.worker.reshape(-1)[at]
+        weights = None if values is None else values.reshape(-1)[at]
         sums = np.bincount(cells, weights, minlength=self.num_envs * batch.workers)
         return sums.reshape(self.num_envs, batch.workers)
 
