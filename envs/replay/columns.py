@@ -146,8 +146,8 @@ def encode_columns(
         index = _FEATURE_INDEX[name]
         if where is None:
             values[:, index] = column
-        else:
-            values[where, index] = column[where]
+        else:  # elsewhere the value stays (0, or what an earlier put wrote)
+            values[:, index] = np.where(where, column, values[:, index])
 
     put("active", np.ones(len(row)))
     put("migrating", of(columns.migrating).astype(np.float64))
