@@ -750,12 +750,14 @@ class ReplayBatch:
         short = count >= _WINDOW
         if not self.training:
             short |= (completed - 1 != first_new) & (completed - 2 < start)
-        refill = list(zip(rows[short].tolist(), (cells[short] % self.jobs).tolist(), strict=True))
-        for row, job in refill:
-            self._complete_units(row, job, float(work_before[row, job]), until)
-        fast = ~short
-        cells, rows = cells[fast], rows[fast]
-        start, completed, first_new = start[fast], completed[fast], first_new[fast]
+        refill: list[tuple[int, int]] = []
+        if short.any():  # rare: most steps complete every job from its window
+            refill += zip(rows[short].tolist(), (cells[short] % self.jobs).tolist(), strict=True)
+            for row, job in refill:
+                self._complete_units(row, job, float(work_before[row, job]), until)
+            fast = ~short
+            cells, rows = cells[fast], rows[fast]
+            start, completed, first_new = start[fast], completed[fast], first_new[fast]
         self.units.reshape(-1)[cells] = completed
         end_s = until[rows]
         if self.training:
