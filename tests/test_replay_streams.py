@@ -25,3 +25,10 @@ def test_a_generator_set_to_a_state_draws_default_rngs_numbers():
         stream.bit_generator.state = state
         expected = np.random.default_rng(seed).standard_normal(100)
         assert np.array_equal(stream.standard_normal(100), expected)
+
+
+def test_one_call_draws_the_seeds_one_call_per_job_draws():
+    # ReplayBatch.place draws a row's placement seeds in one call; the reference one per job.
+    batched, single = np.random.default_rng(9), np.random.default_rng(9)
+    seeds = batched.integers(2**63, size=50).tolist()
+    assert seeds == [int(single.integers(2**63)) for _ in range(50)]

@@ -17,10 +17,9 @@ What the reference does per job in Python is done here for all rows and jobs at 
 - contention: the fixed point of every oversubscribed worker is found by evaluating all segments
   of its piecewise-linear function at once and taking the first that holds it;
 - events: each row runs to its own next event (a start-up or migration pause ending, a training
-  job finishing), and a step loops until every row has reached its end.
-
-- resets and placements: every row reset (and every job placed) in one step is written at once;
-  each job's first units of work are drawn and windowed together.
+  job finishing), and a step loops until every row has reached its end;
+- resets and placements: the rows reset (and the jobs placed) in one step are written at once,
+  and the new jobs' first units of work are turned into bounds and windows together.
 
 Only what needs a job's own stream is per job in Python: drawing its numbers from it (its seed
 is drawn from its row's generator in placement order, as the reference draws it, and its
