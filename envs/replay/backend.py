@@ -671,8 +671,13 @@ def _lognormal(rng: np.random.Generator, cv: float, count: int) -> np.ndarray:
     """``count`` lognormal factors of mean 1 and coefficient of variation ``cv``."""
     if cv == 0.0:
         return np.ones(count)
-    sigma = math.sqrt(math.log1p(cv * cv))
+    sigma = _lognormal_sigma(cv)
     return np.exp(sigma * rng.standard_normal(count) - 0.5 * sigma * sigma)
+
+
+def _lognormal_sigma(cv: float) -> float:
+    """The sigma of the normal whose exponential has mean 1 and coefficient of variation ``cv``."""
+    return math.sqrt(math.log1p(cv * cv))
 
 
 def _boot_demand(profile: WorkloadProfile, cores: float) -> float:

@@ -17,16 +17,22 @@ What the reference does per job in Python is done here for all rows and jobs at 
 - contention: the fixed point of every oversubscribed worker is found by evaluating all segments
   of its piecewise-linear function at once and taking the first that holds it;
 - events: each row runs to its own next event (a start-up or migration pause ending, a training
-  job finishing), and a step loops until every row has reached its end.
+  job finishing), and a step loops until every row has reached its end;
+- resets and placements: the rows reset (and the jobs placed) in one step are written at once,
+  and the new jobs' first units of work are turned into bounds and windows together.
 
-Only what happens once per job is per job in Python: placing it (its noise is drawn then, from
-its own generator), a service drawing its next batches of work, a migration.
+Only what needs a job's own stream is per job in Python: drawing its numbers from it (its seed
+is drawn from its row's generator in placement order, as the reference draws it, and its
+starting state computed for all jobs at once by :mod:`.streams`), and a migration.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,10 +48,12 @@ from dlsched.envs.replay.backend import (
     _WORK_EPS,
     _boot_demand,
     _lognormal,
+    _lognormal_sigma,
     _total_iterations,
 )
 from dlsched.envs.replay.contention import FIXED_POINT_TOLERANCE, job_efficiencies
 from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set, load_set_contention
+from dlsched.envs.replay.streams import pcg64_states
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 
 __all__ = ["ACTIVE_PHASES", "IS_ACTIVE", "ReplayBatch"]
@@ -56,11 +64,26 @@ ACTIVE_PHASES = (_STARTING, _RUNNING, _MIGRATING, _BOOTING)
 #: ``np.isin(phase, ACTIVE_PHASES)`` by one lookup (isin sorts, several times a step).
 IS_ACTIVE = np.zeros(max(_UNPLACED, _DONE, *ACTIVE_PHASES) + 1, dtype=bool)
 IS_ACTIVE[list(ACTIVE_PHASES)] = True
+#: The backend's order of an episode's jobs: by arrival, then id.
+_ARRIVAL_ORDER = operator.attrgetter("arrival_s", "job_id")
 #: Unit bounds (and losses) of each job kept in arrays for the vectorised completions.
 _WINDOW = 64
 #: Bounds of a window compared first when counting the units a job completed (most complete one
 #: or two a step; comparing all 64 of every job cost more than the rest of the completions).
 _HEAD = 8
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where the jobs that get CPU sit in ``(episodes, workers, slots)`` arrays, found once per
+    allocation (water-filling, contention and their results read it)."""
+
+    #: Per job, its episode.
+    rows: np.ndarray
+    #: Per job, its flat index ``row * jobs + job`` in the ``(episodes, jobs)`` arrays.
+    at: np.ndarray
+    #: Per job, its flat index ``(row * workers + worker) * slots + slot``.
+    cells: np.ndarray
 
 
 class ReplayBatch:
@@ -135,6 +158,16 @@ class ReplayBatch:
             "beside": np.array([p.efficiency_beside_startup or 1.0 for p in self.profiles] + [1.0]),
             "boot": np.array([_boot_demand(p, max_cores) for p in self.profiles] + [0.0]),
         }
+        self._startup_s = np.array([p.startup_s for p in self.profiles] + [0.0])
+        self._startup_cpu_s = np.array([p.startup_cpu_s or 0.0 for p in self.profiles] + [0.0])
+        # A profile with noise draws its unit factors; one without draws nothing (factors 1).
+        self._noisy = np.array([p.noise_cv != 0.0 for p in self.profiles] + [False])
+        self._sigma = np.array(
+            [_lognormal_sigma(p.noise_cv) if p.noise_cv != 0.0 else 0.0 for p in self.profiles]
+            + [0.0]
+        )
+        # A training workload's loss curve at iterations 1..total, by (profile, total).
+        self._loss_curves: dict[tuple[int, int], np.ndarray] = {}
         # The reference contends where a job of its episode has an exponent; here where one of
         # the scenario's workloads has (the same where none has, and _contend then changes no
         # rate: R ** -0 is 1 and no profile sets a start-up efficiency without an exponent).
@@ -143,6 +176,8 @@ class ReplayBatch:
         self.specs: list[tuple[JobSpec, ...]] = [() for _ in range(episodes)]
         self.exists = np.zeros(shape, dtype=bool)
         self.arrival = np.full(shape, math.inf)
+        self.target = np.full(shape, math.nan)  # a service's latency target; NaN for training
+        self.tolerance = np.full(shape, 0.1)
         self.profile_of = np.full(shape, len(self.profiles), dtype=np.int64)
         self.total = np.zeros(shape, dtype=np.int64)
         self.demand = np.zeros(shape)
@@ -172,7 +207,14 @@ class ReplayBatch:
         self.rate = np.zeros(shape)
         self.now = np.zeros(episodes)
         self._rngs: list[np.random.Generator | None] = [None] * episodes
-        self._job_rngs: list[dict[int, np.random.Generator]] = [{} for _ in range(episodes)]
+        # Every service's noise stream: a state of its generator (the generator
+        # np.random.default_rng(seed) would be) and the normals already drawn after it; its
+        # draws are made on one shared generator set to that state (building a generator per
+        # job cost more than its draws, reading its state back after them a third of them).
+        self._job_states: list[dict[int, tuple[Mapping[str, Any], int]]] = [
+            {} for _ in range(episodes)
+        ]
+        self._stream = np.random.Generator(np.random.PCG64(0))
         self._bounds: list[list[np.ndarray]] = [[] for _ in range(episodes)]
         self._losses: list[list[np.ndarray]] = [[] for _ in range(episodes)]
         # A window of every job's cumulative unit bounds (and losses) from unit ``window_start``,
@@ -180,98 +222,239 @@ class ReplayBatch:
         self.window_start = np.zeros(shape, dtype=np.int64)
         self.bound_window = np.full((*shape, _WINDOW), math.inf)
         self.loss_window = np.full((*shape, _WINDOW), math.nan)
-        # Jobs placed since the last advance, by row, whose windows are still to be written.
-        self._unwindowed: dict[int, list[int]] = {}
 
     # ------------------------------------------------------------------ episodes
 
-    def reset_row(self, row: int, jobs: Sequence[JobSpec], rng: np.random.Generator) -> None:
-        """Start an empty episode at time 0 in ``row`` (as ``ReplayBackend.reset``)."""
-        ordered = tuple(sorted(jobs, key=lambda job: (job.arrival_s, job.job_id)))
-        if len(ordered) > self.jobs:
-            raise ScenarioError(
-                f"episode has {len(ordered)} jobs but scenario {self.scenario.name!r} allows at "
-                f"most {self.jobs}"
-            )
-        if len({job.job_id for job in ordered}) != len(ordered):
-            raise ScenarioError(f"job ids must be unique; got {[job.job_id for job in ordered]}")
-        count = len(ordered)
+    def reset_rows(
+        self,
+        rows: Sequence[int],
+        episodes: Sequence[Sequence[JobSpec]],
+        rngs: Sequence[np.random.Generator],
+    ) -> None:
+        """Start an empty episode at time 0 in each of ``rows`` (as ``ReplayBackend.reset``):
+        ``episodes[i]`` are row ``rows[i]``'s jobs, ``rngs[i]`` its generator.
+
+        Raises:
+            ScenarioError: an episode has more jobs than the scenario allows, or repeated ids.
+        """
+        ordered_rows = []
+        for jobs in episodes:
+            ordered = tuple(sorted(jobs, key=_ARRIVAL_ORDER))
+            if len(ordered) > self.jobs:
+                raise ScenarioError(
+                    f"episode has {len(ordered)} jobs but scenario {self.scenario.name!r} allows "
+                    f"at most {self.jobs}"
+                )
+            if len({job.job_id for job in ordered}) != len(ordered):
+                raise ScenarioError(
+                    f"job ids must be unique; got {[job.job_id for job in ordered]}"
+                )
+            ordered_rows.append(ordered)
+        # Every episode checked: no row changes if one is refused.
+        for row, ordered, rng in zip(rows, ordered_rows, rngs, strict=True):
+            self.specs[row] = ordered
+            self._rngs[row] = rng
+            self._job_states[row] = {}
+            self._bounds[row] = [np.empty(0)] * self.jobs
+            self._losses[row] = [np.empty(0)] * self.jobs
+        reset = np.asarray(rows, dtype=np.int64)
+        # Every job of the episodes, row by row, and where it goes.
+        every = [job for ordered in ordered_rows for job in ordered]
+        counts = np.array([len(ordered) for ordered in ordered_rows], dtype=np.int64)
+        starts = np.cumsum(counts) - counts
+        at = (np.repeat(reset, counts), np.arange(len(every)) - np.repeat(starts, counts))
         index = {name: i for i, name in enumerate(self.profile_names)}
-        profile_of = np.full(self.jobs, len(self.profiles), dtype=np.int64)
-        profile_of[:count] = [index[job.workload] for job in ordered]
-        self.specs[row] = ordered
-        self.exists[row] = False
-        self.exists[row, :count] = True
-        self.arrival[row] = math.inf
-        self.arrival[row, :count] = [job.arrival_s for job in ordered]
-        self.profile_of[row] = profile_of
-        self.total[row] = 0
-        self.total[row, :count] = [
-            _total_iterations(job, self.profiles[index[job.workload]]) for job in ordered
-        ]
-        self.demand[row] = self._by_profile["demand"][profile_of]
-        self.stock[row] = self._by_profile["stock"][profile_of]
-        self.exponent[row] = self._by_profile["exponent"][profile_of]
-        self.floor[row] = self._by_profile["floor"][profile_of]
-        self.bound_scale[row] = self._by_profile["bound_scale"][profile_of]
-        self.beside_startup[row] = self._by_profile["beside"][profile_of]
-        self.boot_demand[row] = self._by_profile["boot"][profile_of]
-        self.phase[row] = _UNPLACED
-        self.worker[row] = 0
-        self.slot[row] = 0
-        self.limit[row] = 1.0
-        self.resume_s[row] = math.inf
-        self.startup_left[row] = 0.0
-        self.unit_start[row] = math.nan
-        self.work[row] = 0.0
-        self.next_bound[row] = math.inf
-        self.final_bound[row] = math.inf
-        self.units[row] = 0
-        self.latency[row] = math.nan
-        self.loss[row] = math.nan
-        self.completed[row] = math.nan
-        self.cpu_seconds[row] = 0.0
-        self.usage[row] = 0.0
-        self.share[row] = 0.0
-        self.rate[row] = 0.0
-        self.now[row] = 0.0
-        self._rngs[row] = rng
-        self._job_rngs[row] = {}
-        self._bounds[row] = [np.empty(0)] * self.jobs
-        self._losses[row] = [np.empty(0)] * self.jobs
-        self._unwindowed.pop(row, None)
-        self.window_start[row] = 0
-        self.bound_window[row] = math.inf
-        self.loss_window[row] = math.nan
+        profile_of = [index[job.workload] for job in every]
+        self.exists[reset] = False
+        self.exists[at] = True
+        self.arrival[reset] = math.inf
+        self.arrival[at] = [job.arrival_s for job in every]
+        self.target[reset] = math.nan
+        self.target[at] = [math.nan if job.target_s is None else job.target_s for job in every]
+        self.tolerance[reset] = 0.1
+        self.tolerance[at] = [job.tolerance for job in every]
+        self.profile_of[reset] = len(self.profiles)
+        self.profile_of[at] = profile_of
+        self.total[reset] = 0
+        if self.training:
+            self.total[at] = [
+                _total_iterations(job, self.profiles[profile])
+                for job, profile in zip(every, profile_of, strict=True)
+            ]
+        profiles = self.profile_of[reset]
+        for name, values in (
+            ("demand", self.demand),
+            ("stock", self.stock),
+            ("exponent", self.exponent),
+            ("floor", self.floor),
+            ("bound_scale", self.bound_scale),
+            ("beside", self.beside_startup),
+            ("boot", self.boot_demand),
+        ):
+            values[reset] = self._by_profile[name][profiles]
+        self.phase[reset] = _UNPLACED
+        self.worker[reset] = 0
+        self.slot[reset] = 0
+        self.limit[reset] = 1.0
+        self.resume_s[reset] = math.inf
+        self.startup_left[reset] = 0.0
+        self.unit_start[reset] = math.nan
+        self.work[reset] = 0.0
+        self.next_bound[reset] = math.inf
+        self.final_bound[reset] = math.inf
+        self.units[reset] = 0
+        self.latency[reset] = math.nan
+        self.loss[reset] = math.nan
+        self.completed[reset] = math.nan
+        self.cpu_seconds[reset] = 0.0
+        self.usage[reset] = 0.0
+        self.share[reset] = 0.0
+        self.rate[reset] = 0.0
+        self.now[reset] = 0.0
+        self.window_start[reset] = 0
+        self.bound_window[reset] = math.inf
+        self.loss_window[reset] = math.nan
 
     # ------------------------------------------------------------------ actuation
 
-    def place(self, row: int, job: int, worker: int, slot: int) -> None:
-        """Start job ``job`` of ``row`` on ``worker``/``slot`` (as ``ReplayBackend._place``)."""
-        profile = self.profiles[self.profile_of[row, job]]
-        self.worker[row, job] = worker
-        self.slot[row, job] = slot
-        if self.boot_demand[row, job] > 0:
-            self.phase[row, job] = _BOOTING
-            self.startup_left[row, job] = profile.startup_cpu_s
-        else:
-            self.phase[row, job] = _STARTING
-            self.resume_s[row, job] = self.now[row] + profile.startup_s
-        rng = self._rngs[row]
-        assert rng is not None
-        job_rng = np.random.default_rng(int(rng.integers(2**63)))
-        self._job_rngs[row][job] = job_rng
+    def place(
+        self, rows: np.ndarray, jobs: np.ndarray, workers: np.ndarray, slots: np.ndarray
+    ) -> None:
+        """Start job ``jobs[i]`` of row ``rows[i]`` on ``workers[i]``/``slots[i]`` for every
+        ``i`` (as ``ReplayBackend._place`` each), a row's jobs in the order given.
+
+        Each job's noise stream is seeded from its row's generator in that order, as the
+        reference seeds them one placement at a time; its first units of work (and, for a
+        training job, all of them and its losses) are drawn from it and windowed at once.
+        """
+        if not len(rows):
+            return
+        profile_of = self.profile_of[rows, jobs]
+        self.worker[rows, jobs] = workers
+        self.slot[rows, jobs] = slots
+        booting = self.boot_demand[rows, jobs] > 0
+        self.phase[rows, jobs] = np.where(booting, _BOOTING, _STARTING)
+        self.startup_left[rows[booting], jobs[booting]] = self._startup_cpu_s[profile_of[booting]]
+        timed = ~booting
+        self.resume_s[rows[timed], jobs[timed]] = (
+            self.now[rows[timed]] + self._startup_s[profile_of[timed]]
+        )
+        # The reference draws a seed per placement from the row's generator: one call per row
+        # draws the same numbers (a bound above 2**32 takes no buffered bits).
+        order = np.argsort(rows, kind="stable")
+        seeds = np.empty(len(rows), dtype=np.int64)
+        bounds = np.flatnonzero(np.diff(rows[order])) + 1
+        for group in np.split(order, bounds):
+            rng = self._rngs[int(rows[group[0]])]
+            assert rng is not None
+            seeds[group] = rng.integers(2**63, size=len(group))
+        states = pcg64_states(seeds)
         if self.training:
-            total = int(self.total[row, job])
-            bounds = np.cumsum(_lognormal(job_rng, profile.noise_cv, total))
-            self.final_bound[row, job] = bounds[-1]
-            curve = np.asarray(profile.loss_at(np.arange(1, total + 1, dtype=np.float64)))
-            self._losses[row][job] = curve * _lognormal(job_rng, self.loss_noise_cv, total)
+            self._draw_training(rows, jobs, profile_of, states)
         else:
-            bounds = np.cumsum(_lognormal(job_rng, profile.noise_cv, _BATCH_DRAWS))
-        self._bounds[row][job] = bounds
-        self.next_bound[row, job] = bounds[0]
-        self._unwindowed.setdefault(row, []).append(job)  # windowed at the next advance
+            self._draw_services(rows, jobs, profile_of, states)
+        self.window_start[rows, jobs] = 0
+
+    def _draw_services(
+        self,
+        rows: np.ndarray,
+        jobs: np.ndarray,
+        profile_of: np.ndarray,
+        states: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """The first two draws of ``_BATCH_DRAWS`` units of new services, windowed: the
+        numbers ``_refill`` draws from each stream, in the same arithmetic (each draw's
+        cumulative sum continues from the last bound before it)."""
+        draws = 2 * _BATCH_DRAWS  # what a window from unit 0 needs
+        sigma = self._sigma[profile_of][:, None]
+        noisy = self._noisy[profile_of].tolist()
+        normal = np.zeros((len(rows), draws))
+        stream = self._stream
+        bit_generator = stream.bit_generator
+        for index, (row, job, state) in enumerate(
+            zip(rows.tolist(), jobs.tolist(), states, strict=True)
+        ):
+            if noisy[index]:
+                bit_generator.state = state
+                stream.standard_normal(out=normal[index])
+                self._job_states[row][job] = (state, draws)
+            else:
+                self._job_states[row][job] = (state, 0)
+        # Without noise sigma and the draws are 0 and the factors exp(0) = 1, as _lognormal's.
+        factors = np.exp(sigma * normal - 0.5 * sigma * sigma)
+        bounds = np.cumsum(factors.reshape(len(rows), 2, _BATCH_DRAWS), axis=2)
+        bounds[:, 1] += bounds[:, 0, -1:]
+        bounds = bounds.reshape(len(rows), draws)
+        for row, job, job_bounds in zip(rows.tolist(), jobs.tolist(), bounds, strict=True):
+            self._bounds[row][job] = job_bounds
+        self.next_bound[rows, jobs] = bounds[:, 0]
+        self.bound_window[rows, jobs] = bounds[:, :_WINDOW]
+
+    def _draw_training(
+        self,
+        rows: np.ndarray,
+        jobs: np.ndarray,
+        profile_of: np.ndarray,
+        states: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """All iterations' work and losses of new training jobs, windowed; jobs of one
+        workload and length are drawn into one array (each from its own stream)."""
+        totals = self.total[rows, jobs]
+        groups: dict[tuple[int, int], list[int]] = {}
+        for index, key in enumerate(zip(profile_of.tolist(), totals.tolist(), strict=True)):
+            groups.setdefault(key, []).append(index)
+        loss_noisy = self.loss_noise_cv != 0.0
+        loss_sigma = _lognormal_sigma(self.loss_noise_cv)
+        for (profile, total), members in groups.items():
+            sigma = float(self._sigma[profile])
+            work_draws = total if self._noisy[profile] else 0
+            loss_draws = total if loss_noisy else 0
+            normal = np.zeros((len(members), 2, total))
+            for position, index in enumerate(members):
+                self._stream.bit_generator.state = states[index]
+                draws = self._stream.standard_normal(work_draws + loss_draws)
+                normal[position, 0, :work_draws] = draws[:work_draws]
+                normal[position, 1, :loss_draws] = draws[work_draws:]
+            # Without noise sigma and the draws are 0 and the factors exp(0) = 1, as _lognormal's.
+            bounds = np.cumsum(np.exp(sigma * normal[:, 0] - 0.5 * sigma * sigma), axis=1)
+            noise = np.exp(loss_sigma * normal[:, 1] - 0.5 * loss_sigma * loss_sigma)
+            losses = self._loss_curve(profile, total) * noise
+            at_rows, at_jobs = rows[members], jobs[members]
+            for row, job, job_bounds, job_losses in zip(
+                at_rows.tolist(), at_jobs.tolist(), bounds, losses, strict=True
+            ):
+                self._bounds[row][job] = job_bounds
+                self._losses[row][job] = job_losses
+            self.final_bound[at_rows, at_jobs] = bounds[:, -1]
+            self.next_bound[at_rows, at_jobs] = bounds[:, 0]
+            width = min(total, _WINDOW)
+            windows = np.full((len(members), _WINDOW), math.inf)
+            windows[:, :width] = bounds[:, :width]
+            self.bound_window[at_rows, at_jobs] = windows
+            windows = np.full((len(members), _WINDOW), math.nan)
+            windows[:, :width] = losses[:, :width]
+            self.loss_window[at_rows, at_jobs] = windows
+
+    def _loss_curve(self, profile: int, total: int) -> np.ndarray:
+        """Workload ``profile``'s loss curve at iterations ``1..total`` (computed once)."""
+        curve = self._loss_curves.get((profile, total))
+        if curve is None:
+            iterations = np.arange(1, total + 1, dtype=np.float64)
+            curve = np.asarray(self.profiles[profile].loss_at(iterations))
+            self._loss_curves[profile, total] = curve
+        return curve
+
+    def _more_work(self, row: int, job: int) -> np.ndarray:
+        """The work factors of service ``job``'s next ``_BATCH_DRAWS`` units, from its stream."""
+        bit_generator = self._stream.bit_generator
+        state, drawn = self._job_states[row][job]
+        bit_generator.state = state
+        if drawn:  # drawn at placement, when the state after them was not read back
+            self._stream.standard_normal(drawn)
+        noise_cv = self.profiles[self.profile_of[row, job]].noise_cv
+        factors = _lognormal(self._stream, noise_cv, _BATCH_DRAWS)
+        self._job_states[row][job] = (bit_generator.state, 0)
+        return factors
 
     def _refill(self, jobs: Sequence[tuple[int, int]]) -> None:
         """Window the bounds (and losses) of ``jobs`` (row, job) from the unit before their
@@ -291,9 +474,8 @@ class ReplayBatch:
             start = starts[index]
             bounds = self._bounds[row][job]
             if not self.training:
-                noise_cv = self.profiles[self.profile_of[row, job]].noise_cv
                 while len(bounds) < start + _WINDOW:
-                    extra = np.cumsum(_lognormal(self._job_rngs[row][job], noise_cv, _BATCH_DRAWS))
+                    extra = np.cumsum(self._more_work(row, job))
                     bounds = np.concatenate((bounds, bounds[-1] + extra))
                 self._bounds[row][job] = bounds
             part = bounds[start : start + _WINDOW]
@@ -326,14 +508,14 @@ class ReplayBatch:
             rows: boolean mask of the rows to advance.
             seconds: per row, seconds to let pass (finite, >= 0); ignored where ``rows`` is not.
         """
-        self._refill([(row, job) for row, jobs in self._unwindowed.items() for job in jobs])
-        self._unwindowed = {}
         end = np.where(rows, self.now + seconds, self.now)
         cpu_before = self.cpu_seconds.copy()
         self._wake(rows)
         moving = rows & (self.now < end)
+        # Jobs keep their worker and slot while time passes: their cells are found once.
+        cells = self.worker * self.slots + self.slot
         while moving.any():
-            self._allocate()
+            self._allocate(cells)
             until = self._next_event(end, moving)
             self._integrate(until, moving)
             self.now = np.where(moving, until, self.now)
@@ -365,23 +547,26 @@ class ReplayBatch:
         self.phase[rebooting] = _BOOTING
         self.resume_s[waking] = math.inf
 
-    def _dense(self, values: np.ndarray, using: np.ndarray, fill: float) -> np.ndarray:
-        """``values`` of the ``using`` jobs laid out as ``(episodes, workers, slots)``."""
-        dense = np.full((self.episodes, self.workers * self.slots), fill)
-        rows, jobs = np.nonzero(using)
-        dense[rows, self.worker[rows, jobs] * self.slots + self.slot[rows, jobs]] = values[
-            rows, jobs
-        ]
+    def _dense(self, values: np.ndarray, layout: _Layout, fill: float) -> np.ndarray:
+        """``values`` of the ``layout``'s jobs laid out as ``(episodes, workers, slots)``."""
+        dense = np.full(self.episodes * self.workers * self.slots, fill)
+        dense[layout.cells] = values.reshape(-1)[layout.at]
         return dense.reshape(self.episodes, self.workers, self.slots)
 
-    def _allocate(self) -> None:
-        """CPU shares by water-filling every worker, then rates (``ReplayBackend._allocate``)."""
+    def _allocate(self, cells: np.ndarray) -> None:
+        """CPU shares by water-filling every worker, then rates (``ReplayBackend._allocate``).
+
+        Args:
+            cells: every job's ``worker * slots + slot``.
+        """
         booting = self.phase == _BOOTING
         using = (self.phase == _RUNNING) | booting
         demand = np.where(booting, self.boot_demand, self.demand)
-        cores = self.cores[None, :, None]
+        at = np.flatnonzero(using)
+        rows = at // self.jobs
+        layout = _Layout(rows, at, rows * (self.workers * self.slots) + cells.reshape(-1)[at])
         caps = np.minimum(self.limit * self.cores[self.worker], demand)
-        dense = self._dense(caps, using, 0.0)
+        dense = self._dense(caps, layout, 0.0)
         over = dense.sum(axis=2) > self.cores[None, :]
         if over.any():
             crowded = dense[over]
@@ -394,23 +579,23 @@ class ReplayBatch:
             first = np.argmax(levels <= ordered, axis=1)
             level = levels[np.arange(len(levels)), first]
             dense[over] = np.minimum(crowded, np.maximum(level, 0.0)[:, None])
-        rows, jobs = np.nonzero(using)
-        flat = dense.reshape(self.episodes, -1)
+        share = dense.reshape(-1)[layout.cells]
         self.share = np.zeros_like(self.share)
-        self.share[rows, jobs] = flat[
-            rows, self.worker[rows, jobs] * self.slots + self.slot[rows, jobs]
-        ]
-        self.rate = np.zeros_like(self.rate)
+        self.share.reshape(-1)[at] = share
+        # Rates of the jobs that get CPU, by profile; the others' are 0, as the profile's
+        # throughput at 0 cores is.
+        rate = np.zeros(len(at))
+        profile_of = self.profile_of.reshape(-1)[at]
         for profile, (cores_points, rate_points) in enumerate(self._curves):
-            members = self.profile_of == profile
-            self.rate[members] = np.interp(self.share[members], cores_points, rate_points)
+            members = profile_of == profile
+            rate[members] = np.interp(share[members], cores_points, rate_points)
+        self.rate = np.zeros_like(self.rate)
+        self.rate.reshape(-1)[at] = rate
         self.rate[booting] = 0.0
         if self._contends:  # as the reference: no job of the scenario slows under contention
-            self._contend(using, booting, demand, cores)
+            self._contend(booting, demand, layout)
 
-    def _contend(
-        self, using: np.ndarray, booting: np.ndarray, demand: np.ndarray, cores: np.ndarray
-    ) -> None:
+    def _contend(self, booting: np.ndarray, demand: np.ndarray, layout: _Layout) -> None:
         """Slow every oversubscribed worker's jobs by their efficiency (``ReplayBackend._contend``).
 
         Per worker the runnable threads ``N`` are the largest fixed point of the piecewise-linear
@@ -425,14 +610,16 @@ class ReplayBatch:
         threads = np.where(stock | (self.limit >= 1.0), whole, following)
         busy = np.minimum(threads, demand)
         quotas = np.where(self.limit >= 1.0, math.inf, self.limit * worker_cores)
-        busy_d = self._dense(busy, using, 0.0)
+        busy_d = self._dense(busy, layout, 0.0)
         total = busy_d.sum(axis=2)
         over = total > self.cores[None, :]
         if not over.any():
             return
-        quota_d = self._dense(quotas, using, 0.0)[over]
+        quota_d = self._dense(quotas, layout, 0.0)[over]
         busy_o = busy_d[over]
-        present = self._dense(np.ones_like(busy), using, 0.0)[over] > 0
+        occupied = np.zeros(self.episodes * self.workers * self.slots, dtype=bool)
+        occupied[layout.cells] = True
+        present = occupied.reshape(busy_d.shape)[over]
         capacity = np.broadcast_to(self.cores[None, :], over.shape)[over][:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
             breaks = np.where(
@@ -466,15 +653,14 @@ class ReplayBatch:
                 np.maximum(np.minimum(fixed[pick, first], upper[pick, first]), capacity[:, 0]),
             )
         crowded = runnable > capacity[:, 0]
-        rows, jobs = np.nonzero(using)
-        position = self.worker[rows, jobs] * self.slots + self.slot[rows, jobs]
+        at = layout.at
         kept_d = np.ones((*over.shape, self.slots))
         if crowded.any():
             # One layout for the three per-job terms: laying each out apart cost more.
-            terms = np.zeros((3, self.episodes, self.workers * self.slots))
-            terms[:, rows, position] = np.stack((self.exponent, self.floor, self.bound_scale))[
-                :, rows, jobs
-            ]
+            terms = np.zeros((3, self.episodes * self.workers * self.slots))
+            terms[:, layout.cells] = np.stack(
+                (self.exponent, self.floor, self.bound_scale)
+            ).reshape(3, -1)[:, at]
             exponent, floor, bound_scale = (
                 term.reshape((*over.shape, self.slots))[over][crowded] for term in terms
             )
@@ -490,35 +676,36 @@ class ReplayBatch:
                 bound_scale,
             )
             kept_d[over] = kept_o
-        job_kept = np.ones(using.shape)
-        job_kept[rows, jobs] = kept_d.reshape(self.episodes, -1)[rows, position]
         crowded_d = np.zeros(over.shape, dtype=bool)
         crowded_d[over] = crowded
-        slowed = using & np.take_along_axis(crowded_d, self.worker, axis=1)
-        kept = job_kept[slowed]
+        # The layout's jobs on a crowded worker, in the order of their rows and jobs.
+        on_worker = layout.rows * self.workers + self.worker.reshape(-1)[at]
+        slowed = crowded_d.reshape(-1)[on_worker]
+        kept = kept_d.reshape(-1)[layout.cells][slowed]
+        at = at[slowed]
         if booting.any():  # most steps start no job: skip laying the start-ups out by worker
-            starting = self._dense(booting.astype(float), using, 0.0).sum(axis=2) > 0
-            beside = np.take_along_axis(starting, self.worker, axis=1)[slowed]
-            kept = np.where(beside, np.minimum(kept, self.beside_startup[slowed]), kept)
-        self.rate[slowed] *= kept
+            starting = self._dense(booting.astype(float), layout, 0.0).sum(axis=2) > 0
+            beside = starting.reshape(-1)[on_worker[slowed]]
+            kept = np.where(beside, np.minimum(kept, self.beside_startup.reshape(-1)[at]), kept)
+        self.rate.reshape(-1)[at] *= kept
 
     def _next_event(self, end: np.ndarray, moving: np.ndarray) -> np.ndarray:
         """Per row, the earliest time before its end at which the shares change."""
         until = np.minimum(end, self.resume_s.min(axis=1))
         booting = (self.phase == _BOOTING) & (self.share > 0)
         if booting.any():
-            with np.errstate(divide="ignore", invalid="ignore"):
-                left = np.where(booting, self.startup_left / self.share, math.inf).min(axis=1)
+            left = np.full(self.share.shape, math.inf)
+            left[booting] = self.startup_left[booting] / self.share[booting]
+            left = left.min(axis=1)
             until = np.minimum(until, np.where(booting.any(axis=1), self.now + left, math.inf))
         if self.training:
             finishing = (self.phase == _RUNNING) & (self.rate > 0)
             if finishing.any():
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    remaining = np.where(
-                        finishing,
-                        (self.final_bound - self.work).clip(min=0.0) / self.rate,
-                        math.inf,
-                    ).min(axis=1)
+                remaining = np.full(self.rate.shape, math.inf)
+                remaining[finishing] = (self.final_bound[finishing] - self.work[finishing]).clip(
+                    min=0.0
+                ) / self.rate[finishing]
+                remaining = remaining.min(axis=1)
                 until = np.minimum(
                     until, np.where(finishing.any(axis=1), self.now + remaining, math.inf)
                 )
@@ -539,56 +726,67 @@ class ReplayBatch:
 
     def _complete(self, crossed: np.ndarray, work_before: np.ndarray, until: np.ndarray) -> None:
         """Record the units the ``crossed`` jobs completed: ``ReplayBackend._complete_units``
-        for all of them at once from their windows, per job where a window falls short."""
-        rows, jobs = np.nonzero(crossed)
-        threshold = (self.work[rows, jobs] + _WORK_EPS)[:, None]
+        for all of them at once from their windows, per job where a window falls short.
+
+        The jobs are addressed by their flat index ``row * jobs + job`` in the (C-contiguous)
+        arrays: a gather or a scatter by one index costs a third of one by two.
+        """
+        cells = np.flatnonzero(crossed)
+        rows = cells // self.jobs
+        windows = self.bound_window.reshape(-1, _WINDOW)
+        threshold = (self.work.reshape(-1)[cells] + _WORK_EPS)[:, None]
         # The bounds ascend: the count in the whole window is the count in its head unless every
         # bound of the head was reached (a job that completed many units: look further).
-        count = (self.bound_window[rows, jobs, :_HEAD] <= threshold).sum(axis=1)
+        count = (windows[cells, :_HEAD] <= threshold).sum(axis=1)
         far = count == _HEAD
         if far.any():
-            count[far] = (self.bound_window[rows[far], jobs[far]] <= threshold[far]).sum(axis=1)
-        start = self.window_start[rows, jobs]
+            count[far] = (windows[cells[far]] <= threshold[far]).sum(axis=1)
+        start = self.window_start.reshape(-1)[cells]
         completed = start + count
-        first_new = self.units[rows, jobs]
+        first_new = self.units.reshape(-1)[cells]
         # A window that ends before the last unit completed, or that lacks the unit before a
         # service's last one when it needs it, leaves the job to the reference's per-job code.
         short = count >= _WINDOW
         if not self.training:
             short |= (completed - 1 != first_new) & (completed - 2 < start)
-        refill = list(zip(rows[short].tolist(), jobs[short].tolist(), strict=True))
-        for row, job in refill:
-            self._complete_units(row, job, float(work_before[row, job]), until)
-        fast = ~short
-        rows, jobs = rows[fast], jobs[fast]
-        start, completed, first_new = start[fast], completed[fast], first_new[fast]
-        self.units[rows, jobs] = completed
+        refill: list[tuple[int, int]] = []
+        if short.any():  # rare: most steps complete every job from its window
+            refill += zip(rows[short].tolist(), (cells[short] % self.jobs).tolist(), strict=True)
+            for row, job in refill:
+                self._complete_units(row, job, float(work_before[row, job]), until)
+            fast = ~short
+            cells, rows = cells[fast], rows[fast]
+            start, completed, first_new = start[fast], completed[fast], first_new[fast]
+        self.units.reshape(-1)[cells] = completed
         end_s = until[rows]
         if self.training:
-            self.loss[rows, jobs] = self.loss_window[rows, jobs, completed - 1 - start]
-            finished = completed >= self.total[rows, jobs]
-            done_rows, done_jobs = rows[finished], jobs[finished]
-            self.phase[done_rows, done_jobs] = _DONE
-            self.completed[done_rows, done_jobs] = end_s[finished]
-            self.next_bound[done_rows, done_jobs] = math.inf
+            self.loss.reshape(-1)[cells] = self.loss_window.reshape(-1, _WINDOW)[
+                cells, completed - 1 - start
+            ]
+            finished = completed >= self.total.reshape(-1)[cells]
+            done = cells[finished]
+            self.phase.reshape(-1)[done] = _DONE
+            self.completed.reshape(-1)[done] = end_s[finished]
+            self.next_bound.reshape(-1)[done] = math.inf
             going = ~finished
-            self.next_bound[rows[going], jobs[going]] = self.bound_window[
-                rows[going], jobs[going], (completed - start)[going]
+            self.next_bound.reshape(-1)[cells[going]] = windows[
+                cells[going], (completed - start)[going]
             ]
         else:
             now = self.now[rows]
-            rate = self.rate[rows, jobs]
-            before = work_before[rows, jobs]
-            last = self.bound_window[rows, jobs, completed - 1 - start]
+            rate = self.rate.reshape(-1)[cells]
+            before = work_before.reshape(-1)[cells]
+            last = windows[cells, completed - 1 - start]
             finish = np.minimum(end_s, now + np.maximum(last - before, 0.0) / rate)
-            previous = self.bound_window[rows, jobs, np.maximum(completed - 2 - start, 0)]
+            previous = windows[cells, np.maximum(completed - 2 - start, 0)]
             reached = np.minimum(end_s, now + np.maximum(previous - before, 0.0) / rate)
-            began = np.where(completed - 1 == first_new, self.unit_start[rows, jobs], reached)
-            self.latency[rows, jobs] = finish - began
-            self.unit_start[rows, jobs] = finish
-            self.next_bound[rows, jobs] = self.bound_window[rows, jobs, completed - start]
-        low = (completed - start > _WINDOW // 2) & (self.phase[rows, jobs] != _DONE)
-        refill += zip(rows[low].tolist(), jobs[low].tolist(), strict=True)
+            unit_start = self.unit_start.reshape(-1)
+            began = np.where(completed - 1 == first_new, unit_start[cells], reached)
+            self.latency.reshape(-1)[cells] = finish - began
+            unit_start[cells] = finish
+            self.next_bound.reshape(-1)[cells] = windows[cells, completed - start]
+        low = (completed - start > _WINDOW // 2) & (self.phase.reshape(-1)[cells] != _DONE)
+        refill += zip(rows[low].tolist(), (cells[low] % self.jobs).tolist(), strict=True)
         self._refill(refill)
 
     def _complete_units(self, row: int, job: int, work_before: float, until: np.ndarray) -> None:
@@ -598,9 +796,8 @@ class ReplayBatch:
         work = float(self.work[row, job])
         bounds = self._bounds[row][job]
         if not self.training:
-            noise_cv = self.profiles[self.profile_of[row, job]].noise_cv
             while bounds[-1] <= work + _WORK_EPS:
-                extra = np.cumsum(_lognormal(self._job_rngs[row][job], noise_cv, _BATCH_DRAWS))
+                extra = np.cumsum(self._more_work(row, job))
                 bounds = np.concatenate((bounds, bounds[-1] + extra))
             self._bounds[row][job] = bounds
         completed = int(np.searchsorted(bounds, work + _WORK_EPS, side="right"))

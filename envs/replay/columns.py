@@ -126,9 +126,17 @@ def encode_columns(
             f"layout features {layout.features}; observations are encoded with {FEATURES}"
         )
     rows_total = layout.workers * layout.slots_per_worker
-    row, job = np.nonzero(columns.active)
-    worker = columns.worker[row, job]
-    position = worker * layout.slots_per_worker + columns.slot[row, job]
+    # The active jobs by their flat index in the (episodes, jobs) columns: gathering by one
+    # index costs a third of gathering by two.
+    at = np.flatnonzero(columns.active)
+    row = at // columns.active.shape[1]
+
+    def of(column: np.ndarray) -> np.ndarray:
+        return column.reshape(-1)[at]
+
+    worker = of(columns.worker)
+    position = worker * layout.slots_per_worker + of(columns.slot)
+    on_worker = row * layout.workers + worker
     worker_cores = cores[worker]
     # One row of features per active job, in FEATURES' order, then one scatter into the slots
     # (not one scatter per feature); a feature a job lacks is 0, as in an empty slot.
@@ -138,44 +146,44 @@ def encode_columns(
         index = _FEATURE_INDEX[name]
         if where is None:
             values[:, index] = column
-        else:
-            values[where, index] = column[where]
+        else:  # elsewhere the value stays (0, or what an earlier put wrote)
+            values[:, index] = np.where(where, column, values[:, index])
 
     put("active", np.ones(len(row)))
-    put("migrating", columns.migrating[row, job].astype(np.float64))
-    put("limit", columns.limit[row, job])
-    put("cpu_usage", columns.cpu_usage[row, job] / worker_cores)
-    put("age", columns.age_s[row, job] / horizon_s)
-    put("worker_usage", columns.worker_usage[row, worker] / worker_cores)
-    put("worker_jobs", columns.worker_jobs[row, worker] / layout.slots_per_worker)
-    target = columns.target_s[row, job]
-    latency = columns.latency_s[row, job]
+    put("migrating", of(columns.migrating).astype(np.float64))
+    put("limit", of(columns.limit))
+    put("cpu_usage", of(columns.cpu_usage) / worker_cores)
+    put("age", of(columns.age_s) / horizon_s)
+    put("worker_usage", columns.worker_usage.reshape(-1)[on_worker] / worker_cores)
+    put("worker_jobs", columns.worker_jobs.reshape(-1)[on_worker] / layout.slots_per_worker)
+    target = of(columns.target_s)
+    latency = of(columns.latency_s)
     has_target = ~np.isnan(target)
     put("target", target / TARGET_SCALE_S, has_target)
-    better, satisfied, worse = (mask[row, job] for mask in columns.qoe())
+    better, satisfied, worse = (of(mask) for mask in columns.qoe())
     measured = has_target & ~np.isnan(latency)
     put("measured", np.ones(len(row)), measured)
     put("latency_ratio", latency / target / LATENCY_RATIO_CAP, measured)
     put("class_g", better.astype(np.float64), measured)
     put("class_s", satisfied.astype(np.float64), measured)
     put("class_b", worse.astype(np.float64), measured)
-    total = columns.total_iterations[row, job].astype(np.float64)
+    total = of(columns.total_iterations).astype(np.float64)
     training = total > 0
     if training.any():
-        done = columns.iterations[row, job]
-        gained = done - columns.iterations_before[row, job]
+        done = of(columns.iterations)
+        gained = done - of(columns.iterations_before)
         with np.errstate(divide="ignore", invalid="ignore"):
             put("progress", done / total, training)
             put("progress_rate", gained / total * RATE_SCALE, training)
-            loss = columns.loss[row, job]
-            first = columns.first_loss[row, job]
+            loss = of(columns.loss)
+            first = of(columns.first_loss)
             first = np.where(np.isnan(first), loss, first)
             ratio = np.where(first > 0, loss / first, 1.0)
         has_loss = training & ~np.isnan(loss)
         put("measured", np.ones(len(row)), has_loss)
         put("loss_ratio", ratio / LOSS_RATIO_CAP, has_loss)
     observation = np.zeros((episodes, rows_total, len(FEATURES)))
-    observation[row, position] = values
+    observation.reshape(-1, len(FEATURES))[row * rows_total + position] = values
     np.clip(observation, 0.0, 1.0, out=observation)
     return observation.astype(np.float32)
 

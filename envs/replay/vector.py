@@ -182,9 +182,9 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._first_loss = np.full((num_envs, jobs), np.nan)
         self._measured_usage = np.zeros((num_envs, jobs))
         self._counts_before = np.zeros((num_envs, len(resolved.workers)), dtype=np.int64)
-        self._target = np.full((num_envs, jobs), np.nan)
-        self._tolerance = np.full((num_envs, jobs), 0.1)
         self._ended = np.zeros(num_envs, dtype=bool)
+        # Whether a job may be pinned to a worker (placed as the placer's exception).
+        self._pins = any(group.worker is not None for group in resolved.groups)
         self._columns: TelemetryColumns | None = None
 
     # ------------------------------------------------------------------ Gymnasium API
@@ -415,31 +415,53 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     def _reset_rows(self, rows: np.ndarray, seeds: Sequence[int | None]) -> None:
         """Reset the episodes of ``rows`` as ``SchedulingEnv.reset`` does, then measure them."""
         batch = self._batch
-        for row in np.flatnonzero(rows).tolist():
+        indices = np.flatnonzero(rows)
+        episodes = []
+        backend_rngs = []
+        for row in indices.tolist():
             seed = seeds[row]
             if seed is not None or self._rngs[row] is None:
                 self._rngs[row], _ = seeding.np_random(seed)
             rng = self._rngs[row]
             assert rng is not None
             jobs_rng, backend_rng = rng.spawn(2)
-            batch.reset_row(row, self.scenario.realise(jobs_rng), backend_rng)
-            self._pending[row] = batch.exists[row]
-            self._slot_job[row] = -1
-            self._first_loss[row] = np.nan
-            self._cpu_before[row] = 0.0
-            self._iterations_before[row] = 0
-            self._measured_usage[row] = 0.0
-            self._counts_before[row] = 0
-            specs = batch.specs[row]
-            self._target[row] = np.nan
-            self._target[row, : len(specs)] = [
-                np.nan if spec.target_s is None else spec.target_s for spec in specs
-            ]
-            self._tolerance[row] = 0.1
-            self._tolerance[row, : len(specs)] = [spec.tolerance for spec in specs]
-            self._place_arrivals(row, 0.0, np.zeros(batch.workers, dtype=np.int64))
+            episodes.append(self.scenario.realise(jobs_rng))
+            backend_rngs.append(backend_rng)
+        batch.reset_rows(indices.tolist(), episodes, backend_rngs)
+        self._pending[indices] = batch.exists[indices]
+        self._slot_job[indices] = -1
+        self._first_loss[indices] = np.nan
+        self._cpu_before[indices] = 0.0
+        self._iterations_before[indices] = 0
+        self._measured_usage[indices] = 0.0
+        self._counts_before[indices] = 0
+        self._place_first(indices)
         batch.advance(rows, np.zeros(self.num_envs))
         self._measure(rows, 0.0)
+
+    def _place_first(self, rows: np.ndarray) -> None:
+        """Place the jobs that arrive at time 0 in the episodes ``rows`` just reset.
+
+        On empty workers the spread placer deals the arrivals round the workers in arrival
+        order (fewest jobs, then lowest index): the ``k``-th goes to worker ``k % workers``,
+        slot ``k // workers``, until the slots run out. A scenario that pins jobs to workers
+        places each episode as ``_place_arrivals`` does.
+        """
+        batch = self._batch
+        if self._pins:
+            zeros = np.zeros(batch.workers, dtype=np.int64)
+            self._place({row: self._place_arrivals(row, 0.0, zeros) for row in rows.tolist()})
+            return
+        arrived = self._pending[rows] & (batch.arrival[rows] <= _ARRIVED_EPS)
+        rank = np.cumsum(arrived, axis=1) - 1
+        placed = arrived & (rank < batch.workers * batch.slots)
+        at, jobs = np.nonzero(placed)
+        rank = rank[at, jobs]
+        rows = rows[at]
+        workers, slots = rank % batch.workers, rank // batch.workers
+        self._slot_job[rows, workers * batch.slots + slots] = jobs
+        self._pending[rows, jobs] = False
+        batch.place(rows, jobs, workers, slots)
 
     def _checked_actions(self, actions: np.ndarray) -> np.ndarray:
         """Limits per slot from the actions: clipped to the box, then raised to the floor."""
@@ -527,9 +549,11 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
                 self._free_finished(behind)
                 moved |= behind
                 counts_moved[behind] = self._active_counts()[behind]
+            placements = {}
             for row in np.flatnonzero(~np.isnan(arrival)).tolist():
                 view = counts_moved[row] if moved[row] else self._counts_before[row]
-                self._place_arrivals(row, float(arrival[row]), view.copy())
+                placements[row] = self._place_arrivals(row, float(arrival[row]), view.copy())
+            self._place(placements)
         remaining = np.maximum(end - batch.now, 0.0)
         batch.advance(live, remaining)
         self._free_finished(live)
@@ -537,8 +561,11 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         if waiting.any():
             counts = self._active_counts()
             placed = np.zeros(self.num_envs, dtype=bool)
+            placements = {}
             for row in np.flatnonzero(waiting.any(axis=1)).tolist():
-                placed[row] = self._place_arrivals(row, float(end[row]), counts[row].copy())
+                placements[row] = self._place_arrivals(row, float(end[row]), counts[row].copy())
+                placed[row] = bool(placements[row])
+            self._place(placements)
             if placed.any():
                 batch.advance(placed, np.zeros(self.num_envs))
 
@@ -570,20 +597,23 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         from 0, as ``np.add.at`` and the single environment's loop add them.
         """
         batch = self._batch
-        row, job = np.nonzero(jobs)
-        cells = row * batch.workers + batch.worker[row, job]
-        weights = None if values is None else values[row, job]
+        at = np.flatnonzero(jobs)
+        cells = at // batch.jobs * batch.workers + batch.worker.reshape(-1)[at]
+        weights = None if values is None else values.reshape(-1)[at]
         sums = np.bincount(cells, weights, minlength=self.num_envs * batch.workers)
         return sums.reshape(self.num_envs, batch.workers)
 
-    def _place_arrivals(self, row: int, now_s: float, counts: np.ndarray) -> bool:
-        """Place the arrived, unplaced jobs of ``row`` that find a free slot, in arrival order,
-        each on the worker with the fewest active jobs (``SchedulingEnv._place_arrivals`` with
-        the spread placer); whether any was placed."""
+    def _place_arrivals(
+        self, row: int, now_s: float, counts: np.ndarray
+    ) -> list[tuple[int, int, int]]:
+        """The arrived, unplaced jobs of ``row`` that find a free slot, in arrival order, each
+        on the worker with the fewest active jobs (``SchedulingEnv._place_arrivals`` with the
+        spread placer), as ``(job, worker, slot)``; their slots are taken here, and
+        :meth:`_place` starts them."""
         batch = self._batch
         arrived = self._pending[row] & (batch.arrival[row] <= now_s + _ARRIVED_EPS)
         if not arrived.any():
-            return False
+            return []
         empty = self._slot_job[row].reshape(batch.workers, batch.slots) < 0
         queue = SpreadQueue(counts.tolist(), empty.sum(axis=1).tolist())
         # Each worker's free slots, lowest first: the slot _free_slot would find, job by job.
@@ -604,9 +634,17 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             self._slot_job[row, worker * batch.slots + slot] = job
             self._pending[row, job] = False
             placements.append((job, worker, slot))
-        for job, worker, slot in placements:
-            batch.place(row, job, worker, slot)
-        return bool(placements)
+        return placements
+
+    def _place(self, placements: Mapping[int, Sequence[tuple[int, int, int]]]) -> None:
+        """Start the ``(job, worker, slot)`` placements of every row, in one call."""
+        rows = [row for row, placed in placements.items() for _ in placed]
+        if rows:
+            jobs, workers, slots = (
+                np.array(part, dtype=np.int64)
+                for part in zip(*(p for placed in placements.values() for p in placed), strict=True)
+            )
+            self._batch.place(np.array(rows, dtype=np.int64), jobs, workers, slots)
 
     # ------------------------------------------------------------------ measurement
 
@@ -655,8 +693,8 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             limit=batch.limit.copy(),
             cpu_usage=self._measured_usage.copy(),
             age_s=age,
-            target_s=self._target.copy(),
-            tolerance=self._tolerance.copy(),
+            target_s=batch.target.copy(),
+            tolerance=batch.tolerance.copy(),
             latency_s=batch.latency.copy(),
             iterations=iterations.copy(),
             iterations_before=iterations_before,
