@@ -32,3 +32,20 @@ def test_one_call_draws_the_seeds_one_call_per_job_draws():
     batched, single = np.random.default_rng(9), np.random.default_rng(9)
     seeds = batched.integers(2**63, size=50).tolist()
     assert seeds == [int(single.integers(2**63)) for _ in range(50)]
+
+
+def test_a_numpy_that_seeds_otherwise_gets_its_own_generators(monkeypatch):
+    """Were numpy ever to change its seeding, the vectorised hash would be wrong silently: the
+    check at first use then falls back to building each generator."""
+    from dlsched.envs.replay import streams
+
+    assert streams._hash_matches_numpy()
+    seeds = np.arange(100, 140)
+    monkeypatch.setattr(streams, "_hashed_states", lambda seeds: [{}] * len(seeds))
+    streams._hash_matches_numpy.cache_clear()
+    try:
+        assert not streams._hash_matches_numpy()
+        assert pcg64_states(seeds) == [np.random.default_rng(s).bit_generator.state for s in seeds]
+    finally:
+        monkeypatch.undo()
+        streams._hash_matches_numpy.cache_clear()

@@ -13,6 +13,7 @@ same numbers. ``tests/test_replay_streams.py`` holds them equal to ``default_rng
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,8 +72,28 @@ def pcg64_states(seeds: np.ndarray) -> list[Mapping[str, Any]]:
     Args:
         seeds: non-negative integers below ``2**64`` (int64 or uint64).
     """
-    if len(seeds) < _HASHED_FROM:
-        return [np.random.default_rng(seed).bit_generator.state for seed in seeds.tolist()]
+    if len(seeds) < _HASHED_FROM or not _hash_matches_numpy():
+        return _built_states(seeds)
+    return _hashed_states(seeds)
+
+
+def _built_states(seeds: np.ndarray) -> list[Mapping[str, Any]]:
+    return [np.random.default_rng(seed).bit_generator.state for seed in seeds.tolist()]
+
+
+@functools.cache
+def _hash_matches_numpy() -> bool:
+    """Whether the numpy installed seeds its generators as :func:`_hashed_states` does.
+
+    Checked once per process on a few seeds (about a millisecond): a numpy that ever changed
+    its seeding would otherwise give the batched model other streams than the single one's,
+    silently; it then builds the generators, slower and right.
+    """
+    seeds = np.array([0, 1, 2**32 - 1, 2**32, 2**63 - 1, *range(7, 7 + _HASHED_FROM)])
+    return _hashed_states(seeds) == _built_states(seeds)
+
+
+def _hashed_states(seeds: np.ndarray) -> list[Mapping[str, Any]]:
     seeds = np.asarray(seeds).astype(np.uint64)
     # SeedSequence(seed).entropy as 32-bit words, low first; a seed below 2**32 has one word,
     # and the pool pads it with the hash of 0, which the high word 0 hashes to alike.
