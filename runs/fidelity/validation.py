@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -625,6 +625,39 @@ class ModelAfterReference(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class SidesRun:
+    """Both sides' episodes, each run in the order its model allows (:func:`run_sides`).
+
+    Attributes:
+        model: the model's side (a bracket's, once the reference ran).
+        model_episodes: its episodes.
+        reference_episodes: the reference's.
+        notes: what the model said of itself once made (none for a side given as such).
+    """
+
+    model: Side
+    model_episodes: list[EpisodeResult]
+    reference_episodes: list[EpisodeResult]
+    notes: list[str]
+
+
+def run_sides(
+    model: Side | ModelAfterReference,
+    reference: Side,
+    episodes_of: Callable[[Side], list[EpisodeResult]],
+) -> SidesRun:
+    """Run the model first where it is a side (replay takes seconds, and a scenario that fails
+    on replay fails before any container starts), else the reference first and the model it
+    makes after."""
+    if isinstance(model, Side):
+        model_episodes = episodes_of(model)
+        return SidesRun(model, model_episodes, episodes_of(reference), [])
+    reference_episodes = episodes_of(reference)
+    side, notes = model.after_reference()
+    return SidesRun(side, episodes_of(side), reference_episodes, notes)
+
+
 def run_validation(
     scenario: Scenario,
     policies: Sequence[Policy],
@@ -637,9 +670,7 @@ def run_validation(
 ) -> tuple[ValidationReport, list[EpisodeResult], list[EpisodeResult]]:
     """Run every policy on every seed on the model and on the reference, and compare.
 
-    A model given as a side runs first: replay takes seconds, and a scenario that fails on
-    replay fails before any container starts. A model known only after the reference (replay
-    rescaled to the host's speed during its episodes) runs after it. Nothing is recorded (see
+    The sides run in the order :func:`run_sides` says. Nothing is recorded (see
     :mod:`.validation_run` for the tracked run).
 
     Args:
@@ -670,23 +701,16 @@ def run_validation(
             backend_options=side.options,
         )
 
-    if isinstance(model, Side):
-        model_episodes = episodes_of(model)
-        reference_episodes = episodes_of(reference)
-    else:
-        reference_episodes = episodes_of(reference)
-        model, notes = model.after_reference()
-        warnings = [*warnings, *notes]
-        model_episodes = episodes_of(model)
+    sides = run_sides(model, reference, episodes_of)
     report = build_report(
         scenario,
-        model_episodes,
-        reference_episodes,
+        sides.model_episodes,
+        sides.reference_episodes,
         held_out,
-        warnings,
-        (model.label(), reference.label()),
+        [*warnings, *sides.notes],
+        (sides.model.label(), reference.label()),
     )
-    return report, model_episodes, reference_episodes
+    return report, sides.model_episodes, sides.reference_episodes
 
 
 def render_report(report: ValidationReport) -> str:

@@ -48,6 +48,7 @@ from dlsched.runs.fidelity.validation import (
     build_report,
     render_report,
     report_data,
+    run_sides,
 )
 from dlsched.runs.fidelity.validation_plots import plot_timelines, plot_twins
 from dlsched.runs.tracking.owners import end_run, owner_tags
@@ -244,22 +245,15 @@ def validate_tracked(
         failure = failure or outcome.failure
         return list(outcome.results)
 
-    if isinstance(request.model, Side):
-        model_side = request.model
-        model = episodes_of(model_side)
-        reference = episodes_of(request.reference)
-    else:  # replay rescaled to the host's speed around its episodes: known after them
-        reference = episodes_of(request.reference)
-        model_side, notes = request.model.after_reference()
-        warnings = [*warnings, *notes]
-        model = episodes_of(model_side)
+    sides = run_sides(request.model, request.reference, episodes_of)
+    model, reference = sides.model_episodes, sides.reference_episodes
     report = build_report(
         request.scenario,
         model,
         reference,
         request.held_out,
-        warnings,
-        (model_side.label(), request.reference.label()),
+        [*warnings, *sides.notes],
+        (sides.model.label(), request.reference.label()),
     )
     folder = out / validation_id
     files = _write_files(folder, report, model, reference, plots)
