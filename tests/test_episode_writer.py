@@ -92,29 +92,9 @@ def test_every_episode_is_logged_finished_under_the_evaluating_process(
 def test_a_writer_stuck_on_a_lock_held_at_the_fork_is_stopped_and_its_run_marked(
     monkeypatch, tmp_path: Path
 ) -> None:
-    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-
-    from dlsched.runs.tracking import tracker
-
     monkeypatch.delenv(ENV_VAR, raising=False)
     monkeypatch.chdir(tmp_path)
-    # held when the writer is forked, as a library's thread may hold a lock: the child's copy
-    # stays held for ever, and the child waits on it for ever
-    held = threading.Lock()
-    held.acquire()
-    log_episode_run = tracker.log_episode_run
-
-    def deadlocked(client, experiment_id, parent_run_id, evaluation_id, result, *args, **kwargs):
-        if (result.policy.name, result.seed) == ("dqoes", 1):  # the last episode
-            tags = {MLFLOW_PARENT_RUN_ID: parent_run_id, tracker.TAG_KIND: "episode",
-                    tracker.TAG_EVALUATION: evaluation_id}  # fmt: skip
-            client.create_run(experiment_id, run_name="stuck", tags=tags)
-            held.acquire()
-        return log_episode_run(
-            client, experiment_id, parent_run_id, evaluation_id, result, *args, **kwargs
-        )
-
-    monkeypatch.setattr(tracker, "log_episode_run", deadlocked)
+    _deadlock_writer_at(monkeypatch, "dqoes", 1)  # the last episode
     monkeypatch.setattr(episode_writer, "STALL_TIMEOUT_S", 3.0)
     started = time.monotonic()
     outcome = _evaluate(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "out")
@@ -162,29 +142,11 @@ def _no_writer_left() -> bool:
 def test_an_evaluation_goes_on_past_a_writer_stuck_mid_way_behind_a_full_pipe(
     monkeypatch, tmp_path: Path
 ) -> None:
-    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-
-    from dlsched.runs.tracking import tracker
-
     monkeypatch.delenv(ENV_VAR, raising=False)
     monkeypatch.chdir(tmp_path)
-    # held when the writer is forked: the child's copy stays held for ever, so the child stops
-    # at default's second episode, reading no more, while the evaluation hands it six more
-    held = threading.Lock()
-    held.acquire()
-    log_episode_run = tracker.log_episode_run
-
-    def deadlocked(client, experiment_id, parent_run_id, evaluation_id, result, *args, **kwargs):
-        if (result.policy.name, result.seed) == ("default", 1):
-            tags = {MLFLOW_PARENT_RUN_ID: parent_run_id, tracker.TAG_KIND: "episode",
-                    tracker.TAG_EVALUATION: evaluation_id}  # fmt: skip
-            client.create_run(experiment_id, run_name="stuck", tags=tags)
-            held.acquire()
-        return log_episode_run(
-            client, experiment_id, parent_run_id, evaluation_id, result, *args, **kwargs
-        )
-
-    monkeypatch.setattr(tracker, "log_episode_run", deadlocked)
+    # the child stops at default's second episode, reading no more, while the evaluation hands
+    # it six more
+    _deadlock_writer_at(monkeypatch, "default", 1)
     monkeypatch.setattr(episode_writer, "STALL_TIMEOUT_S", 2.0)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     # without the courier, the evaluation blocked in a send for ever (the test timed out)
@@ -327,3 +289,28 @@ def test_a_close_cut_short_by_a_signal_is_resumed_and_leaves_no_writer(
     ]
     assert writer.closed
     assert _no_writer_left()  # before, the child waited on the pipe for ever
+
+
+def _deadlock_writer_at(monkeypatch: pytest.MonkeyPatch, policy: str, seed: int) -> None:
+    """Make the writer start ``policy``'s episode of ``seed`` as a run and then wait for ever on
+    a lock held when it is forked, as a library's thread may hold one: the child's copy stays
+    held for ever."""
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+    from dlsched.runs.tracking import tracker
+
+    held = threading.Lock()
+    held.acquire()
+    log_episode_run = tracker.log_episode_run
+
+    def deadlocked(client, experiment_id, parent_run_id, evaluation_id, result, *args, **kwargs):
+        if (result.policy.name, result.seed) == (policy, seed):
+            tags = {MLFLOW_PARENT_RUN_ID: parent_run_id, tracker.TAG_KIND: "episode",
+                    tracker.TAG_EVALUATION: evaluation_id}  # fmt: skip
+            client.create_run(experiment_id, run_name="stuck", tags=tags)
+            held.acquire()
+        return log_episode_run(
+            client, experiment_id, parent_run_id, evaluation_id, result, *args, **kwargs
+        )
+
+    monkeypatch.setattr(tracker, "log_episode_run", deadlocked)
