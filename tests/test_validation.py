@@ -54,6 +54,14 @@ def test_replay_against_its_seeded_twin_reports_no_error():
     assert report.same_ranking is True
     assert all(timeline.mean_gap == 0.0 for timeline in report.timelines)
     assert "median |error| 0.0%" in render_report(report)
+    assert [item.workload for item in report.attribution] == [
+        "mlp-digits",
+        "cnn-digits",
+        "gru-digits",
+        "vae-digits",
+    ]
+    assert all(item.jobs == 4 for item in report.attribution)
+    assert all(item.cores_ratio == item.progress_ratio == 1.0 for item in report.attribution)
     # docker-training-4 draws nothing: every seed runs the same four jobs.
     agreement = report.seed_agreement
     assert agreement is not None and agreement.seeds == 2
@@ -95,6 +103,26 @@ def test_replay_against_a_mis_scaled_set_reports_the_scale(tmp_path):
     assert report.all_jobs.median_ratio == pytest.approx(1.25, rel=0.03)
     assert report.all_jobs.median == pytest.approx(0.25, rel=0.12)
     assert report.sides == ("replay", f"replay[profile_set={reference.profile_set}]")
+    # The CPU is shared alike; each core-second buys replay 1/1.25 of the reference's batches.
+    assert {item.workload for item in report.attribution} == {job.workload for job in report.jobs}
+    for item in report.attribution:
+        assert item.cores_ratio == pytest.approx(1.0, abs=0.02)
+        assert item.progress_ratio == pytest.approx(1 / 1.25, rel=0.03)
+    assert "progress per core-second x0.8" in render_report(report)
+
+
+def test_a_training_set_that_is_off_in_speed_is_found_in_progress_per_core_second(tmp_path):
+    reference = Side("replay", profile_set=_scaled_set(tmp_path, "measured", 0.8))
+    report, _, _ = run_validation(
+        load_scenario("docker-training-4"), [make("equal")], (0,), reference, progress=False
+    )
+    # Each iteration costs the reference 1.25 times the CPU: replay's jobs finish sooner, and
+    # the report puts it on the progress a core-second buys. (Their mean cores differ where a
+    # job's lifetime spans other company on the two sides: mlp-digits, first, ends alone.)
+    assert report.all_jobs.median_ratio is not None and report.all_jobs.median_ratio < 0.9
+    assert len(report.attribution) == 4
+    for item in report.attribution:
+        assert item.progress_ratio == pytest.approx(1.25, rel=0.05)
 
 
 def test_held_out_policies_are_summarised_apart():
@@ -215,6 +243,11 @@ def test_the_command_tracks_both_sides_under_one_validation_run(
     assert {run.data.tags[MLFLOW_PARENT_RUN_ID] for run in evaluations} == {validation.info.run_id}
     assert validation.info.status == "FINISHED"
     assert validation.data.metrics["validate/median_ratio"] == pytest.approx(0.8, rel=0.03)
+    # the reference's batches cost 1.25x the CPU: a core-second buys replay 1.25x the batches
+    for item in data["attribution"]:
+        key = f"validate/{item['workload']}/progress_per_core_s_ratio"
+        assert validation.data.metrics[key] == pytest.approx(1.25, rel=0.03)
+    assert data["attribution"]
     assert validation.data.params["held_out"] == "equal"
     artifacts = {item.path for item in client.list_artifacts(validation.info.run_id)}
     assert {"validation.json", "validation.txt", "over-time.png"} <= artifacts
@@ -310,6 +343,10 @@ def test_replay_is_within_a_loose_bound_of_the_host(
     data = json.loads(captured.out)
     assert data["all_jobs"]["jobs"] == 2
     assert data["all_jobs"]["median"] < 0.4, captured.out
+    # Both jobs used CPU on the host and made progress: a progress per core-second on each side.
+    (mlp,) = data["attribution"]
+    assert mlp["workload"] == "mlp-digits" and mlp["jobs"] == 2
+    assert 0.5 < mlp["progress_ratio"] < 2.0, captured.out
     # The host's speed was probed before and again after its episode, and replay rescaled to
     # the mean of the two.
     assert captured.err.count("[host speed] mlp-digits alone") == 2

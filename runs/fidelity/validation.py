@@ -11,6 +11,15 @@ on the host, and the two can be compared one by one:
   al., NSDI 2023, Section 6);
 - both: the CPU each job used, and the episode's satisfied fraction over time.
 
+**Where an error comes from.** A job's pace is the CPU it gets times the progress each
+CPU-second buys it. The first is the model's sharing (water-filling under the limits), the
+second its profiles and contention term, and a job can be right on one and wrong on the other.
+So every job's progress per core-second is measured on both sides too (iterations per
+CPU-second for training; batches, one per batch latency, per CPU-second for inference), and the
+report gives, per workload, the median ratio replay / host of each: a workload whose cores agree
+and whose progress per core-second does not is off in its speed or its contention, not in how
+the worker's CPU was shared.
+
 The **relative error** of a job is ``(replay - host) / host``. Per policy, the primary metric
 (mean satisfied fraction, or mean completion time) is compared the same way, and the policies
 are ranked by it on each backend; Kendall's tau between the two rankings says whether replay
@@ -35,6 +44,7 @@ seeds against the host's: the comparison with the host's noise averaged out.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -192,6 +202,9 @@ class JobComparison:
         replay_cores: mean cores the job used on replay while it ran.
         host_cores: the same on the host.
         held_out: whether its policy was held out of calibration.
+        replay_progress_per_core_s: the progress each CPU-second bought the job on replay
+            while it ran (:func:`progress_per_core_s`); ``None`` if it used no CPU.
+        host_progress_per_core_s: the same on the host.
     """
 
     policy: str
@@ -205,6 +218,8 @@ class JobComparison:
     replay_cores: float
     host_cores: float
     held_out: bool
+    replay_progress_per_core_s: float | None = None
+    host_progress_per_core_s: float | None = None
 
     @property
     def relative_error(self) -> float | None:
@@ -340,6 +355,44 @@ class ErrorSummary:
 
 
 @dataclass(frozen=True)
+class WorkloadAttribution:
+    """Where one workload's errors come from: the CPU its jobs got, or what a CPU-second bought.
+
+    Attributes:
+        workload: the workload.
+        jobs: its jobs with both ratios defined (they used CPU on both sides).
+        cores_ratio: median over its jobs of replay's mean cores over the host's.
+        progress_ratio: median over its jobs of replay's progress per core-second over the
+            host's (1.25: on replay a CPU-second buys 25% more progress than on the host).
+    """
+
+    workload: str
+    jobs: int
+    cores_ratio: float
+    progress_ratio: float
+
+
+def attribution(comparisons: Sequence[JobComparison]) -> tuple[WorkloadAttribution, ...]:
+    """Per workload (in order of first appearance), its median cores and progress ratios."""
+    ratios: dict[str, list[tuple[float, float]]] = {}
+    for job in comparisons:
+        replay_pace, host_pace = job.replay_progress_per_core_s, job.host_progress_per_core_s
+        if job.replay_cores > 0 and job.host_cores > 0 and replay_pace and host_pace:
+            ratios.setdefault(job.workload, []).append(
+                (job.replay_cores / job.host_cores, replay_pace / host_pace)
+            )
+    return tuple(
+        WorkloadAttribution(
+            workload,
+            len(pairs),
+            statistics.median(cores for cores, _ in pairs),
+            statistics.median(progress for _, progress in pairs),
+        )
+        for workload, pairs in ratios.items()
+    )
+
+
+@dataclass(frozen=True)
 class SeedAgreement:
     """How a job's reruns agree, where every seed draws the same jobs.
 
@@ -429,6 +482,8 @@ class ValidationReport:
             profiles', a busy host, ...).
         seed_agreement: where every seed draws the same jobs, how their reruns agree
             (``None`` otherwise, or with one seed).
+        attribution: per workload, whether its errors come from the CPU its jobs got or from
+            the progress a CPU-second bought them.
     """
 
     scenario: str
@@ -444,6 +499,7 @@ class ValidationReport:
     sides: tuple[str, str] = ("replay", "docker")
     warnings: tuple[str, ...] = ()
     seed_agreement: SeedAgreement | None = None
+    attribution: tuple[WorkloadAttribution, ...] = ()
 
 
 def compare_episode(
@@ -498,6 +554,8 @@ def compare_episode(
                 replay_cores=_mean_cores(replay, job_id),
                 host_cores=_mean_cores(host, job_id),
                 held_out=held_out,
+                replay_progress_per_core_s=progress_per_core_s(replay, job_id),
+                host_progress_per_core_s=progress_per_core_s(host, job_id),
             )
         )
     return comparisons
@@ -524,6 +582,32 @@ def _mean_cores(result: EpisodeResult, job_id: str) -> float:
         if sample.job_id == job_id and sample.state is JobState.RUNNING
     ]
     return statistics.fmean(used) if used else 0.0
+
+
+def progress_per_core_s(result: EpisodeResult, job_id: str) -> float | None:
+    """The progress each CPU-second bought a job over the steps it ran; ``None`` without CPU.
+
+    Each step's sample covers the interval since the step before: training counts the
+    iterations done in it, inference the batches a service at that batch latency answers in it
+    (the interval over the latency); the CPU-seconds are the cores it used times the interval.
+    Inference intervals without a latency (a service still starting) count neither.
+    """
+    progress = core_s = 0.0
+    done = 0
+    for before, step in itertools.pairwise(result.steps):
+        span = step.time_s - before.time_s
+        for sample in step.containers:
+            if sample.job_id != job_id:
+                continue
+            if sample.state is JobState.RUNNING and span > 0:
+                if result.scenario.kind is JobKind.TRAINING:
+                    progress += sample.iterations - done
+                    core_s += sample.cpu_usage * span
+                elif sample.latency_s:
+                    progress += span / sample.latency_s
+                    core_s += sample.cpu_usage * span
+            done = sample.iterations
+    return progress / core_s if core_s > 0 else None
 
 
 def compare_policies(
@@ -613,6 +697,7 @@ def build_report(
         sides=sides,
         warnings=tuple(warnings),
         seed_agreement=seed_agreement(jobs) if same_jobs_every_seed(scenario) else None,
+        attribution=attribution(jobs),
     )
 
 
@@ -793,6 +878,16 @@ def render_report(report: ValidationReport) -> str:
             for side in ("replay", "host")
         ]
         lines.append(f"ranking: undefined: {'; '.join(sides)}")
+    if report.attribution:
+        lines.append(
+            "where it comes from, per workload (median over its jobs of replay / host): the "
+            "cores its jobs used, and the progress a core-second bought them"
+        )
+        lines.extend(
+            f"  {item.workload:18} {item.jobs:4d} jobs   cores x{item.cores_ratio:.2f}   "
+            f"progress per core-second x{item.progress_ratio:.2f}"
+            for item in report.attribution
+        )
     lines.extend(f"warning: {warning}" for warning in report.warnings)
     return "\n".join(lines)
 
@@ -836,4 +931,5 @@ def report_data(report: ValidationReport) -> dict[str, object]:
         "seed_agreement": (
             dataclasses.asdict(report.seed_agreement) if report.seed_agreement is not None else None
         ),
+        "attribution": [dataclasses.asdict(item) for item in report.attribution],
     }

@@ -364,6 +364,9 @@ def _log_report(
         figures["validate/held_out_max_abs_error"] = report.held_out_jobs.max
     for policy in report.policies:
         figures[f"validate/{policy.policy}/relative_error"] = policy.relative_error
+    for item in report.attribution:
+        figures[f"validate/{item.workload}/cores_ratio"] = item.cores_ratio
+        figures[f"validate/{item.workload}/progress_per_core_s_ratio"] = item.progress_ratio
     metrics = [
         Metric(key, float(value), now_ms, 0) for key, value in figures.items() if value is not None
     ]
