@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.runs.bench.contention import TRAINING_WORKLOADS, measure_contention
+from dlsched.runs.bench.contention_mix import measure_mix
 from dlsched.runs.bench.defaults import TRACKING_POLICIES, TRACKING_SCENARIO, TRAINING_SCENARIO
 from dlsched.runs.bench.docker_steps import DOCKER_STEP_TARGET_S, bench_docker
 from dlsched.runs.bench.replay import (
@@ -44,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_replay(benchmarks)
     _register_training(benchmarks)
     _register_contention(benchmarks)
+    _register_mix(benchmarks)
 
 
 def _register_docker(benchmarks: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -259,11 +262,7 @@ def _register_contention(
         default="both",
         help="the workloads' threading to measure (default: both)",
     )
-    parser.add_argument(
-        "--endpoint", metavar="URL", help="engine URL (default: DOCKER_HOST or the local socket)"
-    )
-    parser.add_argument("--image", metavar="TAG", help="the workload image (default: dlsched's)")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    _add_engine_options(parser)
     parser.set_defaults(handler=run_contention)
 
 
@@ -281,3 +280,63 @@ def run_contention(args: argparse.Namespace) -> int:
     )
     print(json.dumps(asdict(result), indent=2) if args.json else result.report())
     return 0
+
+
+def _register_mix(benchmarks: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``dlsched bench mix`` to the ``bench`` subcommands."""
+    parser = benchmarks.add_parser(
+        "mix",
+        help="a mix of different training workloads on one worker: contention on the host "
+        "against the replay model's",
+        description=(
+            "Run one job of each named training workload together on the local engine (needs "
+            "the workload image, `dlsched image build --offline`): each alone while the others "
+            "are parked at the smallest limit, then all in free competition and at equal "
+            "limits; then the same on the replay model. Prints each job's efficiency (its "
+            "iterations/s over its own alone at the cores it used) on both. About (n + 2) x "
+            "(SETTLE + WINDOW) seconds plus the start-ups: 2 minutes for 3 workloads."
+        ),
+    )
+    parser.add_argument(
+        "--workloads",
+        action=ListOption,
+        default=["cnn-digits", "gru-digits", "vae-digits"],
+        metavar="W,W[,W...]",
+        help="training workloads, one job each, repeatable or comma-separated (default: "
+        "cnn-digits,gru-digits,vae-digits)",
+    )
+    parser.add_argument(
+        "--threading",
+        choices=THREADINGS,
+        default="stock",
+        help="the workloads' threading (default: stock)",
+    )
+    parser.add_argument("--window", type=positive_float, default=15.0, help="seconds per rate (15)")
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds after a change (5)")
+    _add_engine_options(parser)
+    parser.set_defaults(handler=run_mix)
+
+
+def run_mix(args: argparse.Namespace) -> int:
+    """Run the benchmark as ``args`` say; print the figures; the exit code (0)."""
+    result = measure_mix(
+        args.workloads,
+        args.threading,
+        args.window,
+        args.settle,
+        args.endpoint,
+        args.image,
+        say=lambda message: print(f"[mix] {message}", file=sys.stderr, flush=True),
+    )
+    print(json.dumps(asdict(result), indent=2) if args.json else result.report())
+    return 0
+
+
+def _add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a benchmark that runs workloads on an engine: which engine and image, and
+    JSON output."""
+    parser.add_argument(
+        "--endpoint", metavar="URL", help="engine URL (default: DOCKER_HOST or the local socket)"
+    )
+    parser.add_argument("--image", metavar="TAG", help="the workload image (default: dlsched's)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.engine import connect
@@ -478,7 +479,7 @@ def check_grid_arguments(
 
 
 def measure_window(
-    backend: DockerBackend,
+    backend: Backend,
     limits: Mapping[str, float],
     settle_s: float,
     window_s: float,
@@ -521,7 +522,7 @@ def measure_window(
 
 
 def wait_for_first_units(
-    backend: DockerBackend, job_ids: Sequence[str], running: str | None = None
+    backend: Backend, job_ids: Sequence[str], running: str | None = None
 ) -> tuple[JobSample, ...]:
     """Advance until every job of ``job_ids`` has reported an iteration or a batch.
 
