@@ -206,3 +206,18 @@ def test_episode_plots_are_drawn_by_default_only_where_episodes_are_slow(
         ["evaluate", "--scenario", "docker-training-4", "--policy", "default", *options]
     )
     assert episode_plots(args) is drawn
+
+
+@pytest.mark.parametrize("command", ["evaluate", "validate"])
+def test_out_beside_no_tracking_is_refused_not_ignored(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--no-tracking keeps no local records: an --out beside it used to be ignored silently."""
+    out = tmp_path / "records"
+    argv = [command, "--scenario", "docker-training-4", "--policy", "default", "--episodes", "1"]
+    code = main([*argv, "--no-tracking", "--out", str(out)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"dlsched {command}: error: --out {out} with --no-tracking" in err
+    assert "drop --no-tracking to keep the records" in err
+    assert not out.exists()

@@ -11,6 +11,8 @@ import argparse
 import os
 from pathlib import Path
 
+from dlsched.envs.errors import ArgumentError
+
 
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of at least 1."""
@@ -70,6 +72,24 @@ def output_folder(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text!r} is a file; expected a folder")
     _check_creatable(path, text)
     return path
+
+
+def local_records_folder(args: argparse.Namespace, default: Path) -> Path:
+    """The folder ``--out`` names (``default`` if not given), refusing it with ``--no-tracking``.
+
+    ``--no-tracking`` keeps no local records, so an ``--out`` beside it would be ignored and the
+    user would look for records that were never written.
+
+    Raises:
+        ArgumentError: both options were given.
+    """
+    if args.no_tracking and args.out is not None:
+        raise ArgumentError(
+            f"--out {args.out} with --no-tracking: --no-tracking keeps no local records, so "
+            "nothing would be written there; drop --no-tracking to keep the records (and track "
+            "them in MLflow), or drop --out"
+        )
+    return args.out if args.out is not None else default
 
 
 def _check_creatable(folder: Path, text: str) -> None:

@@ -20,7 +20,13 @@ from dlsched.envs.errors import BackendError, PolicyError
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.policies.policy import ParamValue
-from dlsched.runs.commands.arguments import output_folder, positive_int, seed, tracking_uri
+from dlsched.runs.commands.arguments import (
+    local_records_folder,
+    output_folder,
+    positive_int,
+    seed,
+    tracking_uri,
+)
 from dlsched.runs.parser import ListOption
 from dlsched.runs.policy_specs import build_policies
 from dlsched.runs.tracking.compare import ScenarioComparison, render_table
@@ -88,7 +94,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--out",
         type=output_folder,
-        default=DEFAULT_OUT,
         help=f"folder of the local episode records ({DEFAULT_OUT}/<evaluation id>/...)",
     )
     parser.add_argument(
@@ -132,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     from dlsched.runs.tracking.target import resolve_tracking_uri
     from dlsched.runs.tracking.tracked_evaluation import EvaluationRequest, evaluate_untracked
 
+    out = local_records_folder(args, DEFAULT_OUT)
     specs = list(args.policy)
     target = resolve_tracking_uri(args.tracking_uri)
     scenario = load_scenario(args.scenario)
@@ -160,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         request,
         client,
         target,
-        args.out,
+        out,
         experiment=args.experiment,
         plots=not args.no_plots,
         episode_plots=episode_plots(args),

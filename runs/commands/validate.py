@@ -17,7 +17,13 @@ from dlsched.envs.errors import BackendError, PolicyError
 from dlsched.envs.replay.profile import profile_set_names
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
-from dlsched.runs.commands.arguments import output_folder, positive_int, seed, tracking_uri
+from dlsched.runs.commands.arguments import (
+    local_records_folder,
+    output_folder,
+    positive_int,
+    seed,
+    tracking_uri,
+)
 from dlsched.runs.commands.evaluate import parse_settings
 from dlsched.runs.fidelity.validation import (
     REPLAY,
@@ -128,7 +134,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--out",
         type=output_folder,
-        default=DEFAULT_OUT,
         help=f"folder of the local records ({DEFAULT_OUT}/<id>/...)",
     )
     parser.add_argument(
@@ -189,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from dlsched.runs.tracking.target import resolve_tracking_uri
 
+    out = local_records_folder(args, DEFAULT_OUT)
     scenario = load_scenario(args.scenario)
     specs = list(args.policy)
     held_out = tuple(name.strip() for name in args.held_out.split(",") if name.strip())
@@ -232,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
             held_out=held_out,
             host_speed=None if bracket is not None else speed,
         )
-        return _validate(request, args, target, warnings)
+        return _validate(request, args, target, warnings, out)
 
 
 def _validate(
@@ -240,8 +246,10 @@ def _validate(
     args: argparse.Namespace,
     target: TrackingTarget,
     warnings: list[str],
+    out: Path,
 ) -> int:
-    """Run the validation ``request`` describes, tracked unless ``--no-tracking``."""
+    """Run the validation ``request`` describes, tracked unless ``--no-tracking`` (its local
+    records under ``out``)."""
     from dlsched.runs.fidelity.validation_run import validate_tracked
     from dlsched.runs.tracking.store import connect
 
@@ -265,7 +273,7 @@ def _validate(
         request,
         client,
         target,
-        args.out,
+        out,
         warnings=warnings,
         experiment=args.experiment,
         plots=not args.no_plots,
