@@ -593,7 +593,7 @@ def progress_per_core_s(result: EpisodeResult, job_id: str) -> float | None:
     Inference intervals without a latency (a service still starting) count neither.
     """
     progress = core_s = 0.0
-    done = 0
+    iterations_before = 0
     for before, step in itertools.pairwise(result.steps):
         span = step.time_s - before.time_s
         for sample in step.containers:
@@ -601,12 +601,12 @@ def progress_per_core_s(result: EpisodeResult, job_id: str) -> float | None:
                 continue
             if sample.state is JobState.RUNNING and span > 0:
                 if result.scenario.kind is JobKind.TRAINING:
-                    progress += sample.iterations - done
+                    progress += sample.iterations - iterations_before
                     core_s += sample.cpu_usage * span
                 elif sample.latency_s:
                     progress += span / sample.latency_s
                     core_s += sample.cpu_usage * span
-            done = sample.iterations
+            iterations_before = sample.iterations
     return progress / core_s if core_s > 0 else None
 
 
