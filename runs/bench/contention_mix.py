@@ -33,8 +33,10 @@ from dlsched.envs.errors import BackendError, UnknownNameError
 from dlsched.envs.replay.backend import ReplayBackend
 from dlsched.envs.replay.profile import load_profile_set
 from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
+from dlsched.envs.scenarios.resolution import DEFAULT_LIMIT_FLOOR
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 from dlsched.runs.fidelity.contention import (
+    ENDLESS_ITERATIONS,
     TRAINING_WORKLOADS,
     JobSample,
     allocation_limits,
@@ -45,12 +47,10 @@ from dlsched.runs.fidelity.contention import (
 #: The allocations measured after the solo runs, in order.
 MIX_ALLOCATIONS: tuple[str, ...] = ("free", "equal")
 #: The limit (fraction of the worker) of the jobs parked while another runs alone: the smallest
-#: quota an environment gives (``DEFAULT_LIMIT_FLOOR``), so that their threads barely run.
-PARKED_LIMIT = 0.02
+#: quota an environment gives, so that their threads barely run.
+PARKED_LIMIT = DEFAULT_LIMIT_FLOOR
 #: The profile set each threading's replay side runs on.
 PROFILE_SETS: dict[str, str] = {"tuned": "measured", "stock": "measured-stock"}
-#: More iterations than any measurement runs, so that no job finishes during it.
-_ENDLESS_ITERATIONS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ def mix_scenario(
         kind=JobKind.TRAINING,
         workers=(WorkerSpec(cores=cores, endpoint=endpoint),),
         groups=tuple(
-            JobGroup(workloads=(name,), arrival=ArrivalPattern(), iterations=_ENDLESS_ITERATIONS)
+            JobGroup(workloads=(name,), arrival=ArrivalPattern(), iterations=ENDLESS_ITERATIONS)
             for name in workloads
         ),
         slots_per_worker=len(workloads),

@@ -110,7 +110,7 @@ WORKLOAD_JOB_COUNTS: Mapping[str, tuple[int, ...]] = {
 }
 WORKLOAD_ALLOCATIONS: tuple[str, ...] = ("free", "equal", "favoured")
 #: More iterations than any measurement runs, so that no job finishes during it.
-_ENDLESS_ITERATIONS = 10_000_000
+ENDLESS_ITERATIONS = 10_000_000
 #: How long jobs may take to report their first iteration (torch's import included).
 _START_TIMEOUT_S = 180.0
 _OBJECTIVE = (
@@ -356,7 +356,7 @@ def measure_grid(
             workloads=(workload,),
             count=most,
             arrival=ArrivalPattern(),
-            iterations=_ENDLESS_ITERATIONS,
+            iterations=ENDLESS_ITERATIONS,
         )
     )
     scenario = Scenario(

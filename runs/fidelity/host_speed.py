@@ -44,7 +44,12 @@ from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scen
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import Threading
 from dlsched.runs.fidelity.calibration import HostDescription, plural, significant
-from dlsched.runs.fidelity.contention import JobSample, measure_window, wait_for_first_units
+from dlsched.runs.fidelity.contention import (
+    ENDLESS_ITERATIONS,
+    JobSample,
+    measure_window,
+    wait_for_first_units,
+)
 from dlsched.runs.fidelity.validation import Side
 
 #: Version of the ``host-speed.json`` format.
@@ -57,8 +62,6 @@ BRACKET_FILES = ("host-speed-before.json", "host-speed-after.json")
 SPEED_TOLERANCE = 0.10
 #: Batches a service's probe window holds at its profile's speed, at least.
 _SERVICE_BATCHES = 5.0
-#: More iterations than a probe runs, so that no training finishes during it.
-_ENDLESS_ITERATIONS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,7 @@ def _probe(
         workloads=(workload,),
         count=1,
         arrival=ArrivalPattern(),
-        **({"targets_s": (60.0,)} if inference else {"iterations": _ENDLESS_ITERATIONS}),
+        **({"targets_s": (60.0,)} if inference else {"iterations": ENDLESS_ITERATIONS}),
     )
     scenario = Scenario(
         name="host-speed-probe",
