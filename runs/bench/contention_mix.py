@@ -258,11 +258,11 @@ def measure_side(
         backend.apply({}, [Placement(job_id, 0, slot) for slot, job_id in enumerate(ids)])
         wait_for_first_units(backend, ids)
         solo = []
-        for job_id, spec in zip(ids, specs, strict=True):
+        for index, spec in enumerate(specs):
             report(f"{spec.workload} alone, the others parked")
-            alone = {other: (1.0 if other == job_id else PARKED_LIMIT) for other in ids}
+            alone = {job_id: (1.0 if job_id == spec.job_id else PARKED_LIMIT) for job_id in ids}
             samples, _ = measure_window(backend, alone, settle_s, window_s, inference=False)
-            solo.append(samples[ids.index(job_id)])
+            solo.append(samples[index])
         cells = []
         for allocation in MIX_ALLOCATIONS:
             limits = allocation_limits(allocation, len(ids))
