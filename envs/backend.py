@@ -2,20 +2,54 @@
 
 An environment owns time and arrivals; a backend runs the jobs it is given. Per step the
 environment calls :meth:`Backend.apply` with the limits (and any placements and migrations) and
-then :meth:`Backend.advance` for the interval, splitting it where a job arrives.
+then :meth:`Backend.advance` for the interval, splitting it where a job arrives: up to an
+arrival it may call :meth:`Backend.advance_to_arrival` instead, which reports only what placing
+the arrival needs.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
 from dlsched.envs.decision import Placement
 from dlsched.envs.scenarios.model import JobSpec, Scenario
-from dlsched.envs.telemetry import Telemetry
+from dlsched.envs.telemetry import JobState, Telemetry
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """Where a backend's jobs are at one instant: what placing an arriving job needs.
+
+    Attributes:
+        time_s: seconds since the episode start.
+        active_per_worker: per worker, its active jobs (the length of
+            :meth:`Telemetry.on_worker <dlsched.envs.telemetry.Telemetry.on_worker>`).
+        ended: ``(job_id, worker, slot)`` of every placed job that is done or failed, whose
+            slot is free again.
+    """
+
+    time_s: float
+    active_per_worker: tuple[int, ...]
+    ended: tuple[tuple[str, int, int], ...]
+
+    @classmethod
+    def of(cls, telemetry: Telemetry) -> Occupancy:
+        """The occupancy that ``telemetry`` shows."""
+        counts = [0] * len(telemetry.workers)
+        ended = []
+        for job in telemetry.jobs:
+            if job.worker is None or job.slot is None:
+                continue
+            if job.active:
+                counts[job.worker] += 1
+            elif job.state in (JobState.DONE, JobState.FAILED):
+                ended.append((job.job_id, job.worker, job.slot))
+        return cls(telemetry.time_s, tuple(counts), tuple(ended))
 
 
 class Backend(ABC):
@@ -56,6 +90,17 @@ class Backend(ABC):
     @abstractmethod
     def advance(self, seconds: float) -> Telemetry:
         """Let ``seconds`` pass and measure."""
+
+    def advance_to_arrival(self, seconds: float) -> Occupancy:
+        """Let ``seconds`` pass, as :meth:`advance` does, and report only the occupancy.
+
+        The environment calls it where a step stops for an arriving job, whose placement needs
+        no more than where the jobs are. The backend is left exactly as :meth:`advance` leaves
+        it; a backend that can say where its jobs are without measuring them all overrides this
+        (the replay backend: a full measurement per arrival made a step's cost grow with the
+        square of its jobs).
+        """
+        return Occupancy.of(self.advance(seconds))
 
     @abstractmethod
     def close(self) -> None:

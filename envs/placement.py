@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -43,9 +44,11 @@ class SpreadQueue:
     """
 
     def __init__(self, counts: Sequence[int], free: Sequence[int]) -> None:
-        self.counts = [int(count) for count in counts]
-        self.free = [int(slots) for slots in free]
-        self._heap = [(count, worker) for worker, count in enumerate(self.counts) if free[worker]]
+        # Built without a Python loop over the workers: one queue per arrival on 64 workers
+        # cost more than placing the job.
+        self.counts = list(map(int, counts))
+        self.free = list(map(int, free))
+        self._heap = list(itertools.compress(zip(self.counts, itertools.count()), self.free))
         heapq.heapify(self._heap)
 
     def has_free_slot(self, worker: int) -> bool:

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from dlsched.envs.arguments import check_env_arguments, check_seed
-from dlsched.envs.backend import Backend
+from dlsched.envs.backend import Backend, Occupancy
 from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Decision, Placement
 from dlsched.envs.decision_checks import (
@@ -216,17 +216,23 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         limits = self._checked_limits(decision.limits, before)
         migrations = self._migrate(decision, before)
         self.backend.apply(limits, (), migrations)
-        start = before.time_s
-        end = start + self.scenario.interval_s
-        backend_now = None
+        clock = before.time_s
+        end = clock + self.scenario.interval_s
+        # The spread placer needs only where the jobs are: no full measurement per arrival.
+        spread = type(self.placer) is SpreadPlacer
+        where: Telemetry | Occupancy | None = None  # None: as `before` shows
         for arrival in sorted({job.arrival_s for job in self._pending if job.arrival_s <= end}):
-            if arrival > self._clock(backend_now, start):
-                backend_now = self.backend.advance(arrival - self._clock(backend_now, start))
-                self._free_finished(backend_now)
-            self._place_arrivals(arrival, backend_now)
-        remaining = end - self._clock(backend_now, start)
-        backend_now = self.backend.advance(max(remaining, 0.0))
-        self._free_finished(backend_now)
+            if arrival > clock:
+                if spread:
+                    where = self.backend.advance_to_arrival(arrival - clock)
+                    self._free_ended(where.ended)
+                else:
+                    where = self.backend.advance(arrival - clock)
+                    self._free_ended(Occupancy.of(where).ended)
+                clock = where.time_s
+            self._place_arrivals(arrival, where)
+        backend_now = self.backend.advance(max(end - clock, 0.0))
+        self._free_ended(Occupancy.of(backend_now).ended)
         if self._place_arrivals(end, backend_now):  # a freed slot took a waiting job
             backend_now = self.backend.advance(0.0)
         now = self._measure(backend_now, before, self.scenario.interval_s)
@@ -293,25 +299,28 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
                 return slot
         return None
 
-    def _free_finished(self, telemetry: Telemetry) -> None:
-        for job in telemetry.jobs:
-            if job.state in (JobState.DONE, JobState.FAILED) and job.worker is not None:
-                slots = self._slots[job.worker]
-                if job.slot is not None and slots[job.slot] == job.job_id:
-                    slots[job.slot] = None
+    def _free_ended(self, ended: Sequence[tuple[str, int, int]]) -> None:
+        """Free the slots of the ``(job_id, worker, slot)`` jobs that ended."""
+        for job_id, worker, slot in ended:
+            slots = self._slots[worker]
+            if slots[slot] == job_id:
+                slots[slot] = None
 
-    @staticmethod
-    def _clock(telemetry: Telemetry | None, start: float) -> float:
-        return telemetry.time_s if telemetry is not None else start
+    def _place_arrivals(self, now_s: float, where: Telemetry | Occupancy | None = None) -> bool:
+        """Place every arrived, unplaced job that finds a free slot; whether any was placed.
 
-    def _place_arrivals(self, now_s: float, backend_now: Telemetry | None = None) -> bool:
-        """Place every arrived, unplaced job that finds a free slot; whether any was placed."""
+        ``where`` is the backend at ``now_s`` (``None``: as the last measurement showed it); the
+        spread placer reads only its occupancy, any other placer a telemetry snapshot.
+        """
         arrived = [job for job in self._pending if job.arrival_s <= now_s + 1e-9]
         if not arrived:  # most steps: the placer's view would be built for nothing
             return False
-        view = self._with_waiting(backend_now) if backend_now is not None else self.telemetry
         if type(self.placer) is SpreadPlacer:
-            return self._spread_arrivals(arrived, view)
+            if not isinstance(where, Occupancy):
+                where = Occupancy.of(where or self.telemetry)
+            return self._spread_arrivals(arrived, where.active_per_worker)
+        assert not isinstance(where, Occupancy), "only the spread placer places from an occupancy"
+        view = self._with_waiting(where) if where is not None else self.telemetry
         placements = []
         for job in arrived:
             if job.worker is not None:
@@ -338,15 +347,12 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
             self.backend.apply({}, placements, ())
         return bool(placements)
 
-    def _spread_arrivals(self, arrived: Sequence[JobSpec], view: Telemetry) -> bool:
-        """``_place_arrivals`` with the spread placer: the same placements, found in time
-        linear in the jobs (:class:`~dlsched.envs.placement.SpreadQueue`)."""
-        counts = dict.fromkeys(range(len(self._slots)), 0)
-        for active in view.active_jobs:
-            if active.worker in counts:
-                counts[active.worker] += 1
+    def _spread_arrivals(self, arrived: Sequence[JobSpec], counts: Sequence[int]) -> bool:
+        """``_place_arrivals`` with the spread placer, ``counts`` the active jobs per worker: the
+        same placements, found in time linear in the jobs
+        (:class:`~dlsched.envs.placement.SpreadQueue`)."""
         queue = SpreadQueue(
-            list(counts.values()),
+            counts,
             [sum(occupant is None for occupant in slots) for slots in self._slots],
         )
         placements = []

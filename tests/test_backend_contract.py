@@ -156,3 +156,15 @@ def test_reset_ends_the_previous_episode(case):
         assert len(previous) == 2
         names = {c.name for c in case.engine.containers.list(all=True, ignore_removed=True)}
         assert names.isdisjoint(previous)
+
+
+def test_advance_to_arrival_lets_the_time_pass_and_says_where_the_jobs_are(case):
+    _, placed = _start(case, {})
+    occupancy = case.backend.advance_to_arrival(1.0)
+    assert occupancy.time_s - placed.time_s == pytest.approx(1.0, abs=case.time_tolerance_s)
+    assert occupancy.active_per_worker == (2,)
+    assert occupancy.ended == ()
+    # The next measurement covers only the time after it, as after an advance.
+    now = case.backend.advance(1.0)
+    assert now.time_s - occupancy.time_s == pytest.approx(1.0, abs=case.time_tolerance_s)
+    _check_usage(case, now)

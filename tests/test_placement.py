@@ -82,3 +82,34 @@ def test_the_spread_placer_places_as_the_placer_interface_does(name: str) -> Non
         np.testing.assert_array_equal(first, second)
         assert reward == other
         assert info["telemetry"] == other_info["telemetry"]
+
+
+def test_a_step_with_many_arrivals_measures_its_jobs_once(monkeypatch) -> None:
+    """With the spread placer a step stops at each arrival only to learn where the jobs are:
+    it measures every job once however many arrive (a measurement per arrival made the cost of
+    a step grow with the square of its jobs)."""
+    base = load_scenario("dqoes-cluster-40")
+    group = base.groups[0]
+    burst = dataclasses.replace(group, arrival=dataclasses.replace(group.arrival, window_s=20.0))
+    env = gym.make("dlsched/Inference-v0", scenario=dataclasses.replace(base, groups=(burst,)))
+    backend = env.unwrapped.backend
+    calls = {"advance": 0, "advance_to_arrival": 0}
+    for name in calls:
+        method = getattr(backend, name)
+
+        def counted(seconds, method=method, name=name):
+            calls[name] += 1
+            return method(seconds)
+
+        monkeypatch.setattr(backend, name, counted)
+    env.reset(seed=0)
+    action = np.full(env.action_space.shape, 0.5, np.float32)
+    stops = 0
+    for _ in range(3):
+        for name in calls:
+            calls[name] = 0
+        *_, info = env.step(action)
+        assert calls["advance"] == 1
+        stops += calls["advance_to_arrival"]
+    assert stops >= 30  # most of the 40 jobs arrived at a time of their own
+    assert len(info["telemetry"].active_jobs) == 40

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from dlsched.envs.backend import Occupancy
 from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Placement
 from dlsched.envs.errors import ActionError, BackendError, ScenarioError, UnknownNameError
@@ -435,6 +436,34 @@ def test_how_time_is_split_does_not_change_the_outcome() -> None:
     assert [j.latency_s for j in stepped.jobs] == pytest.approx(
         [j.latency_s for j in at_once.jobs], rel=1e-12
     )
+
+
+def test_advance_to_arrival_leaves_the_backend_as_advance_does() -> None:
+    """Two workers, a migration, jobs finishing and limits changing: a backend that stops at
+    arrivals without measuring reports what the measured twin's telemetry shows, and both go
+    on identically."""
+    jobs = training(["gru", "vae", "lstm", "gru"], [30, 40, 25, 60])
+    twins = []
+    for _ in range(2):
+        backend = ReplayBackend()
+        backend.reset(
+            scenario(JobKind.TRAINING, workers=2, cores=2.0), jobs, np.random.default_rng(4)
+        )
+        backend.apply({}, [Placement(job.job_id, i % 2, i // 2) for i, job in enumerate(jobs)])
+        twins.append(backend)
+    quiet, measured = twins
+    seconds = [0.0, 3.7, 5.0, 0.0, 12.5, 40.0, 7.3, 60.0, 100.0, 250.0]
+    for index, span in enumerate(seconds):
+        if index == 2:
+            for backend in twins:
+                backend.apply({"j01": 0.4}, migrations=[Placement("j00", 1, 5)])
+        if index == 5:
+            for backend in twins:
+                backend.apply({"j01": 1.0, "j03": 0.2})
+        occupancy = quiet.advance_to_arrival(span)
+        assert occupancy == Occupancy.of(measured.advance(span)), index
+    assert [job.state for job in measured.advance(0.0).jobs].count(JobState.DONE) >= 2
+    assert quiet.advance(10.0) == measured.advance(10.0)
 
 
 # ------------------------------------------------------------------------------- errors

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dlsched.envs.backend import Backend
+from dlsched.envs.backend import Backend, Occupancy
 from dlsched.envs.decision import Placement
 from dlsched.envs.errors import ActionError, BackendError, ScenarioError, UnknownNameError
 from dlsched.envs.replay.contention import busy_and_quotas, job_efficiencies, runnable_threads
@@ -51,6 +51,12 @@ _MIGRATING = 3  # paused until its resume time; keeps its progress
 _DONE = 4
 _BOOTING = 5  # placed, its process starts on the CPU it gets (profiles with startup_cpu_s)
 _PHASE_NAMES = ("unplaced", "starting", "running", "migrating", "done", "starting")
+#: Phases in which a job holds its slot (the environment's ``active`` jobs).
+ACTIVE_PHASES = (_STARTING, _RUNNING, _MIGRATING, _BOOTING)
+#: Whether a phase is active, indexed by phase: ``IS_ACTIVE[phase]`` is
+#: ``np.isin(phase, ACTIVE_PHASES)`` by one lookup (isin sorts, several times a step).
+IS_ACTIVE = np.zeros(max(_UNPLACED, _DONE, *ACTIVE_PHASES) + 1, dtype=bool)
+IS_ACTIVE[list(ACTIVE_PHASES)] = True
 #: The state seen from outside, by phase (a starting container is running).
 _STATE_OF_PHASE: dict[int, JobState] = {
     _STARTING: JobState.RUNNING,
@@ -228,7 +234,9 @@ class ReplayBackend(Backend):
         self._usage = np.zeros(count)
         self._share = np.zeros(count)
         self._rate = np.zeros(count)
-        self._shares_stale = True
+        # Workers whose shares changed since the last allocation: only theirs are recomputed
+        # (a wake-up on one of 64 workers re-filled all 64 before).
+        self._stale_workers: set[int] = set(range(len(self._cores)))
         self._ready = True
         return self._telemetry()
 
@@ -251,6 +259,8 @@ class ReplayBackend(Backend):
             self._place(self._index[placement.job_id], placement)
         for migration in migrations:
             index = self._index[migration.job_id]
+            # It stops using its old worker's cores now and its new one's when it resumes.
+            self._stale_workers.update((int(self._worker[index]), migration.worker))
             self._worker[index] = migration.worker
             self._slot[index] = migration.slot
             starting = self._phase[index] == _STARTING
@@ -261,10 +271,11 @@ class ReplayBackend(Backend):
                 # the CPU (booting) has no end time, and goes on after the pause (_wake).
                 resume = max(resume, float(self._resume_s[index]))
             self._resume_s[index] = resume
+        changed = limit_indices[self._limit[limit_indices] != limit_values]
+        self._stale_workers.update(self._worker[changed].tolist())
         self._limit[limit_indices] = limit_values
         if placements or migrations:  # limits alone change no resume time
             self._next_resume = float(self._resume_s.min(initial=math.inf))
-        self._shares_stale = True
 
     def advance(self, seconds: float) -> Telemetry:
         """Let ``seconds`` of simulated time pass and measure.
@@ -272,6 +283,28 @@ class ReplayBackend(Backend):
         Raises:
             ActionError: ``seconds`` is negative or not finite.
         """
+        self._pass(seconds)
+        return self._telemetry()
+
+    def advance_to_arrival(self, seconds: float) -> Occupancy:
+        """Let ``seconds`` pass as :meth:`advance` does; report where the jobs are, from the
+        arrays, without measuring every job.
+
+        Raises:
+            ActionError: ``seconds`` is negative or not finite.
+        """
+        self._pass(seconds)
+        active = IS_ACTIVE[self._phase]
+        counts = np.bincount(self._worker[active], minlength=len(self._cores))
+        ended = np.flatnonzero(self._phase == _DONE).tolist()
+        return Occupancy(
+            self._now,
+            tuple(counts.tolist()),
+            tuple((self._jobs[i].job_id, int(self._worker[i]), int(self._slot[i])) for i in ended),
+        )
+
+    def _pass(self, seconds: float) -> None:
+        """Let ``seconds`` of simulated time pass (``advance`` without the measurement)."""
         self._require_reset()
         if not (math.isfinite(seconds) and seconds >= 0):
             raise ActionError(f"advance(seconds={seconds!r}); expected a finite number >= 0")
@@ -279,7 +312,7 @@ class ReplayBackend(Backend):
         end = self._now + seconds
         self._wake(self._now)
         while self._now < end:
-            if self._shares_stale:
+            if self._stale_workers:
                 self._allocate()
             until = self._next_event(end)
             self._integrate(until)
@@ -288,7 +321,6 @@ class ReplayBackend(Backend):
         self._now = end
         if seconds > 0:
             self._usage = (self._cpu_seconds - cpu_before) / seconds
-        return self._telemetry()
 
     def close(self) -> None:
         """Forget the episode; the replay backend holds no outside resources."""
@@ -311,10 +343,7 @@ class ReplayBackend(Backend):
         self, placements: Sequence[Placement], migrations: Sequence[Placement]
     ) -> set[str]:
         """Check placements and migrations against the slots in use; the ids being placed."""
-        holding = np.flatnonzero((self._phase != _UNPLACED) & (self._phase != _DONE)).tolist()
-        occupied = {
-            (int(self._worker[i]), int(self._slot[i])): self._jobs[i].job_id for i in holding
-        }
+        occupied = self._holders(placements, migrations)
         placed_now: set[str] = set()
         for placement in placements:
             index = self._job_index(placement.job_id, "placement of")
@@ -337,6 +366,31 @@ class ReplayBackend(Backend):
             self._check_slot(migration, occupied)
             occupied[(migration.worker, migration.slot)] = migration.job_id
         return placed_now
+
+    def _holders(
+        self, placements: Sequence[Placement], migrations: Sequence[Placement]
+    ) -> dict[tuple[int, int], str]:
+        """The job holding each slot that ``placements`` and ``migrations`` go to or leave, by
+        ``(worker, slot)``; not every slot's: a step that places one job of 640 looked all up."""
+        workers, slots = len(self._cores), self._slots
+        wanted = {
+            (move.worker, move.slot)
+            for move in (*placements, *migrations)
+            if 0 <= move.worker < workers and 0 <= move.slot < slots
+        }
+        for migration in migrations:
+            index = self._index.get(migration.job_id)
+            if index is not None:
+                wanted.add((int(self._worker[index]), int(self._slot[index])))
+        held = np.flatnonzero((self._phase != _UNPLACED) & (self._phase != _DONE))
+        holder = np.full(workers * slots, -1, dtype=np.int64)
+        holder[self._worker[held] * slots + self._slot[held]] = held
+        occupied = {}
+        for worker, slot in wanted:
+            index = int(holder[worker * slots + slot]) if 0 <= worker < workers else -1
+            if index >= 0 and 0 <= slot < slots:
+                occupied[(worker, slot)] = self._jobs[index].job_id
+        return occupied
 
     def _checked_limits(
         self, limits: Mapping[str, float], placed_now: Collection[str]
@@ -386,6 +440,7 @@ class ReplayBackend(Backend):
             self._phase[index] = _BOOTING
             self._startup_left[index] = profile.startup_cpu_s
             self._any_booting = True
+            self._stale_workers.add(placement.worker)
         else:
             self._phase[index] = _STARTING
             self._resume_s[index] = self._now + profile.startup_s
@@ -414,7 +469,7 @@ class ReplayBackend(Backend):
                 self._unit_start[booted] = now
                 self._phase[booted] = _RUNNING
                 self._any_booting = bool((self._phase == _BOOTING).any())
-                self._shares_stale = True
+                self._stale_workers.update(self._worker[booted].tolist())
         if now < self._next_resume:
             return
         waking = np.flatnonzero(
@@ -432,10 +487,13 @@ class ReplayBackend(Backend):
         self._any_booting = self._any_booting or bool(rebooting.size)
         self._resume_s[waking] = math.inf
         self._next_resume = float(self._resume_s.min(initial=math.inf))
-        self._shares_stale = True
+        self._stale_workers.update(self._worker[waking].tolist())
 
     def _allocate(self) -> None:
-        """CPU shares of running and booting jobs by water-filling each worker, and rates."""
+        """CPU shares of the running and booting jobs of the stale workers by water-filling
+        each, and their rates; every other job keeps its share and rate (its worker's jobs,
+        limits and phases are as they were, so a new allocation would give the same numbers).
+        """
         if self._any_booting:
             booting = self._phase == _BOOTING
             using = (self._phase == _RUNNING) | booting
@@ -444,23 +502,46 @@ class ReplayBackend(Backend):
             booting = np.zeros(len(self._jobs), dtype=bool)
             using = self._phase == _RUNNING
             demand = self._demand
-        self._share = np.zeros(len(self._jobs))
-        if len(self._cores) < 3:
-            workers = range(len(self._cores))
-            on_worker = [(w, np.flatnonzero(using & (self._worker == w))) for w in workers]
+        workers = len(self._cores)
+        if 2 * len(self._stale_workers) > workers:  # one grouping of all jobs costs less
+            self._share = np.zeros(len(self._jobs))
+            if workers < 3:
+                each = range(workers)
+                on_worker = [(w, np.flatnonzero(using & (self._worker == w))) for w in each]
+            else:
+                on_worker = _by_worker(np.flatnonzero(using), self._worker)
+            for worker, members in on_worker:
+                cores = self._cores[worker]
+                self._share[members] = water_fill(
+                    cores, self._limit[members] * cores, demand[members]
+                )
+            for members, (cores_points, rate_points) in zip(
+                self._members, self._curves, strict=True
+            ):
+                self._rate[members] = np.interp(self._share[members], cores_points, rate_points)
         else:
-            on_worker = _by_worker(np.flatnonzero(using), self._worker)
-        for worker, members in on_worker:
-            cores = self._cores[worker]
-            self._share[members] = water_fill(cores, self._limit[members] * cores, demand[members])
-        for members, (cores_points, rate_points) in zip(self._members, self._curves, strict=True):
-            self._rate[members] = np.interp(self._share[members], cores_points, rate_points)
+            on_worker = []
+            for worker in sorted(self._stale_workers):
+                here = np.flatnonzero(self._worker == worker)
+                members = here[using[here]]
+                cores = self._cores[worker]
+                # Jobs that stopped using its cores (done, migrating) get 0, as all idle jobs.
+                self._share[here] = 0.0
+                self._share[members] = water_fill(
+                    cores, self._limit[members] * cores, demand[members]
+                )
+                profile_of = self._profile_of[here]
+                for profile in np.unique(profile_of).tolist():
+                    cores_points, rate_points = self._curves[profile]
+                    jobs = here[profile_of == profile]
+                    self._rate[jobs] = np.interp(self._share[jobs], cores_points, rate_points)
+                on_worker.append((worker, members))
         if self._any_booting:
             self._rate[booting] = 0.0
         if self._contends:
             for worker, members in on_worker:
                 self._contend(float(self._cores[worker]), members, demand, booting)
-        self._shares_stale = False
+        self._stale_workers.clear()
 
     def _contend(
         self, cores: float, members: np.ndarray, demand: np.ndarray, booting: np.ndarray
@@ -544,7 +625,7 @@ class ReplayBackend(Backend):
                 self._phase[index] = _DONE
                 self._completed[index] = until
                 self._next_bound[index] = math.inf
-                self._shares_stale = True
+                self._stale_workers.add(int(self._worker[index]))
                 return
         else:
             # The last unit completed ends when the work reached its bound; it began where the

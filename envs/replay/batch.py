@@ -56,14 +56,8 @@ from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set, load_
 from dlsched.envs.replay.streams import pcg64_states
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 
-__all__ = ["ACTIVE_PHASES", "IS_ACTIVE", "ReplayBatch"]
+__all__ = ["ReplayBatch"]
 
-#: Phases in which a job holds its slot (the environment's ``active`` jobs).
-ACTIVE_PHASES = (_STARTING, _RUNNING, _MIGRATING, _BOOTING)
-#: Whether a phase is active, indexed by phase: ``IS_ACTIVE[phase]`` is
-#: ``np.isin(phase, ACTIVE_PHASES)`` by one lookup (isin sorts, several times a step).
-IS_ACTIVE = np.zeros(max(_UNPLACED, _DONE, *ACTIVE_PHASES) + 1, dtype=bool)
-IS_ACTIVE[list(ACTIVE_PHASES)] = True
 #: The backend's order of an episode's jobs: by arrival, then id.
 _ARRIVAL_ORDER = operator.attrgetter("arrival_s", "job_id")
 #: Unit bounds (and losses) of each job kept in arrays for the vectorised completions.
@@ -75,14 +69,17 @@ _HEAD = 8
 
 @dataclass(frozen=True)
 class _Layout:
-    """Where the jobs that get CPU sit in ``(episodes, workers, slots)`` arrays, found once per
-    allocation (water-filling, contention and their results read it)."""
+    """Where the jobs that get CPU in the rows being allocated sit in ``(rows, workers, slots)``
+    arrays of those rows alone, found once per allocation (water-filling, contention and their
+    results read it)."""
 
-    #: Per job, its episode.
+    #: The rows laid out, ascending.
+    episodes: np.ndarray
+    #: Per job, the position of its row in ``episodes``.
     rows: np.ndarray
     #: Per job, its flat index ``row * jobs + job`` in the ``(episodes, jobs)`` arrays.
     at: np.ndarray
-    #: Per job, its flat index ``(row * workers + worker) * slots + slot``.
+    #: Per job, its flat index ``(position * workers + worker) * slots + slot``.
     cells: np.ndarray
 
 
@@ -205,6 +202,9 @@ class ReplayBatch:
         self.usage = np.zeros(shape)
         self.share = np.zeros(shape)
         self.rate = np.zeros(shape)
+        # Rows whose shares changed since their last allocation (``ReplayBackend``'s stale
+        # workers, by row): only theirs are recomputed.
+        self.stale = np.ones(episodes, dtype=bool)
         self.now = np.zeros(episodes)
         self._rngs: list[np.random.Generator | None] = [None] * episodes
         # Every service's noise stream: a state of its generator (the generator
@@ -314,6 +314,7 @@ class ReplayBatch:
         self.window_start[reset] = 0
         self.bound_window[reset] = math.inf
         self.loss_window[reset] = math.nan
+        self.stale[reset] = True
 
     # ------------------------------------------------------------------ actuation
 
@@ -334,6 +335,7 @@ class ReplayBatch:
         self.slot[rows, jobs] = slots
         booting = self.boot_demand[rows, jobs] > 0
         self.phase[rows, jobs] = np.where(booting, _BOOTING, _STARTING)
+        self.stale[rows[booting]] = True  # a start-up on the CPU takes cores at once
         self.startup_left[rows[booting], jobs[booting]] = self._startup_cpu_s[profile_of[booting]]
         timed = ~booting
         self.resume_s[rows[timed], jobs[timed]] = (
@@ -490,6 +492,7 @@ class ReplayBatch:
 
     def migrate(self, row: int, job: int, worker: int, slot: int) -> None:
         """Move running job ``job`` of ``row``; it pauses for the migration cost."""
+        self.stale[row] = True
         self.worker[row, job] = worker
         self.slot[row, job] = slot
         starting = self.phase[row, job] == _STARTING
@@ -498,6 +501,11 @@ class ReplayBatch:
         if starting:  # as ReplayBackend.apply: only a timed start-up has an end to wait for
             resume = max(resume, float(self.resume_s[row, job]))
         self.resume_s[row, job] = resume
+
+    def set_limits(self, limits: np.ndarray) -> None:
+        """Put ``limits`` (per row and job) in force."""
+        self.stale |= (limits != self.limit).any(axis=1)
+        self.limit = limits
 
     # ------------------------------------------------------------------ time
 
@@ -515,7 +523,8 @@ class ReplayBatch:
         # Jobs keep their worker and slot while time passes: their cells are found once.
         cells = self.worker * self.slots + self.slot
         while moving.any():
-            self._allocate(cells)
+            if self.stale.any():
+                self._allocate(cells)
             until = self._next_event(end, moving)
             self._integrate(until, moving)
             self.now = np.where(moving, until, self.now)
@@ -530,15 +539,20 @@ class ReplayBatch:
     def _wake(self, rows: np.ndarray) -> None:
         """Start jobs whose start-up ended, resume migrated ones (``ReplayBackend._wake``)."""
         mask = rows[:, None]
-        booted = mask & (self.phase == _BOOTING) & (self.startup_left <= _WORK_EPS)
-        if booted.any():
+        booting = self.phase == _BOOTING
+        if booting.any():
+            booted = mask & booting & (self.startup_left <= _WORK_EPS)
+            self.stale |= booted.any(axis=1)
             self.startup_left[booted] = 0.0
             self.unit_start[booted] = np.broadcast_to(self.now[:, None], booted.shape)[booted]
             self.phase[booted] = _RUNNING
+        # Only a starting or migrating job has a resume time (others have inf): most calls
+        # find none due and lay out nothing more.
+        if not (rows & (self.resume_s.min(axis=1) <= self.now)).any():
+            return
         paused = (self.phase == _STARTING) | (self.phase == _MIGRATING)
         waking = mask & paused & (self.resume_s <= self.now[:, None])
-        if not waking.any():
-            return
+        self.stale |= waking.any(axis=1)
         rebooting = waking & (self.startup_left > 0)
         resumed = waking & (self.startup_left <= 0)
         first = resumed & np.isnan(self.unit_start)
@@ -548,24 +562,32 @@ class ReplayBatch:
         self.resume_s[waking] = math.inf
 
     def _dense(self, values: np.ndarray, layout: _Layout, fill: float) -> np.ndarray:
-        """``values`` of the ``layout``'s jobs laid out as ``(episodes, workers, slots)``."""
-        dense = np.full(self.episodes * self.workers * self.slots, fill)
-        dense[layout.cells] = values.reshape(-1)[layout.at]
-        return dense.reshape(self.episodes, self.workers, self.slots)
+        """``values`` (one per job of the ``layout``) laid out as ``(rows, workers, slots)``."""
+        count = len(layout.episodes)
+        dense = np.full(count * self.workers * self.slots, fill)
+        dense[layout.cells] = values
+        return dense.reshape(count, self.workers, self.slots)
 
     def _allocate(self, cells: np.ndarray) -> None:
-        """CPU shares by water-filling every worker, then rates (``ReplayBackend._allocate``).
+        """CPU shares by water-filling every worker of the stale rows, then rates
+        (``ReplayBackend._allocate``); the other rows keep theirs.
 
         Args:
             cells: every job's ``worker * slots + slot``.
         """
-        booting = self.phase == _BOOTING
-        using = (self.phase == _RUNNING) | booting
-        demand = np.where(booting, self.boot_demand, self.demand)
-        at = np.flatnonzero(using)
-        rows = at // self.jobs
-        layout = _Layout(rows, at, rows * (self.workers * self.slots) + cells.reshape(-1)[at])
-        caps = np.minimum(self.limit * self.cores[self.worker], demand)
+        # The stale rows' arrays alone: a wake-up in one of 16 rows of 640 jobs laid out all.
+        stale = np.flatnonzero(self.stale)
+        phase = self.phase[stale].reshape(-1)
+        booting = phase == _BOOTING
+        using = np.flatnonzero((phase == _RUNNING) | booting)
+        booting = booting[using]
+        rows = using // self.jobs
+        at = stale[rows] * self.jobs + using % self.jobs
+        places = rows * (self.workers * self.slots) + cells.reshape(-1)[at]
+        layout = _Layout(stale, rows, at, places)
+        demand = np.where(booting, self.boot_demand.reshape(-1)[at], self.demand.reshape(-1)[at])
+        worker_cores = self.cores[self.worker.reshape(-1)[at]]
+        caps = np.minimum(self.limit.reshape(-1)[at] * worker_cores, demand)
         dense = self._dense(caps, layout, 0.0)
         over = dense.sum(axis=2) > self.cores[None, :]
         if over.any():
@@ -580,7 +602,7 @@ class ReplayBatch:
             level = levels[np.arange(len(levels)), first]
             dense[over] = np.minimum(crowded, np.maximum(level, 0.0)[:, None])
         share = dense.reshape(-1)[layout.cells]
-        self.share = np.zeros_like(self.share)
+        self.share[stale] = 0.0
         self.share.reshape(-1)[at] = share
         # Rates of the jobs that get CPU, by profile; the others' are 0, as the profile's
         # throughput at 0 cores is.
@@ -589,11 +611,12 @@ class ReplayBatch:
         for profile, (cores_points, rate_points) in enumerate(self._curves):
             members = profile_of == profile
             rate[members] = np.interp(share[members], cores_points, rate_points)
-        self.rate = np.zeros_like(self.rate)
+        rate[booting] = 0.0
+        self.rate[stale] = 0.0
         self.rate.reshape(-1)[at] = rate
-        self.rate[booting] = 0.0
         if self._contends:  # as the reference: no job of the scenario slows under contention
             self._contend(booting, demand, layout)
+        self.stale = np.zeros_like(self.stale)
 
     def _contend(self, booting: np.ndarray, demand: np.ndarray, layout: _Layout) -> None:
         """Slow every oversubscribed worker's jobs by their efficiency (``ReplayBackend._contend``).
@@ -603,13 +626,16 @@ class ReplayBatch:
         of every crowded worker is evaluated at once and the first one holding it is taken, the
         segment the reference's loop stops at.
         """
-        worker_cores = self.cores[self.worker]
-        whole = self._whole[self.worker]
-        stock = self.stock & ~booting
-        following = np.clip(np.ceil(self.limit * worker_cores - 1e-9), 1.0, whole)
-        threads = np.where(stock | (self.limit >= 1.0), whole, following)
+        at = layout.at
+        worker = self.worker.reshape(-1)[at]
+        worker_cores = self.cores[worker]
+        whole = self._whole[worker]
+        limit = self.limit.reshape(-1)[at]
+        stock = self.stock.reshape(-1)[at] & ~booting
+        following = np.clip(np.ceil(limit * worker_cores - 1e-9), 1.0, whole)
+        threads = np.where(stock | (limit >= 1.0), whole, following)
         busy = np.minimum(threads, demand)
-        quotas = np.where(self.limit >= 1.0, math.inf, self.limit * worker_cores)
+        quotas = np.where(limit >= 1.0, math.inf, limit * worker_cores)
         busy_d = self._dense(busy, layout, 0.0)
         total = busy_d.sum(axis=2)
         over = total > self.cores[None, :]
@@ -617,7 +643,7 @@ class ReplayBatch:
             return
         quota_d = self._dense(quotas, layout, 0.0)[over]
         busy_o = busy_d[over]
-        occupied = np.zeros(self.episodes * self.workers * self.slots, dtype=bool)
+        occupied = np.zeros(busy_d.size, dtype=bool)
         occupied[layout.cells] = True
         present = occupied.reshape(busy_d.shape)[over]
         capacity = np.broadcast_to(self.cores[None, :], over.shape)[over][:, None]
@@ -653,11 +679,10 @@ class ReplayBatch:
                 np.maximum(np.minimum(fixed[pick, first], upper[pick, first]), capacity[:, 0]),
             )
         crowded = runnable > capacity[:, 0]
-        at = layout.at
         kept_d = np.ones((*over.shape, self.slots))
         if crowded.any():
             # One layout for the three per-job terms: laying each out apart cost more.
-            terms = np.zeros((3, self.episodes * self.workers * self.slots))
+            terms = np.zeros((3, busy_d.size))
             terms[:, layout.cells] = np.stack(
                 (self.exponent, self.floor, self.bound_scale)
             ).reshape(3, -1)[:, at]
@@ -679,7 +704,7 @@ class ReplayBatch:
         crowded_d = np.zeros(over.shape, dtype=bool)
         crowded_d[over] = crowded
         # The layout's jobs on a crowded worker, in the order of their rows and jobs.
-        on_worker = layout.rows * self.workers + self.worker.reshape(-1)[at]
+        on_worker = layout.rows * self.workers + worker
         slowed = crowded_d.reshape(-1)[on_worker]
         kept = kept_d.reshape(-1)[layout.cells][slowed]
         at = at[slowed]
@@ -765,6 +790,7 @@ class ReplayBatch:
             ]
             finished = completed >= self.total.reshape(-1)[cells]
             done = cells[finished]
+            self.stale[done // self.jobs] = True
             self.phase.reshape(-1)[done] = _DONE
             self.completed.reshape(-1)[done] = end_s[finished]
             self.next_bound.reshape(-1)[done] = math.inf
@@ -806,6 +832,7 @@ class ReplayBatch:
         if self.training:
             self.loss[row, job] = self._losses[row][job][completed - 1]
             if completed >= len(bounds):
+                self.stale[row] = True
                 self.phase[row, job] = _DONE
                 self.completed[row, job] = end_s
                 self.next_bound[row, job] = math.inf

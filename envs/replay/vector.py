@@ -50,8 +50,8 @@ from dlsched.envs.decision_checks import check_decision, check_migration, checke
 from dlsched.envs.errors import ActionError, BackendError, ScenarioError
 from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.placement import Placer, SpreadPlacer, SpreadQueue
-from dlsched.envs.replay.backend import _DONE, _MIGRATING, _STATE_OF_PHASE, _UNPLACED
-from dlsched.envs.replay.batch import IS_ACTIVE, ReplayBatch
+from dlsched.envs.replay.backend import _DONE, _MIGRATING, _STATE_OF_PHASE, _UNPLACED, IS_ACTIVE
+from dlsched.envs.replay.batch import ReplayBatch
 from dlsched.envs.replay.columns import TelemetryColumns, column_reward, encode_columns
 from dlsched.envs.scenarios.limits import check_scenario_limits
 from dlsched.envs.scenarios.model import JobKind, Scenario
@@ -256,7 +256,9 @@ class ReplayVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         # Limits go to the jobs the action's slots hold before any migration moves them.
         holding = live[:, None] & IS_ACTIVE[batch.phase]
         position = batch.worker * batch.slots + batch.slot
-        batch.limit = np.where(holding, np.take_along_axis(limits, position, axis=1), batch.limit)
+        batch.set_limits(
+            np.where(holding, np.take_along_axis(limits, position, axis=1), batch.limit)
+        )
         if migrations is not None:
             for row in np.flatnonzero(live).tolist():
                 self._migrate(row, migrations[row], before)
