@@ -86,6 +86,13 @@ def test_seed_agreement_is_each_jobs_spread_around_its_mean_and_the_error_of_the
     # The host's reruns are 20% from their mean of 100; replay's means agree with it exactly.
     assert agreement.host_spread == pytest.approx(0.2) and agreement.replay_spread == 0.0
     assert agreement.mean_jobs.median == 0.0
+    # Yet replay at the host's mean is 25% from one rerun: the reruns are 33% (80 against 120)
+    # and 50% (120 against 80) from each other, and no one value is within 20% of both (96 is
+    # 20% from each): the floor under replay's per-job error.
+    pairs = agreement.host_against_host
+    assert (pairs.jobs, pairs.median, pairs.max) == (2, pytest.approx(5 / 12), pytest.approx(0.5))
+    floor = agreement.best_prediction
+    assert (floor.jobs, floor.median, floor.max) == (1, pytest.approx(0.2), pytest.approx(0.2))
     assert seed_agreement([rerun(0, 100.0, 80.0)]) is None
 
 

@@ -401,12 +401,22 @@ class SeedAgreement:
         host_spread: median over the host's jobs of ``|value - the job's mean| / mean``.
         replay_spread: the same on replay.
         mean_jobs: per policy and job, replay's mean over the seeds against the host's.
+        host_against_host: per policy and job, every host rerun against every other, as
+            replay is held against the host (``|a - b| / b``): how far the host is from
+            itself; its ``jobs`` counts the pairs.
+        best_prediction: per policy and job, the least largest error that one prediction can
+            have against every host rerun of the job: ``(high - low) / (high + low)`` of its
+            fastest and slowest (a prediction between them is off one of the two by at least
+            that). The floor under replay's per-job error: no model that predicts one value
+            per job does better against these reruns.
     """
 
     seeds: int
     host_spread: float | None
     replay_spread: float | None
     mean_jobs: ErrorSummary
+    host_against_host: ErrorSummary
+    best_prediction: ErrorSummary
 
 
 def same_jobs_every_seed(scenario: Scenario, draws: int = 3) -> bool:
@@ -442,7 +452,20 @@ def seed_agreement(jobs: Sequence[JobComparison]) -> SeedAgreement | None:
         known = [value for value in values if value is not None]
         return statistics.fmean(known) if len(known) == len(values) else None
 
+    def pairs(values: list[float | None]) -> list[float]:
+        known = [value for value in values if value is not None]
+        return [(a - b) / b for a, b in itertools.permutations(known, 2) if b]
+
+    def best(values: list[float | None]) -> list[float]:
+        known = [value for value in values if value is not None and value > 0]
+        if len(known) < 2:
+            return []
+        low, high = min(known), max(known)
+        return [(high - low) / (high + low)]
+
     host = [d for runs in reruns.values() for d in spread([job.host for job in runs])]
+    host_pairs = [e for runs in reruns.values() for e in pairs([job.host for job in runs])]
+    floors = [e for runs in reruns.values() for e in best([job.host for job in runs])]
     replay = [d for runs in reruns.values() for d in spread([job.replay for job in runs])]
     means = [
         dataclasses.replace(
@@ -458,6 +481,18 @@ def seed_agreement(jobs: Sequence[JobComparison]) -> SeedAgreement | None:
         host_spread=statistics.median(host) if host else None,
         replay_spread=statistics.median(replay) if replay else None,
         mean_jobs=ErrorSummary.of(means),
+        host_against_host=_absolute_errors(host_pairs),
+        best_prediction=_absolute_errors(floors),
+    )
+
+
+def _absolute_errors(errors: Sequence[float]) -> ErrorSummary:
+    """The median and the largest of ``errors``' absolute values, one per item."""
+    return ErrorSummary(
+        jobs=len(errors),
+        missing=0,
+        median=statistics.median(abs(e) for e in errors) if errors else None,
+        max=max(abs(e) for e in errors) if errors else None,
     )
 
 
@@ -852,6 +887,15 @@ def render_report(report: ValidationReport) -> str:
             f"host's: median |error| {_percent(agreement.mean_jobs.median)}, max "
             f"{_percent(agreement.mean_jobs.max)} over {agreement.mean_jobs.jobs} jobs"
         )
+        pairs, floor = agreement.host_against_host, agreement.best_prediction
+        if pairs.jobs:
+            lines.append(
+                f"the host against itself (each rerun of a job against every other, as replay is "
+                f"held against the host): median |error| {_percent(pairs.median)}, max "
+                f"{_percent(pairs.max)} over {pairs.jobs} pairs; so the best one prediction per "
+                f"job can do against all its reruns is median |error| {_percent(floor.median)}, "
+                f"max {_percent(floor.max)}: the floor under replay's errors above"
+            )
     if report.kind is JobKind.INFERENCE:
         distances = [
             job.latency_distance_s for job in report.jobs if job.latency_distance_s is not None
