@@ -232,8 +232,10 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
                 clock = where.time_s
             self._place_arrivals(arrival, where)
         backend_now = self.backend.advance(max(end - clock, 0.0))
-        self._free_ended(Occupancy.of(backend_now).ended)
-        if self._place_arrivals(end, backend_now):  # a freed slot took a waiting job
+        occupancy = Occupancy.of(backend_now)
+        self._free_ended(occupancy.ended)
+        # A freed slot may take a waiting job.
+        if self._place_arrivals(end, occupancy if spread else backend_now):
             backend_now = self.backend.advance(0.0)
         now = self._measure(backend_now, before, self.scenario.interval_s)
         self._telemetry = now
@@ -317,7 +319,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
             return False
         if type(self.placer) is SpreadPlacer:
             if not isinstance(where, Occupancy):
-                where = Occupancy.of(where or self.telemetry)
+                where = Occupancy.of(where if where is not None else self.telemetry)
             return self._spread_arrivals(arrived, where.active_per_worker)
         assert not isinstance(where, Occupancy), "only the spread placer places from an occupancy"
         view = self._with_waiting(where) if where is not None else self.telemetry

@@ -2,8 +2,9 @@
 
 MLflow and alembic log at length (schema migrations, every retry of a dead server, full
 tracebacks of a refused write) to stderr, where they bury dlsched's one-line message. A command
-sends those loggers to its log file instead, unless ``--verbose``; dlsched's own warnings stay on
-stderr. When a command fails, its message names the log file, which holds the traceback.
+sends those loggers to its log file instead, and turns off MLflow's bar per artifact transfer,
+unless ``--verbose``; dlsched's own warnings stay on stderr. When a command fails, its message
+names the log file, which holds the traceback.
 
 The file is ``dlsched-runs/logs/<command>-<UTC time>-<pid>.log`` in the working directory (the
 system's temporary folder if that is not writable), created only when something is written.
@@ -55,6 +56,9 @@ class CommandLog:
             # MLflow, imported later by the command that needs it, would otherwise attach its
             # stderr handler then, after this routing (the CLI imports it lazily).
             os.environ["MLFLOW_CONFIGURE_LOGGING"] = "false"
+            # Nor its bar per artifact transfer ("Downloading artifacts: 100%", for a model of
+            # a few kilobytes, even under --no-progress); a user who set it keeps their choice.
+            os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
             logging.getLogger("mlflow").setLevel(logging.INFO)
         handler = _LazyFileHandler(self.path, delay=True, encoding="utf-8")
         handler.setFormatter(logging.Formatter(_FORMAT))

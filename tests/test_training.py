@@ -254,6 +254,7 @@ def test_dlsched_evaluate_runs_the_logged_model_by_its_run_uri(
     (scenario,) = json.loads(out)["scenarios"]
     labels = [summary["label"] for summary in scenario["policies"]]
     assert labels == ["default", f"ppo-{result.run_id[:8]}"]
+    assert "Downloading artifacts" not in err  # MLflow's bar, even under --no-progress
 
 
 def test_the_best_validated_model_is_the_one_logged(
