@@ -373,23 +373,21 @@ class ReplayBackend(Backend):
         """The job holding each slot that ``placements`` and ``migrations`` go to or leave, by
         ``(worker, slot)``; not every slot's: a step that places one job of 640 looked all up."""
         workers, slots = len(self._cores), self._slots
-        wanted = {
-            (move.worker, move.slot)
-            for move in (*placements, *migrations)
-            if 0 <= move.worker < workers and 0 <= move.slot < slots
-        }
+        wanted = {(move.worker, move.slot) for move in (*placements, *migrations)}
         for migration in migrations:
             index = self._index.get(migration.job_id)
             if index is not None:
                 wanted.add((int(self._worker[index]), int(self._slot[index])))
-        held = np.flatnonzero((self._phase != _UNPLACED) & (self._phase != _DONE))
+        held = np.flatnonzero(IS_ACTIVE[self._phase])
         holder = np.full(workers * slots, -1, dtype=np.int64)
         holder[self._worker[held] * slots + self._slot[held]] = held
         occupied = {}
         for worker, slot in wanted:
-            index = int(holder[worker * slots + slot]) if 0 <= worker < workers else -1
-            if index >= 0 and 0 <= slot < slots:
-                occupied[(worker, slot)] = self._jobs[index].job_id
+            # Out of range: nobody holds it (the check names the range).
+            if 0 <= worker < workers and 0 <= slot < slots:
+                index = int(holder[worker * slots + slot])
+                if index >= 0:
+                    occupied[(worker, slot)] = self._jobs[index].job_id
         return occupied
 
     def _checked_limits(

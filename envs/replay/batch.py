@@ -79,6 +79,8 @@ class _Layout:
     rows: np.ndarray
     #: Per job, its flat index ``row * jobs + job`` in the ``(episodes, jobs)`` arrays.
     at: np.ndarray
+    #: Per job, its worker.
+    workers: np.ndarray
     #: Per job, its flat index ``(position * workers + worker) * slots + slot``.
     cells: np.ndarray
 
@@ -584,10 +586,9 @@ class ReplayBatch:
         rows = using // self.jobs
         at = stale[rows] * self.jobs + using % self.jobs
         places = rows * (self.workers * self.slots) + cells.reshape(-1)[at]
-        layout = _Layout(stale, rows, at, places)
+        layout = _Layout(stale, rows, at, self.worker.reshape(-1)[at], places)
         demand = np.where(booting, self.boot_demand.reshape(-1)[at], self.demand.reshape(-1)[at])
-        worker_cores = self.cores[self.worker.reshape(-1)[at]]
-        caps = np.minimum(self.limit.reshape(-1)[at] * worker_cores, demand)
+        caps = np.minimum(self.limit.reshape(-1)[at] * self.cores[layout.workers], demand)
         dense = self._dense(caps, layout, 0.0)
         over = dense.sum(axis=2) > self.cores[None, :]
         if over.any():
@@ -616,7 +617,7 @@ class ReplayBatch:
         self.rate.reshape(-1)[at] = rate
         if self._contends:  # as the reference: no job of the scenario slows under contention
             self._contend(booting, demand, layout)
-        self.stale = np.zeros_like(self.stale)
+        self.stale[:] = False
 
     def _contend(self, booting: np.ndarray, demand: np.ndarray, layout: _Layout) -> None:
         """Slow every oversubscribed worker's jobs by their efficiency (``ReplayBackend._contend``).
@@ -626,8 +627,7 @@ class ReplayBatch:
         of every crowded worker is evaluated at once and the first one holding it is taken, the
         segment the reference's loop stops at.
         """
-        at = layout.at
-        worker = self.worker.reshape(-1)[at]
+        at, worker = layout.at, layout.workers
         worker_cores = self.cores[worker]
         whole = self._whole[worker]
         limit = self.limit.reshape(-1)[at]
