@@ -344,12 +344,9 @@ class ErrorSummary:
     @classmethod
     def of(cls, comparisons: Sequence[JobComparison]) -> ErrorSummary:
         errors = [e for c in comparisons if (e := c.relative_error) is not None]
-        missing = sum(1 for c in comparisons if (c.replay is None) != (c.host is None))
-        return cls(
-            jobs=len(errors),
-            missing=missing,
-            median=statistics.median(abs(e) for e in errors) if errors else None,
-            max=max(abs(e) for e in errors) if errors else None,
+        return dataclasses.replace(
+            _absolute_errors(errors),
+            missing=sum(1 for c in comparisons if (c.replay is None) != (c.host is None)),
             median_ratio=statistics.median(1 + e for e in errors) if errors else None,
         )
 
