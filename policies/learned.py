@@ -237,6 +237,8 @@ class LearnedPolicy(Policy):
             characters of its training run (``ppo-df70df98``).
     """
 
+    predicts_batches = True
+
     def __init__(
         self,
         model: BaseAlgorithm,

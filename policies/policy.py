@@ -33,6 +33,12 @@ class Policy(ABC):
     #: Registered name (``dlsched.baselines.make`` and tracking use it).
     name: ClassVar[str] = "policy"
 
+    #: Whether :meth:`predict` takes a batch of observations ``(n, slots, features)`` of ``n``
+    #: episodes and returns their limits ``(n, slots)``, each row what it would return for that
+    #: observation alone up to rounding: a learned model does
+    #: (:class:`~dlsched.policies.batched_feed.BatchedModelFeed`).
+    predicts_batches: ClassVar[bool] = False
+
     @property
     def placer(self) -> Placer | None:
         """The placer this policy brings for arriving jobs; ``None`` keeps the environment's."""

@@ -47,7 +47,7 @@ from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.scheduling_env import SchedulingEnv
 from dlsched.envs.telemetry import JobState, QoEClass, Telemetry
 from dlsched.envs.training_env import TrainingEnv
-from dlsched.policies.batched_feed import BatchedTelemetryFeed, batched_refusal
+from dlsched.policies.batched_feed import batched_feed, batched_refusal
 from dlsched.policies.feed import TelemetryFeed
 from dlsched.policies.policy import ParamValue, Policy
 
@@ -429,15 +429,20 @@ def episode_result(
 
 
 def batched_path_refusal(
-    scenario: Scenario, policy: Policy, backend: str, backend_options: Mapping[str, str]
+    scenario: Scenario,
+    policy: Policy,
+    backend: str,
+    backend_options: Mapping[str, str],
+    batched_predict: bool = False,
 ) -> str | None:
-    """Why :func:`run_episodes_batched` cannot run ``policy`` here; ``None`` if it can."""
+    """Why :func:`run_episodes_batched` cannot run ``policy`` here; ``None`` if it can
+    (``batched_predict`` as there)."""
     if backend != "replay":
         return f"the batched environment runs the replay backend only, not {backend!r}"
     unknown = sorted(set(backend_options) - set(BATCHED_BACKEND_OPTIONS))
     if unknown:
         return f"the batched environment takes no backend options {unknown}"
-    return batched_refusal(policy, scenario)
+    return batched_refusal(policy, scenario, batched_predict)
 
 
 def run_episodes_batched(
@@ -446,12 +451,16 @@ def run_episodes_batched(
     seeds: Sequence[int],
     on_step: Callable[[StepRecord], None] | None = None,
     backend_options: Mapping[str, str] | None = None,
+    batched_predict: bool = False,
 ) -> list[EpisodeResult]:
     """Run one episode of ``policy`` per seed, all at once on the batched replay environment.
 
     The episodes are those :func:`run_episode` runs on the replay backend with the same seeds
     (``tests/test_batched_evaluation.py`` holds them equal): one copy of the policy per episode
     reads its typed telemetry and its whole decision, migrations included, steps the batch.
+    With ``batched_predict`` a policy that predicts over a batch (a learned model) makes one
+    ``predict`` per step for all of them instead, and its episodes equal single environments'
+    up to that batch's rounding (:mod:`~dlsched.policies.batched_feed`).
 
     Args:
         scenario: the scenario.
@@ -459,6 +468,8 @@ def run_episodes_batched(
         seeds: one episode per seed.
         on_step: called with every step's record of every episode as soon as it is taken.
         backend_options: the replay backend's options.
+        batched_predict: let a policy that predicts over a batch do so (validation during
+            training); ``evaluate`` does not.
 
     Returns:
         One record per seed, in the order of ``seeds``.
@@ -477,7 +488,7 @@ def run_episodes_batched(
     env = vector.unwrapped
     assert isinstance(env, ReplayVectorEnv)
     try:
-        feed = BatchedTelemetryFeed(env, policy)
+        feed = batched_feed(env, policy, batched_predict)
         first = feed.reset(seeds)
         steps = [[step_record(0, telemetry, None)] for telemetry in first]
         finals: list[Telemetry] = list(first)

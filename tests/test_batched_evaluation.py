@@ -24,9 +24,9 @@ from dlsched.envs.replay.vector import InferenceVectorEnv, TrainingVectorEnv
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.telemetry import JobState
-from dlsched.policies.batched_feed import BatchedTelemetryFeed, batched_refusal
+from dlsched.policies.batched_feed import BatchedModelFeed, BatchedTelemetryFeed, batched_refusal
 from dlsched.policies.policy import Policy
-from dlsched.runs import evaluation
+from dlsched.runs import evaluation, resolve_policy
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import (
     EpisodeResult,
@@ -174,6 +174,51 @@ def test_what_the_batched_path_cannot_run_runs_on_single_envs_and_says_why():
     scenario = load_scenario("dqoes-varied-burst")
     results = evaluate(scenario, [Constant()], (0,), progress=False)
     assert_same(results, [run_episode(scenario, Constant(), 0)], "constant")
+
+
+LEARNED = "pretrained:ppo-inference-mix"  # frame stacking, normalisation, usage-scaled actions
+
+
+def test_a_learned_model_runs_batched_only_where_its_caller_accepts_a_batched_predict():
+    scenario = load_scenario("train-inference-mix")
+    policy = resolve_policy(LEARNED)
+    assert "not a handcrafted policy" in str(batched_refusal(policy, scenario))
+    assert batched_refusal(policy, scenario, batched_predict=True) is None
+    assert batched_refusal(Constant(), scenario, batched_predict=True) is not None
+    with pytest.raises(PolicyError, match="does not predict over a batch"):
+        BatchedModelFeed(InferenceVectorEnv(num_envs=2, scenario=scenario), Constant())
+    with pytest.raises(PolicyError, match="schedules inference"):
+        BatchedModelFeed(TrainingVectorEnv(num_envs=2, scenario="flowcon-10-random"), policy)
+    # evaluate, the reference, runs it on single environments
+    assert batched_path_refusal(scenario, policy, "replay", {}) is not None
+
+
+def test_a_batch_of_one_learned_episode_is_the_single_envs_episode():
+    """One episode predicts over batches of one row, as a single environment does: the same
+    records, step by step (frames, normalisation and actions included)."""
+    scenario = load_scenario("train-inference-mix")
+    policy = resolve_policy(LEARNED)
+    (batched,) = run_episodes_batched(scenario, policy, [11], batched_predict=True)
+    assert_same(batched, run_episode(scenario, policy, 11), "seed 11")
+
+
+def test_learned_episodes_in_one_batch_are_the_single_envs_up_to_rounding():
+    """Several episodes in one predict: each its own frames, the single env's scores."""
+    scenario = load_scenario("train-inference-mix")
+    policy = resolve_policy(LEARNED)
+    seeds = [11, 12, 13]
+    batched = run_episodes_batched(scenario, policy, seeds, batched_predict=True)
+    for seed, episode in zip(seeds, batched, strict=True):
+        single = run_episode(scenario, policy, seed)
+        assert len(episode.steps) == len(single.steps)
+        # A batched forward pass may round the limits in their last bits, no more.
+        for ours, theirs in zip(episode.steps, single.steps, strict=True):
+            assert [c.limit for c in ours.containers] == pytest.approx(
+                [c.limit for c in theirs.containers], rel=1e-5
+            ), (seed, ours.step)
+        assert episode.metrics.satisfied_fraction_mean == pytest.approx(
+            single.metrics.satisfied_fraction_mean, rel=1e-6
+        ), seed
 
 
 def test_each_episode_has_its_own_copy_of_the_policy():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import VecFrameStack
 
 from dlsched.envs.errors import ScenarioError
@@ -93,6 +94,7 @@ def test_ppo_learns_on_the_batched_env_and_its_saved_model_runs_a_single_env(tmp
     )
     normalizer = slot_normalizer(venv, gamma=0.95, normalize_reward=True)
     model = PPO(SlotActorCriticPolicy, normalizer, n_steps=256, batch_size=256, n_epochs=2, seed=0)
+    model.set_logger(Logger(None, []))  # not SB3's own, which makes a folder in /tmp
     model.learn(total_timesteps=3072)
     assert model.num_timesteps >= 3072
     card = ModelCard(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 
 import pytest
 
@@ -62,9 +63,11 @@ def test_replay_bench_refuses_a_bad_batch_size(capsys):
     assert "expected one or more whole numbers of at least 1" in capsys.readouterr().err
 
 
-def test_training_bench_times_ppo_on_cartpole_and_both_replay_paths(capsys):
+def test_training_bench_times_ppo_on_cartpole_and_both_replay_paths(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where SB3's logger makes folders
     arguments = ["--timesteps", "256", "--n-envs", "2", "--n-steps", "64", "--json"]
     assert cli.main(["bench", "train", *arguments]) == 0
+    assert not list(tmp_path.glob("SB3-*"))  # no logger folder left behind
     figures = json.loads(capsys.readouterr().out)
     for name in ("cartpole", "batched", "dummy"):
         assert figures[name]["timesteps"] == 256

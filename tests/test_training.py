@@ -28,6 +28,7 @@ from dlsched.runs.evaluation import evaluate, summarise
 from dlsched.runs.policy_specs import resolve_policy
 from dlsched.runs.tracking.kvwriter import MlflowKVWriter
 from dlsched.runs.tracking.target import TrackingTarget
+from dlsched.runs.training import callbacks
 from dlsched.runs.training.config import VALIDATION_SEED_BASE, TrainingConfig
 from dlsched.runs.training.environments import ScenarioMix, VecEnvKind, make_training_env
 from dlsched.runs.training.harness import (
@@ -334,6 +335,22 @@ def test_training_stops_after_patience_validations_without_improvement(tmp_path:
     assert (result.model_folder / MODEL_FILE).is_file()
 
 
+def test_validation_on_replay_runs_its_episodes_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The held-out episodes step as one batched environment, one predict per step for all;
+    ``test_the_best_validated_model_is_the_one_logged`` holds their score to evaluate's."""
+
+    def single(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the validation ran a single environment per seed")
+
+    monkeypatch.setattr(callbacks, "run_episode", single)
+    scenario = write_scenario(tmp_path, TINY)
+    result = train(tiny_config(scenario, eval_episodes=3), tmp_path, progress=False)
+    assert [record.timesteps for record in result.validations] == [256, 512]
+    assert all(0.0 <= record.score <= 1.0 for record in result.validations)
+
+
 @pytest.mark.parametrize("algo", ["a2c", "sac", "td3"])
 def test_every_algorithm_trains_and_its_model_loads(tmp_path: Path, algo: str) -> None:
     scenario = write_scenario(tmp_path, TINY)
@@ -609,6 +626,7 @@ def test_the_progress_bar_counts_the_timesteps_sb3_will_run(tmp_path: Path) -> N
     scenario = load_scenario(write_scenario(tmp_path, TINY))
     venv = DummyVecEnv([lambda: make_training_env([scenario], ActionMapping())] * 3)
     model = PPO("MlpPolicy", venv, n_steps=16, batch_size=48, n_epochs=1, seed=0)
+    model.set_logger(Logger(None, []))  # not SB3's own, which makes a folder in /tmp
     bar = ProgressBar(100)  # on stderr, which pytest captures
     model.learn(100, callback=bar)
     # whole rollouts of 16 steps x 3 environments: 144, not the 100 asked for

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 
 from dlsched.envs.scenarios.file_format import load_scenario
@@ -78,6 +79,8 @@ def _time_learn(venv: VecEnv, policy: object, timesteps: int, n_steps: int, seed
         device="cpu",
         verbose=0,
     )
+    # SB3's own logger makes a folder in the temporary directory per run, and this logs nothing
+    model.set_logger(Logger(None, []))
     started = time.perf_counter()
     model.learn(total_timesteps=timesteps)
     wall = time.perf_counter() - started
