@@ -29,6 +29,7 @@ from dlsched.runs.policy_specs import resolve_policy
 from dlsched.runs.tracking.kvwriter import MlflowKVWriter
 from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.training import callbacks
+from dlsched.runs.training.callbacks import validation_score
 from dlsched.runs.training.config import VALIDATION_SEED_BASE, TrainingConfig
 from dlsched.runs.training.environments import ScenarioMix, VecEnvKind, make_training_env
 from dlsched.runs.training.harness import (
@@ -349,6 +350,19 @@ def test_validation_on_replay_runs_its_episodes_at_once(
     result = train(tiny_config(scenario, eval_episodes=3), tmp_path, progress=False)
     assert [record.timesteps for record in result.validations] == [256, 512]
     assert all(0.0 <= record.score <= 1.0 for record in result.validations)
+
+
+def test_a_training_scheduler_is_validated_as_evaluate_scores_it(tmp_path: Path) -> None:
+    """Training episodes end at different steps: the batched validation scores them as
+    ``evaluate`` does on single environments, episode by episode."""
+    config = tiny_config(Path("train-training-mix"), eval_episodes=3)
+    result = train(config, tmp_path, progress=False)
+    assert result.best is not None
+    policy = resolve_policy(str(result.model_folder))
+    scenario = load_scenario("train-training-mix")
+    episodes = evaluate(scenario, [policy], config.validation_seeds, progress=False)
+    assert len({len(episode.steps) for episode in episodes}) > 1  # they did end apart
+    assert validation_score(episodes, JobKind.TRAINING) == pytest.approx(result.best.score)
 
 
 @pytest.mark.parametrize("algo", ["a2c", "sac", "td3"])
