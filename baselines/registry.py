@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from dlsched.baselines.base import Baseline, parameter_defaults, parameter_names
 from dlsched.baselines.default import DockerDefault
 from dlsched.baselines.dqoes import DQoES
@@ -30,8 +32,23 @@ def baseline_class(name: str) -> type[Baseline]:
         UnknownNameError: no baseline has that name; the message lists them and the closest.
     """
     if name not in BASELINES:
-        raise UnknownNameError("baseline", name, BASELINES)
+        raise UnknownNameError("baseline", name, BASELINES, _parameters_hint(name))
     return BASELINES[name]
+
+
+def _parameters_hint(name: str) -> str:
+    """How to set parameters, if ``name`` is a baseline's name with them written into it
+    (``dqoes:alpha=0.2``, ``dqoes(alpha=0.2)``); ``""`` otherwise."""
+    found = re.fullmatch(r"\s*([a-z]+)\W+(.*?)\W*", name)
+    if found is None or found[1] not in BASELINES or not found[2]:
+        return ""
+    baseline, rest = found[1], found[2]
+    assignment = re.match(r"(\w+)\s*=\s*([^,;)\s]+)", rest)
+    param, value = assignment.groups() if assignment else ("PARAM", "VALUE")
+    return (
+        f"Parameters are not part of the name: `--set {baseline}.{param}={value}` on the "
+        f"command line, make({baseline!r}, {param}=...) in Python."
+    )
 
 
 def defaults(name: str) -> dict[str, object]:

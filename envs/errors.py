@@ -22,11 +22,14 @@ class ScenarioError(DlschedError, ValueError):
 class UnknownNameError(DlschedError, KeyError):
     """A name (scenario, workload, policy, reward, backend, ...) that is not registered."""
 
-    def __init__(self, what: str, name: str, known: Iterable[str]) -> None:
+    def __init__(self, what: str, name: str, known: Iterable[str], hint: str = "") -> None:
         known_sorted = sorted(known)
-        close = difflib.get_close_matches(name, known_sorted, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        self.message = f"unknown {what} {name!r}; known: {', '.join(known_sorted)}.{hint}"
+        if not hint:
+            close = difflib.get_close_matches(name, known_sorted, n=1)
+            hint = f"Did you mean {close[0]!r}?" if close else ""
+        self.message = f"unknown {what} {name!r}; known: {', '.join(known_sorted)}." + (
+            f" {hint}" if hint else ""
+        )
         super().__init__(self.message)
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message

@@ -65,6 +65,27 @@ def test_unknown_name_lists_known_and_suggests() -> None:
         assert name in message
 
 
+@pytest.mark.parametrize(
+    ("spec", "how"),
+    [
+        ("dqoes:alpha=0.3", "--set dqoes.alpha=0.3"),
+        ("dqoes(alpha=0.3)", "--set dqoes.alpha=0.3"),
+        ("flowcon lam=2", "--set flowcon.lam=2"),
+        ("specon:", None),  # nothing after the name: the closest name is the hint
+    ],
+)
+def test_a_name_with_parameters_written_into_it_says_how_to_set_them(
+    spec: str, how: str | None
+) -> None:
+    with pytest.raises(UnknownNameError) as error:
+        baselines.make(spec)
+    message = str(error.value)
+    if how is None:
+        assert "Did you mean 'specon'?" in message
+    else:
+        assert f"Parameters are not part of the name: `{how}` on the command line" in message
+
+
 def test_unknown_parameter_is_named_with_the_valid_ones() -> None:
     with pytest.raises(PolicyError) as error:
         baselines.make("dqoes", gamma=0.1)
