@@ -1,5 +1,6 @@
-"""The hyperparameters given to a Stable-Baselines3 algorithm (``dlsched train --hp KEY=VALUE``),
-checked before anything is trained or tracked.
+"""The hyperparameters given to a Stable-Baselines3 algorithm (``dlsched train --hp KEY=VALUE``)
+and the keywords given to its policy (``--policy-kwarg KEY=VALUE``), checked before anything is
+trained or tracked.
 
 SB3 checks few of its arguments, and late: a misspelt name is a ``TypeError`` of the
 constructor, ``batch_size=1`` an ``AssertionError`` once the model is built, ``n_steps=0`` one
@@ -11,9 +12,10 @@ the ranges SB3 asserts or documents (:data:`RANGES`).
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dlsched.envs.arguments import check_value, did_you_mean, parameters, type_hints
@@ -93,18 +95,69 @@ def hyperparameter_problems(algo: str, hyperparams: Mapping[str, object]) -> lis
     hints = type_hints(cls.__init__)
     problems: list[str] = []
     for key, value in hyperparams.items():
-        if key in RESERVED:
-            problems.append(f"hyperparameter {key!r} is set by dlsched ({RESERVED[key]})")
-        elif key not in names:
-            problems.append(
-                f"{cls.__name__} takes no hyperparameter {key!r}{did_you_mean(key, names)}; it "
-                f"takes {', '.join(names)}"
-            )
-        else:
-            problem = _value_problem(cls.__name__, key, value, hints.get(key))
-            if problem:
-                problems.append(problem)
+        problem = _name_problem(key, cls.__name__, "hyperparameter", names, RESERVED)
+        problem = problem or _value_problem(cls.__name__, key, value, hints.get(key))
+        if problem:
+            problems.append(problem)
     return problems
+
+
+POLICY_RESERVED: Mapping[str, str] = {
+    "observation_space": "the scenario sets it",
+    "action_space": "the scenario sets it",
+    "lr_schedule": "use --hp learning_rate",
+    "net_arch": "use --net-arch",
+}
+"""Arguments of the policies that dlsched or SB3 sets itself, with what to use instead."""
+
+
+def policy_keyword_problems(policy: type, kwargs: Mapping[str, object]) -> list[str]:
+    """What is wrong with the names of ``kwargs`` for the policy class ``policy``, one sentence
+    each (its values SB3 checks as it builds the policy).
+
+    Args:
+        policy: the policy class (``SlotActorCriticPolicy``, SB3's ``ActorCriticPolicy``, ...).
+        kwargs: the keyword arguments given to its constructor.
+    """
+    names = [name for name in _keywords(policy) if name not in POLICY_RESERVED]
+    problems = [
+        _name_problem(key, policy.__name__, "policy keyword", names, POLICY_RESERVED)
+        for key in kwargs
+    ]
+    return [problem for problem in problems if problem]
+
+
+def _name_problem(
+    key: str, owner: str, kind: str, names: Sequence[str], reserved: Mapping[str, str]
+) -> str:
+    """Why ``key`` is no ``kind`` a user may give ``owner`` (one of ``names``, none of
+    ``reserved``); ``""`` if it is one."""
+    if key in reserved:
+        return f"{kind} {key!r} is set by dlsched ({reserved[key]})"
+    if key not in names:
+        return (
+            f"{owner} takes no {kind} {key!r}{did_you_mean(key, names)}; it takes "
+            f"{', '.join(names)}"
+        )
+    return ""
+
+
+def _keywords(policy: type) -> list[str]:
+    """The keyword parameters of ``policy``'s constructor, with those of the constructors it
+    passes ``**kwargs`` on to (its bases'), in the order they are declared."""
+    names: list[str] = []
+    for cls in policy.__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        names += [name for name in parameters(init) if name not in names]
+        takes_more = any(
+            parameter.kind is inspect.Parameter.VAR_KEYWORD
+            for parameter in inspect.signature(init).parameters.values()
+        )
+        if not takes_more:
+            break
+    return names
 
 
 def _value_problem(algorithm: str, key: str, value: object, annotation: object) -> str:

@@ -401,6 +401,16 @@ def test_per_slot_agents_train_validate_and_load(tmp_path: Path) -> None:
         ({"seed": VALIDATION_SEED_BASE}, "are also validation seeds"),
         ({"timesteps": 0}, "timesteps=0 must be at least 1"),
         ({"hyperparams": (("policy_kwargs", "x"),)}, "'policy_kwargs' is set by dlsched"),
+        (
+            {"policy_kwargs": (("log_std", -2.0),)},
+            "SlotActorCriticPolicy takes no policy keyword 'log_std' .did you mean 'log_std_init'",
+        ),
+        (
+            {"algo": "sac", "policy_kwargs": (("ortho_init", True),)},
+            "SACPolicy takes no policy keyword 'ortho_init'",
+        ),
+        ({"policy_kwargs": (("net_arch", 3),)}, "'net_arch' is set by dlsched .use --net-arch"),
+        ({"policy_kwargs": (("lr_schedule", 3),)}, "'lr_schedule' is set by dlsched"),
     ],
 )
 def test_invalid_configurations_are_refused_before_training(

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlsched.envs.errors import PolicyError
 from dlsched.policies.agent_actions import ActionMapping, ActionMode
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.policies import BasePolicy
 
 #: First seed of the validation episodes; far from any seed a user trains with.
 VALIDATION_SEED_BASE = 1_000_000
@@ -119,6 +122,16 @@ class TrainingConfig:
             return "slot" if self.algo in ON_POLICY else "mlp"
         return self.network
 
+    def policy_class(self) -> type[BasePolicy]:
+        """The SB3 policy class the model is built with (``policy_kwargs`` are its keywords)."""
+        # imported here: they load SB3 and torch, which the command line's parser does not need
+        from dlsched.policies.learned import algorithm_class
+        from dlsched.policies.slot_network import OwnSlotPolicy, SlotActorCriticPolicy
+
+        if self.resolved_network == "slot":
+            return OwnSlotPolicy if self.slot_agents else SlotActorCriticPolicy
+        return algorithm_class(self.algo).policy_aliases["MlpPolicy"]
+
     def check(self) -> None:
         """Refuse a configuration that cannot run, naming the value and the fix.
 
@@ -126,7 +139,10 @@ class TrainingConfig:
             PolicyError: a bad value.
         """
         # imported here: they load SB3 and torch, which the command line's parser does not need
-        from dlsched.policies.hyperparameters import hyperparameter_problems
+        from dlsched.policies.hyperparameters import (
+            hyperparameter_problems,
+            policy_keyword_problems,
+        )
         from dlsched.policies.learned import algorithm_class
 
         algorithm_class(self.algo)
@@ -165,8 +181,11 @@ class TrainingConfig:
                 f"training seeds {sorted(overlap)} are also validation seeds; train with "
                 f"--seed below {VALIDATION_SEED_BASE - self.n_envs + 1}"
             )
-        if any(key == "net_arch" for key, _ in self.policy_kwargs):
-            problems.append("policy keyword 'net_arch' is set by dlsched; use --net-arch")
+        network_builds = self.network in NETWORKS and not (
+            self.resolved_network == "slot" and self.algo not in ON_POLICY
+        )
+        if network_builds:
+            problems += policy_keyword_problems(self.policy_class(), dict(self.policy_kwargs))
         if problems:
             raise PolicyError("invalid training configuration: " + "; ".join(problems))
 

@@ -62,7 +62,6 @@ from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.learned import ModelCard, algorithm_class, save_model
 from dlsched.policies.mlflow_model import save_mlflow_model
 from dlsched.policies.normalization import slot_normalizer
-from dlsched.policies.slot_network import OwnSlotPolicy, SlotActorCriticPolicy
 from dlsched.runs.tracking.kvwriter import MlflowKVWriter
 from dlsched.runs.tracking.owners import end_run, owner_tags
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
@@ -455,9 +454,7 @@ def _gamma(config: TrainingConfig) -> float:
 
 def _build_model(config: TrainingConfig, env: VecNormalize) -> BaseAlgorithm:
     cls = algorithm_class(config.algo)
-    policy: Any = "MlpPolicy"
-    if config.resolved_network == "slot":
-        policy = OwnSlotPolicy if config.slot_agents else SlotActorCriticPolicy
+    policy: Any = config.policy_class()
     policy_kwargs = {"net_arch": list(config.net_arch), **dict(config.policy_kwargs)}
     # Checked against the algorithm's constructor by the config; SB3 types each one apart.
     hyperparams: dict[str, Any] = dict(config.hyperparams)
