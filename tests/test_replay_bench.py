@@ -7,7 +7,9 @@ import tempfile
 
 import pytest
 
+from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.runs import cli
+from dlsched.runs.bench.replay import time_batched, time_single
 
 
 def test_replay_bench_reports_whole_episodes(capsys):
@@ -54,6 +56,17 @@ def test_replay_bench_reports_whole_episodes(capsys):
         assert figure["env_steps"] >= figure["num_envs"]
         ratio = figure["env_steps_per_s"] / throughput[0]["env_steps_per_s"]
         assert figure["cartpole_ratio"] == ratio
+
+
+def test_timed_runs_end_with_an_episode():
+    """An episode's start (arrivals, start-ups) costs more than its rest: the timed runs go on
+    to the end of an episode, so that a figure does not move with the environment's speed."""
+    scenario = load_scenario("dqoes-varied-burst")  # 600 s in steps of 10 s
+    assert time_single(scenario, 0.0).env_steps == 60
+    # the batch's first episodes take 60 calls; each later one a call more, which resets them
+    assert time_batched(scenario, 3, 0.0).env_steps == 3 * 60
+    training = load_scenario("flowcon-poc-3")  # episodes end with their jobs: any step ends
+    assert time_single(training, 0.0).env_steps == 1
 
 
 def test_replay_bench_refuses_a_bad_batch_size(capsys):

@@ -13,6 +13,7 @@ environment.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -154,15 +155,32 @@ def scaled_scenario(containers: int) -> Scenario:
     )
 
 
-def _timed(step: Callable[[], int], seconds: float) -> tuple[int, float]:
-    """Call ``step`` (which returns the environment steps it took) for about ``seconds``."""
-    steps = 0
+def _timed(
+    step: Callable[[], int], seconds: float, cycle: int = 1, offset: int = 0
+) -> tuple[int, float]:
+    """Call ``step`` (which returns the environment steps it took) for about ``seconds``, and on
+    to the end of an episode: a call whose count plus ``offset`` is a multiple of ``cycle``.
+
+    A replay episode is dearer where its jobs arrive and start than later on: a window cut at a
+    fixed time would hold more of the dear part the slower the environment is, so that its
+    figure moved with its own speed. Whole episodes weigh every part alike.
+    """
+    steps = calls = 0
     started = time.perf_counter()
     while True:
         steps += step()
+        calls += 1
         elapsed = time.perf_counter() - started
-        if elapsed >= seconds:
+        if elapsed >= seconds and (calls + offset) % cycle == 0:
             return steps, elapsed
+
+
+def _episode_steps(scenario: Scenario) -> int:
+    """Steps of every episode of an inference scenario (the horizon cuts it); 1 for training,
+    whose episodes end when their jobs do (its windows are cut at any step)."""
+    if scenario.kind is JobKind.TRAINING:
+        return 1
+    return math.ceil(scenario.horizon_s / scenario.interval_s - 1e-9)
 
 
 def time_cartpole(seconds: float) -> Throughput:
@@ -196,7 +214,7 @@ def time_single(scenario: Scenario, seconds: float) -> Throughput:
             env.reset()
         return 1
 
-    steps, wall = _timed(step, seconds)
+    steps, wall = _timed(step, seconds, _episode_steps(scenario))
     env.close()
     return Throughput("single", scenario.name, 1, scenario.max_jobs, steps, wall)
 
@@ -217,7 +235,12 @@ def time_batched(scenario: Scenario, num_envs: int, seconds: float) -> Throughpu
         env.step(actions)
         return num_envs
 
-    steps, wall = _timed(step, seconds)
+    # Every episode ends at the same step and the next call resets them (Gymnasium's NEXT_STEP):
+    # the first episode takes its steps, every later one a call more.
+    if scenario.kind is JobKind.INFERENCE:
+        steps, wall = _timed(step, seconds, _episode_steps(scenario) + 1, offset=1)
+    else:
+        steps, wall = _timed(step, seconds)
     env.close()
     return Throughput("batched", scenario.name, num_envs, scenario.max_jobs, steps, wall)
 

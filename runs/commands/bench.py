@@ -140,7 +140,8 @@ def _register_replay(benchmarks: argparse._SubParsersAction[argparse.ArgumentPar
         description=(
             "Run EPISODES seeded episodes of SCENARIO on the replay backend at equal shares; "
             "print steps per second and simulated seconds per wall-clock second. Then time, in "
-            "the same process for SECONDS each, Gymnasium's CartPole-v1, the single replay "
+            "the same process for SECONDS each (and on to the end of an episode, whose start "
+            "costs more than its rest), Gymnasium's CartPole-v1, the single replay "
             "environment and the natively batched one at each NUM_ENVS (dqoes-varied-burst), "
             "and both at each CONTAINERS per environment; print steps per second as ratios to "
             "CartPole-v1's and container-steps per second."
@@ -163,7 +164,10 @@ def _register_replay(benchmarks: argparse._SubParsersAction[argparse.ArgumentPar
         help=f"containers per environment to scale to ({','.join(map(str, DEFAULT_CONTAINERS))})",
     )
     parser.add_argument(
-        "--seconds", type=positive_float, default=2.0, help="seconds per timed run (2)"
+        "--seconds",
+        type=positive_float,
+        default=2.0,
+        help="seconds per timed run, then to the end of an episode (2)",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.set_defaults(handler=run_replay)
