@@ -121,11 +121,26 @@ def _split(infos: dict[str, Any], count: int) -> list[dict[str, Any]]:
     for key, values in infos.items():
         if key.startswith("_") or key in ("final_obs", "final_info"):
             continue
-        present = infos.get(f"_{key}", np.ones(count, dtype=bool))
-        for index in np.flatnonzero(present).tolist():
-            value = values[index]
-            per_env[index][key] = value.item() if isinstance(value, np.generic) else value
+        present = infos.get(f"_{key}")
+        items = _python_values(values)
+        if present is None or present.all():
+            for info, value in zip(per_env, items, strict=True):
+                info[key] = value
+        else:
+            for index in np.flatnonzero(present).tolist():
+                per_env[index][key] = items[index]
     return per_env
+
+
+def _python_values(values: Any) -> list[Any]:
+    """One value per environment, numpy scalars as Python numbers (``item()``).
+
+    A numeric vector becomes Python numbers in one ``tolist()`` call: converting each value
+    apart cost more than the rest of the split, every step.
+    """
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype != object:
+        return values.tolist()
+    return [value.item() if isinstance(value, np.generic) else value for value in values]
 
 
 def _split_one(info: dict[str, Any]) -> dict[str, Any]:
