@@ -140,10 +140,13 @@ def _python_values(values: Any) -> list[Any]:
     """
     if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype != object:
         return values.tolist()
-    return [value.item() if isinstance(value, np.generic) else value for value in values]
+    return [_python(value) for value in values]
 
 
 def _split_one(info: dict[str, Any]) -> dict[str, Any]:
-    return {
-        key: value.item() if isinstance(value, np.generic) else value for key, value in info.items()
-    }
+    return {key: _python(value) for key, value in info.items()}
+
+
+def _python(value: Any) -> Any:
+    """A numpy scalar as a Python number; anything else as it is."""
+    return value.item() if isinstance(value, np.generic) else value
