@@ -123,12 +123,8 @@ def _split(infos: dict[str, Any], count: int) -> list[dict[str, Any]]:
             continue
         present = infos.get(f"_{key}")
         items = _python_values(values)
-        if present is None or present.all():
-            for info, value in zip(per_env, items, strict=True):
-                info[key] = value
-        else:
-            for index in np.flatnonzero(present).tolist():
-                per_env[index][key] = items[index]
+        for index in range(count) if present is None else np.flatnonzero(present).tolist():
+            per_env[index][key] = items[index]
     return per_env
 
 
