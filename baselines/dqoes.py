@@ -1,11 +1,10 @@
 """DQoES: differentiated quality-of-experience scheduling of inference containers.
 
-Source: the DQoES journal version (``../shared/papers/dqoes-journal.txt``): Section III-C (the
+Source: the DQoES journal version, as ``docs/papers/dqoes.md`` summarises it: Section III-C (the
 quality ``q_i = o_i - p_i`` and the sets G, S, B), Section IV-A with Algorithm 1 (performance
 management on a worker) and Section IV-B with Algorithm 2 (the adaptive listener); Section V-A
 gives the parameter values ``alpha = beta = 0.1`` and ``IV_initial = 10 s``. The preprint
-(``dqoes-preprint.txt``) differs only in Algorithm 2, lines 14 and 18; ``listener="preprint"``
-selects it.
+differs only in Algorithm 2, lines 14 and 18; ``listener="preprint"`` selects it.
 
 The algorithm core (:func:`classify`, :func:`performance_management`,
 :func:`adaptive_listener`) works on the quantities of one round under the paper's names, so it can

@@ -1,12 +1,12 @@
 """FlowCon: growth-efficiency based CPU limits (and placement) for training containers.
 
-Source: the FlowCon journal version (``../shared/papers/flowcon-journal.txt``): Section 4, Eq. 1-2
+Source: the FlowCon journal version, as ``docs/papers/flowcon.md`` summarises it: Section 4, Eq. 1-2
 (progress score and growth efficiency, measured by :mod:`dlsched.baselines.growth`); Section 5.2
 with Algorithm 1 (dynamic resource management on a worker); Section 5.3 with Algorithm 2 (the
 listener); Section 5.4 with Algorithm 3 (adaptive threshold); Section 5.5 with Algorithm 4
 (container placement on the manager). Where the journal is silent, the defaults are those of the
-authors' public 2018 code (repository ``yingmao/FlowCon2018``): a 30 s interval, a first
-threshold of 0.03 and losses divided by their running maximum.
+authors' public 2018 code (repository ``yingmao/FlowCon2018``): a 30 s interval, a first threshold
+of 0.03 and losses divided by their running maximum.
 
 The core (:func:`listener`, :func:`adaptive_threshold`, :func:`dynamic_resource_management`,
 :func:`select_worker`) works on one round's lists and measurements under the paper's names;

@@ -1,7 +1,7 @@
 """SpeCon: speculative migration of slow-growing training jobs (a reconstruction).
 
-Source: only the SpeCon abstract (``../shared/papers/specon-arxiv-abstract.txt``) and the facts
-collected in ``../shared/papers/NOTES.md`` (section "SpeCon") are available. From them: SpeCon
+Source: only the SpeCon abstract (arXiv 2010.11307) and a few facts from the authors' deployment
+are available; ``docs/papers/specon.md`` records them and this reconstruction. From them: SpeCon
 monitors the training progress of every job, and speculatively migrates slow-growing jobs to
 other nodes to release CPU for the fast-growing ones; its two parameters are ``alpha`` and the
 monitoring interval, deployed as 0.1 and 10 s; new jobs are placed by the default Kubernetes

@@ -1,10 +1,11 @@
 """TRADL: CPU limits that bring training jobs to user-given loss targets sooner (a reconstruction).
 
-Source: only the abstract of the thesis that proposes TRADL and DQoES
-(``../shared/papers/thesis-abstract-tradl-dqoes.txt``) and ``../shared/papers/NOTES.md`` (section
-"TRADL") are available: users give a two-tier target; once a model reaches its target it can be
-delivered while training continues; the time to reach the target drops by up to 48.2%. The
-scenario carries the tiers (``loss_targets: [first, second]``, in the job's loss units).
+Source: no text describing TRADL's algorithm is available; ``docs/papers/tradl.md`` records what
+is known (the abstract of the thesis that proposes TRADL and DQoES, and facts recorded from
+TRADL's own abstract) and this reconstruction: users give a two-tier target; once a model reaches
+its target it can be delivered while training continues; the time to reach the target drops by
+up to 48.2%. The scenario carries the tiers (``loss_targets: [first, second]``, in the job's loss
+units).
 
 Reconstruction (every choice a parameter or stated here):
 

@@ -1,12 +1,12 @@
 """``dlsched bench contention``: what CPU limits do to the total progress of co-located jobs.
 
-The replay model shares a worker's CPU max-min under the limits and lets each job progress at
-its profile's speed on the CPU it gets (DESIGN.md, "Replay model"): jobs do not slow each other
-down beyond taking CPU. So, for jobs that all want more than an equal share, free competition
-and equal limits give the same progress, and limits can only move progress from one job to
-another. This benchmark checks that assumption on the local Docker engine with real training
-workloads. It runs JOBS copies of one workload on the host and measures each job's iterations
-per second under three allocations:
+The replay model shares a worker's CPU max-min under the limits and lets each job progress at its
+profile's speed on the CPU it gets (docs/replay-model.md, "CPU sharing"): jobs do not slow each
+other down beyond taking CPU. So, for jobs that all want more than an equal share, free competition
+and equal limits give the same progress, and limits can only move progress from one job to another.
+This benchmark checks that assumption on the local Docker engine with real training workloads. It
+runs JOBS copies of one workload on the host and measures each job's iterations per second under
+three allocations:
 
 - ``free``: no limit (free competition, what ``default`` does);
 - ``equal``: every job at an equal share ``1 / JOBS`` (the max-min fair share);

@@ -1,6 +1,6 @@
 """The MLflow runs of an evaluation: a parent run per evaluation, a child run per episode.
 
-Layout in the store (DESIGN.md, "Runs and tracking"):
+Layout in the store (docs/tracking.md, "Runs and tracking"):
 
 - one **experiment per scenario**, named after it (``--experiment`` names another);
 - one **parent run per evaluation**, named by its evaluation id (scenario, UTC time, random
