@@ -25,7 +25,9 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dlsched.runs.evaluation import EpisodeResult, evaluate, run_episode, summarise
+    from dlsched.runs.evaluation.records import EpisodeResult
+    from dlsched.runs.evaluation.runners import evaluate, run_episode
+    from dlsched.runs.evaluation.summaries import summarise
     from dlsched.runs.policy_specs import build_policies, resolve_policy
     from dlsched.runs.tracking.tracked_evaluation import (
         EvaluationRequest,
@@ -37,10 +39,10 @@ if TYPE_CHECKING:
 
 #: Each public name and the module that defines it.
 _EXPORTS: dict[str, str] = {
-    "EpisodeResult": "dlsched.runs.evaluation",
-    "evaluate": "dlsched.runs.evaluation",
-    "run_episode": "dlsched.runs.evaluation",
-    "summarise": "dlsched.runs.evaluation",
+    "EpisodeResult": "dlsched.runs.evaluation.records",
+    "evaluate": "dlsched.runs.evaluation.runners",
+    "run_episode": "dlsched.runs.evaluation.runners",
+    "summarise": "dlsched.runs.evaluation.summaries",
     "build_policies": "dlsched.runs.policy_specs",
     "resolve_policy": "dlsched.runs.policy_specs",
     "EvaluationRequest": "dlsched.runs.tracking.tracked_evaluation",

@@ -26,7 +26,7 @@ from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.telemetry import JobState
 from dlsched.policies.batched_feed import BatchedModelFeed, BatchedTelemetryFeed, batched_refusal
 from dlsched.policies.policy import Policy
-from dlsched.runs import evaluation, resolve_policy
+from dlsched.runs import resolve_policy
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import (
     EpisodeResult,
@@ -34,6 +34,7 @@ from dlsched.runs.evaluation import (
     evaluate,
     run_episode,
     run_episodes_batched,
+    runners,
 )
 
 SEEDS = (3, 4)
@@ -122,13 +123,13 @@ def test_evaluate_takes_the_batched_path_where_it_gives_the_same_records(name, m
         scenario, [make_baseline(b) for b in baselines], SEEDS, progress=False, batched=False
     )
     singles_run = []
-    reference = evaluation.run_episode
+    reference = runners.run_episode
 
     def counted(scenario, policy, seed, *args, **kwargs):
         singles_run.append(policy.name)
         return reference(scenario, policy, seed, *args, **kwargs)
 
-    monkeypatch.setattr(evaluation, "run_episode", counted)
+    monkeypatch.setattr(runners, "run_episode", counted)
     handed: list[EpisodeResult] = []
     batched = evaluate(
         scenario, [make_baseline(b) for b in baselines], SEEDS, on_episode=handed.append

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-import dlsched.runs.evaluation as evaluation_module
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import EpisodeMetrics, EpisodeScore, PolicyIdentity
+from dlsched.runs.evaluation import runners as evaluation_module
 from dlsched.runs.tracking import tracker
 from dlsched.runs.tracking.compare import compare_stored
 from dlsched.runs.tracking.comparison_run import COMPARE_EXPERIMENT

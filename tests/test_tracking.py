@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-import dlsched.runs.evaluation as evaluation_module
 from dlsched.baselines import make
 from dlsched.envs.docker.backend import LABEL_OWNER
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.runs.bench.tracking import bench_tracking
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import backend_label, run_episode
+from dlsched.runs.evaluation import runners as evaluation_module
 from dlsched.runs.tracking.provenance import dlsched_version
 from dlsched.runs.tracking.target import DEFAULT_TRACKING_URI, ENV_VAR, resolve_tracking_uri
 from dlsched.runs.tracking.tracker import EvaluationTracker, episode_metric_key

@@ -24,7 +24,7 @@ import numpy as np
 import dlsched.envs  # noqa: F401  (registers the environments)
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
-from dlsched.runs.evaluation import ENV_IDS
+from dlsched.runs.evaluation.runners import ENV_IDS
 
 DEFAULT_SCENARIO = "dqoes-varied-burst"
 

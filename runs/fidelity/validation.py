@@ -59,13 +59,8 @@ from dlsched.envs.errors import BackendError, TrackingError
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.telemetry import JobState
 from dlsched.policies.policy import Policy
-from dlsched.runs.evaluation import (
-    PRIMARY_METRIC,
-    EpisodeResult,
-    PolicyIdentity,
-    backend_label,
-    metrics_for,
-)
+from dlsched.runs.evaluation.metrics import PRIMARY_METRIC, metrics_for
+from dlsched.runs.evaluation.records import EpisodeResult, PolicyIdentity, backend_label
 from dlsched.runs.tracking.trajectory import EPISODE_FILE, EvaluationFolder, read_episode
 
 
@@ -804,7 +799,7 @@ def run_validation(
     Returns:
         The report, and the model's and the reference's episodes.
     """
-    from dlsched.runs.evaluation import evaluate
+    from dlsched.runs.evaluation.runners import evaluate
 
     def episodes_of(side: Side) -> list[EpisodeResult]:
         if side.recorded is not None:

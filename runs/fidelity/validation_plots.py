@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.telemetry import JobState
-from dlsched.runs.evaluation import EpisodeResult
+from dlsched.runs.evaluation.records import EpisodeResult
 from dlsched.runs.fidelity.validation import ValidationReport
 
 #: Dots per inch of the saved figures.

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobKind
-from dlsched.runs.evaluation import METRIC_SPECS, EpisodeMetrics, Estimate, estimate
+from dlsched.runs.evaluation.metrics import METRIC_SPECS, EpisodeMetrics
+from dlsched.runs.evaluation.summaries import Estimate, estimate
 from dlsched.runs.reproduce.claims import ClaimsFile, load_claims
 from dlsched.runs.reproduce.runner import EpisodeKey, run_episodes, run_key
 from dlsched.runs.reproduce.statistics import STATISTICS, EpisodePair

@@ -22,7 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from dlsched.envs.scenarios.model import JobKind
-from dlsched.runs.evaluation import EpisodeResult
+from dlsched.runs.evaluation.records import EpisodeResult
 from dlsched.runs.reproduce.runner import EpisodeKey, Reproduction
 from dlsched.runs.tracking.plots import DPI, plot_completion, plot_limits
 

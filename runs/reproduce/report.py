@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dlsched.runs.evaluation import Estimate, to_jsonable
+from dlsched.runs.evaluation.records import to_jsonable
+from dlsched.runs.evaluation.summaries import Estimate
 from dlsched.runs.reproduce.claims import PAPERS, ClaimsFile
 from dlsched.runs.reproduce.figures import DrawnFigure
 from dlsched.runs.reproduce.runner import ClaimResult, Outcome, Reproduction, VariantRow

@@ -23,7 +23,9 @@ from dlsched.baselines.registry import make
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.policy import ParamValue
-from dlsched.runs.evaluation import EpisodeResult, Estimate, estimate, run_episode
+from dlsched.runs.evaluation.records import EpisodeResult
+from dlsched.runs.evaluation.runners import run_episode
+from dlsched.runs.evaluation.summaries import Estimate, estimate
 from dlsched.runs.reproduce.claims import Claim, ClaimsFile, Diagnostic, Investigation, Measure
 from dlsched.runs.reproduce.statistics import STATISTICS, ArgValue, EpisodePair
 from dlsched.runs.reproduce.verdict import Judgement, judge

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.telemetry import JobState, QoEClass
-from dlsched.runs.evaluation import METRICS, EpisodeResult, StepRecord
+from dlsched.runs.evaluation.metrics import METRICS
+from dlsched.runs.evaluation.records import EpisodeResult, StepRecord
 
 #: A statistic's argument: a number (seconds) or a name (a workload, another statistic).
 ArgValue = float | str

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from dlsched.runs.evaluation import Estimate
+from dlsched.runs.evaluation.summaries import Estimate
 
 
 class Verdict(StrEnum):

@@ -20,14 +20,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dlsched.envs.scenarios.model import JobKind
-from dlsched.runs.evaluation import (
-    DEFAULT_POLICY,
-    ORACLE_POLICY,
-    PRIMARY_METRIC,
-    MetricSpec,
+from dlsched.runs.evaluation.metrics import PRIMARY_METRIC, MetricSpec, metrics_for
+from dlsched.runs.evaluation.records import DEFAULT_POLICY, ORACLE_POLICY
+from dlsched.runs.evaluation.summaries import (
     MetricSummary,
     PolicySummary,
-    metrics_for,
     summarise_policy,
     with_ratios,
 )

@@ -29,7 +29,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from dlsched.envs.errors import TrackingError
-from dlsched.runs.evaluation import PRIMARY_METRIC
+from dlsched.runs.evaluation.metrics import PRIMARY_METRIC
 from dlsched.runs.interruption import deferred
 from dlsched.runs.tracking.compare import ScenarioComparison, comparison_data, render_table
 from dlsched.runs.tracking.owners import end_run, owner_tags

@@ -71,7 +71,7 @@ from urllib.parse import urlparse
 from mlflow import MlflowClient
 from sqlalchemy import event
 
-from dlsched.runs.evaluation import DEFAULT_POLICY, EpisodeResult
+from dlsched.runs.evaluation.records import DEFAULT_POLICY, EpisodeResult
 from dlsched.runs.interruption import deferred
 from dlsched.runs.tracking.plots import plot_episode
 from dlsched.runs.tracking.store import STORE_ERRORS, first_line

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.telemetry import JobState
-from dlsched.runs.evaluation import EpisodeResult, PolicySummary
+from dlsched.runs.evaluation.records import EpisodeResult
+from dlsched.runs.evaluation.summaries import PolicySummary
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -11,12 +11,8 @@ from mlflow.entities import Experiment, Run, ViewType
 
 from dlsched.envs.errors import TrackingError, UnknownNameError
 from dlsched.envs.scenarios.model import JobKind
-from dlsched.runs.evaluation import (
-    EpisodeMetrics,
-    EpisodeScore,
-    PolicyIdentity,
-    backend_label,
-)
+from dlsched.runs.evaluation.metrics import EpisodeMetrics
+from dlsched.runs.evaluation.records import EpisodeScore, PolicyIdentity, backend_label
 from dlsched.runs.tracking.tracker import (
     BACKEND_PARAM_PREFIX,
     EPISODE_METRIC_PREFIX,

@@ -29,7 +29,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Run, ViewType
 
 from dlsched.envs.errors import TrackingError
-from dlsched.runs.evaluation import summarise
+from dlsched.runs.evaluation.summaries import summarise
 from dlsched.runs.tracking.owners import end_run
 from dlsched.runs.tracking.plots import TIMELINE_FILE
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit

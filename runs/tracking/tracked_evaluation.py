@@ -20,13 +20,9 @@ from typing import TYPE_CHECKING
 from dlsched.envs.errors import TrackingError
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.policy import Policy
-from dlsched.runs.evaluation import (
-    EpisodeResult,
-    PolicyIdentity,
-    backend_label,
-    evaluate,
-    summarise,
-)
+from dlsched.runs.evaluation.records import EpisodeResult, PolicyIdentity, backend_label
+from dlsched.runs.evaluation.runners import evaluate
+from dlsched.runs.evaluation.summaries import summarise
 from dlsched.runs.tracking.compare import ScenarioComparison, comparison_data, render_table
 from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.tracking.trajectory import EvaluationFolder

@@ -49,14 +49,9 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
 from dlsched.envs.errors import TrackingError
 from dlsched.envs.scenarios.file_format import dump_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
-from dlsched.runs.evaluation import (
-    PRIMARY_METRIC,
-    EpisodeMetrics,
-    EpisodeResult,
-    PolicyIdentity,
-    PolicySummary,
-    StepRecord,
-)
+from dlsched.runs.evaluation.metrics import PRIMARY_METRIC, EpisodeMetrics
+from dlsched.runs.evaluation.records import EpisodeResult, PolicyIdentity, StepRecord
+from dlsched.runs.evaluation.summaries import PolicySummary
 from dlsched.runs.interruption import deferred
 from dlsched.runs.tracking.episode_writer import (
     EpisodeHandled,

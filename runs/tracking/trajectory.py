@@ -31,9 +31,9 @@ from typing import TypeVar
 from dlsched.envs.errors import TrackingError
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.telemetry import JobState, QoEClass
-from dlsched.runs.evaluation import (
+from dlsched.runs.evaluation.metrics import EpisodeMetrics
+from dlsched.runs.evaluation.records import (
     ContainerSample,
-    EpisodeMetrics,
     EpisodeResult,
     JobOutcome,
     PolicyIdentity,

@@ -27,14 +27,10 @@ from tqdm import tqdm
 
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.learned import LearnedPolicy, ModelCard, save_model
-from dlsched.runs.evaluation import (
-    EpisodeResult,
-    batched_path_refusal,
-    metrics_for,
-    run_episode,
-    run_episodes_batched,
-    summarise,
-)
+from dlsched.runs.evaluation.metrics import metrics_for
+from dlsched.runs.evaluation.records import EpisodeResult
+from dlsched.runs.evaluation.runners import batched_path_refusal, run_episode, run_episodes_batched
+from dlsched.runs.evaluation.summaries import summarise
 
 
 class ProgressBar(BaseCallback):

@@ -41,7 +41,7 @@ from dlsched.envs.scheduling_env import SchedulingEnv
 from dlsched.envs.training_env import TrainingEnv
 from dlsched.policies.agent_actions import ActionMapping, AgentActions
 from dlsched.policies.learned import describe_layout
-from dlsched.runs.evaluation import ENV_IDS
+from dlsched.runs.evaluation.runners import ENV_IDS
 from dlsched.runs.training.batched_vec_env import BatchedVecEnv
 from dlsched.runs.training.config import VecEnvKind
 from dlsched.runs.training.slot_agents import SlotAgentVecEnv

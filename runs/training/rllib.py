@@ -62,7 +62,7 @@ from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.agent_actions import ActionMapping, ActionMode
 from dlsched.policies.learned import ModelCard, save_model
 from dlsched.policies.mlflow_model import save_mlflow_model
-from dlsched.runs.evaluation import ENV_IDS
+from dlsched.runs.evaluation.runners import ENV_IDS
 from dlsched.runs.tracking.owners import end_run
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.store import STORE_ERRORS, first_line

@@ -1,0 +1,147 @@
+"""The metric catalogue: what an episode is scored on, and how each score is named and ranked.
+
+Every score of an episode is a field of :class:`EpisodeMetrics`; :data:`METRICS` says, for each,
+its label, what it means, the scenario kinds it applies to, which direction wins and the range it
+can take (:class:`MetricSpec`).
+
+Metrics:
+
+- inference: the fraction of active jobs that are satisfied (DQoES's set S, journal Section V),
+  averaged over the episode's steps and read at its end; the number of jobs in S, G and B at the
+  end (the journal reports these counts, e.g. 26 against 3 on the 40-model cluster).
+- training: the mean completion time (arrival to finish) and the makespan (first arrival to last
+  finish), FlowCon's measures (journal, Section 6); both are undefined for an episode in which a
+  job did not finish, and ``unfinished_jobs`` counts such jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dlsched.envs.scenarios.model import JobKind
+
+
+@dataclass(frozen=True)
+class EpisodeMetrics:
+    """One episode's scores; a metric that does not apply to the scenario's kind is ``None``.
+
+    See :data:`METRICS` for what each one means.
+    """
+
+    episode_return: float
+    satisfied_fraction_mean: float | None = None
+    satisfied_fraction_final: float | None = None
+    satisfied_final: float | None = None
+    g_final: float | None = None
+    b_final: float | None = None
+    mean_completion_s: float | None = None
+    makespan_s: float | None = None
+    unfinished_jobs: float | None = None
+
+    def defined(self) -> dict[str, float]:
+        """The metrics that have a value, by name."""
+        return {
+            field.name: value
+            for field in dataclasses.fields(self)
+            if (value := getattr(self, field.name)) is not None
+        }
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """How one field of :class:`EpisodeMetrics` is named, read and ranked.
+
+    Attributes:
+        name: the field of :class:`EpisodeMetrics` (and the MLflow metric ``episode/<name>``).
+        label: short column header.
+        description: one line for the JSON output and the docs.
+        kinds: the scenario kinds it applies to.
+        higher_is_better: the direction that wins.
+        decimals: digits shown in tables.
+        low: the least value it can take (``None``: unbounded); confidence intervals are
+            clipped to ``[low, high]``.
+        high: the largest value it can take (``None``: unbounded).
+    """
+
+    name: str
+    label: str
+    description: str
+    kinds: tuple[JobKind, ...]
+    higher_is_better: bool
+    decimals: int
+    low: float | None = 0.0
+    high: float | None = None
+
+
+_INFERENCE = (JobKind.INFERENCE,)
+_TRAINING = (JobKind.TRAINING,)
+_BOTH = (JobKind.INFERENCE, JobKind.TRAINING)
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "satisfied_fraction_mean",
+        "sat.frac mean",
+        "satisfied / active jobs, averaged over the steps with an active job",
+        _INFERENCE,
+        True,
+        3,
+        high=1.0,
+    ),
+    MetricSpec(
+        "satisfied_fraction_final",
+        "sat.frac end",
+        "satisfied / active jobs at the end of the episode",
+        _INFERENCE,
+        True,
+        3,
+        high=1.0,
+    ),
+    MetricSpec("satisfied_final", "|S| end", "jobs in S at the end", _INFERENCE, True, 1),
+    MetricSpec(
+        "g_final", "|G| end", "jobs in G (faster than needed) at the end", _INFERENCE, False, 1
+    ),
+    MetricSpec("b_final", "|B| end", "jobs in B (too slow) at the end", _INFERENCE, False, 1),
+    MetricSpec(
+        "mean_completion_s",
+        "mean compl. s",
+        "mean seconds from arrival to finish (undefined if a job did not finish)",
+        _TRAINING,
+        False,
+        1,
+    ),
+    MetricSpec(
+        "makespan_s",
+        "makespan s",
+        "seconds from the first arrival to the last finish (undefined if a job did not finish)",
+        _TRAINING,
+        False,
+        1,
+    ),
+    MetricSpec(
+        "unfinished_jobs",
+        "unfinished",
+        "training jobs not finished when the episode ended",
+        _TRAINING,
+        False,
+        1,
+    ),
+    MetricSpec(
+        "episode_return", "return", "sum of the environment's rewards", _BOTH, True, 2, low=None
+    ),
+)
+
+#: Each metric's spec by name.
+METRIC_SPECS: Mapping[str, MetricSpec] = {spec.name: spec for spec in METRICS}
+
+#: The metric the ratios in tables and the comparison plot are about, per kind.
+PRIMARY_METRIC: Mapping[JobKind, str] = {
+    JobKind.INFERENCE: "satisfied_fraction_mean",
+    JobKind.TRAINING: "mean_completion_s",
+}
+
+
+def metrics_for(kind: JobKind) -> tuple[MetricSpec, ...]:
+    """The metrics that apply to a scenario kind, in display order."""
+    return tuple(spec for spec in METRICS if kind in spec.kinds)
