@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from dlsched.envs.errors import PolicyError
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.policy import HandcraftedPolicy, ParamValue
-
-if TYPE_CHECKING:
-    from dlsched.envs.scheduling_env import SchedulingEnv
 
 
 class Baseline(HandcraftedPolicy):
@@ -37,16 +34,6 @@ class Baseline(HandcraftedPolicy):
                 f"jobs, but scenario {scenario.name!r} has {scenario.kind.value} jobs; run it "
                 f"on {_a(self.kinds[0].value)} scenario (`dlsched scenarios` lists their kinds)"
             )
-
-    def bind(self, env: SchedulingEnv) -> None:
-        """Check the environment's scenario (for a user who steps it with gym), then bind."""
-        self.check_scenario(env.scenario)
-        super().bind(env)
-
-    def bind_scenario(self, scenario: Scenario) -> None:
-        """Check the scenario, then learn it (a copy per episode of a batched environment)."""
-        self.check_scenario(scenario)
-        super().bind_scenario(scenario)
 
 
 def _a(word: str) -> str:

@@ -35,7 +35,6 @@ from dlsched.baselines.parameters import check_number
 from dlsched.envs.decision import Decision
 from dlsched.envs.errors import PolicyError
 from dlsched.envs.placement import Placer
-from dlsched.envs.replay.backend import ReplayBackend
 from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set
 from dlsched.envs.scenarios.model import JobKind, JobSpec
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry
@@ -132,7 +131,6 @@ class CheatingOracle(Baseline):
     """
 
     name = "oracle"
-    reads_environment = True  # the replay backend's true profiles
 
     def __init__(self, aim: float = 1.0) -> None:
         super().__init__()
@@ -203,24 +201,24 @@ class CheatingOracle(Baseline):
         return TrainingWork(job_id, remaining, profile.demand_cores)
 
     def profiles(self) -> Mapping[str, WorkloadProfile]:
-        """The true workload profiles: the privileged read, replay backend only.
+        """The true workload profiles: the privileged read, on a backend that runs its jobs by
+        them (replay) only.
 
         Raises:
-            PolicyError: the policy is not stepping a replay environment.
+            PolicyError: the policy is not bound to a scenario, or its backend does not run its
+                jobs by the scenario's profiles.
         """
-        env = self._env
-        if env is None:
+        if self._scenario is None or self._backend is None:
             raise PolicyError(
-                "the oracle does not know its environment yet; call policy.bind(env) (or wrap the "
-                "environment with dlsched.policies.TelemetryFeed) before resetting it"
+                "the oracle does not know its scenario and backend yet; give it to a feed "
+                "(dlsched.policies.TelemetryFeed(env, policy)) before resetting the environment"
             )
-        if not isinstance(env.backend, ReplayBackend):
+        if not self._backend.reads_profiles:
             raise PolicyError(
-                f"the oracle reads the replay model's true profiles and runs on the replay "
-                f"backend only, not on {type(env.backend).__name__}; make the environment with "
-                "backend='replay'"
+                "the oracle reads the replay model's true profiles and runs on a backend that "
+                "runs its jobs by them (replay) only; make the environment with backend='replay'"
             )
-        return load_profile_set(env.scenario.profile_set)
+        return load_profile_set(self._scenario.profile_set)
 
 
 class CheatingPlacer(Placer):

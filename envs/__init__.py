@@ -15,8 +15,8 @@ programs the containers run). What a user needs is re-exported here.
 
 from gymnasium.envs.registration import register
 
-from dlsched.envs.backend import Backend
-from dlsched.envs.backends import BACKENDS, make_backend
+from dlsched.envs.backend import Backend, BackendCapabilities
+from dlsched.envs.backends import BACKENDS, backend_class, make_backend
 from dlsched.envs.decision import Decision, Migration, Placement
 from dlsched.envs.errors import (
     ActionError,
@@ -33,30 +33,31 @@ from dlsched.envs.errors import (
     TrackingError,
     UnknownNameError,
 )
-from dlsched.envs.inference_env import InferenceEnv
+from dlsched.envs.inference_env import InferenceEnv, InferenceVectorEnv
 from dlsched.envs.observation import FEATURES, ObservationLayout
 from dlsched.envs.placement import Placer, SpreadPlacer
-from dlsched.envs.rewards import REWARDS, RewardFn, reward_function
+from dlsched.envs.rewards import REWARDS, RewardFn, reward_function, telemetry_reward
 from dlsched.envs.scenarios import JobKind, Scenario, load_scenario, scenario_names
 from dlsched.envs.telemetry import JobState, JobTelemetry, QoEClass, Telemetry, WorkerTelemetry
-from dlsched.envs.training_env import TrainingEnv
+from dlsched.envs.telemetry_columns import TelemetryColumns
+from dlsched.envs.training_env import TrainingEnv, TrainingVectorEnv
 
 # Without Gymnasium's passive checker: it marks its first reset as checked before the reset runs,
 # so a first reset refused for its seed left it holding no observation, and the next step
 # failed inside it. The tests run Gymnasium's full check_env on both environments instead.
-# vector_entry_point: gym.make_vec(...) returns the natively batched replay environment
-# (dlsched.envs.replay.vector); vectorization_mode="sync" or "async" still steps single ones.
+# vector_entry_point: gym.make_vec(...) returns the natively batched environment
+# (dlsched.envs.scheduling_vector_env); vectorization_mode="sync" or "async" steps single ones.
 register(
     id="dlsched/Inference-v0",
     entry_point="dlsched.envs.inference_env:InferenceEnv",
     disable_env_checker=True,
-    vector_entry_point="dlsched.envs.replay.vector:InferenceVectorEnv",
+    vector_entry_point="dlsched.envs.inference_env:InferenceVectorEnv",
 )
 register(
     id="dlsched/Training-v0",
     entry_point="dlsched.envs.training_env:TrainingEnv",
     disable_env_checker=True,
-    vector_entry_point="dlsched.envs.replay.vector:TrainingVectorEnv",
+    vector_entry_point="dlsched.envs.training_env:TrainingVectorEnv",
 )
 
 __all__ = [
@@ -66,12 +67,14 @@ __all__ = [
     "ActionError",
     "ArgumentError",
     "Backend",
+    "BackendCapabilities",
     "BackendError",
     "Decision",
     "DlschedError",
     "DockerUnavailableError",
     "ImageMissingError",
     "InferenceEnv",
+    "InferenceVectorEnv",
     "JobKind",
     "JobState",
     "JobTelemetry",
@@ -89,12 +92,16 @@ __all__ = [
     "ScenarioError",
     "SpreadPlacer",
     "Telemetry",
+    "TelemetryColumns",
     "TrackingError",
     "TrainingEnv",
+    "TrainingVectorEnv",
     "UnknownNameError",
     "WorkerTelemetry",
+    "backend_class",
     "load_scenario",
     "make_backend",
     "reward_function",
     "scenario_names",
+    "telemetry_reward",
 ]

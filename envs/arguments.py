@@ -1,10 +1,11 @@
-"""The arguments of the dlsched environments, checked where they enter.
+"""The arguments of the dlsched environments, checked and resolved where they enter.
 
-``gym.make("dlsched/Inference-v0", **kwargs)`` hands its keyword arguments to the environment's
-constructor, which checks them here before it uses any: a misspelt name gets the closest one, a
-value of the wrong type or range names what was expected, and ``backend_options`` are held
-against the backend's own constructor. ``reset(seed=)`` is checked here too. Each refusal is an
-:class:`~dlsched.envs.errors.ArgumentError` (or an
+``gym.make("dlsched/Inference-v0", **kwargs)`` and ``gym.make_vec(...)`` hand their keyword
+arguments to the environment's constructor, which checks them here before it uses any (one
+check for the single and the batched environments, :func:`environment_setup`): a misspelt name
+gets the closest one, a value of the wrong type or range names what was expected, and
+``backend_options`` are held against the backend's own constructor. ``reset(seed=)`` is checked
+here too. Each refusal is an :class:`~dlsched.envs.errors.ArgumentError` (or an
 :class:`~dlsched.envs.errors.UnknownNameError` for an unknown backend or reward), never a
 ``TypeError`` or ``AttributeError`` from inside.
 
@@ -16,6 +17,7 @@ with it.
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import difflib
 import inspect
 import math
@@ -24,15 +26,26 @@ import os
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gymnasium.vector import AutoresetMode
+
 from dlsched.envs.backend import Backend
-from dlsched.envs.backends import backend_class
-from dlsched.envs.errors import ArgumentError
+from dlsched.envs.backends import backend_class, make_backend
+from dlsched.envs.errors import ArgumentError, ScenarioError
+from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.placement import Placer
-from dlsched.envs.scenarios.model import Scenario
+from dlsched.envs.rendering import RENDER_MODES
+from dlsched.envs.rewards import ColumnReward, RewardFn, reward_function
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.scenarios.limits import check_scenario_limits
+from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.values import is_number, is_whole, shown
+
+#: Default lowest limit, as a fraction of a worker: 2% keeps a starved job alive and measurable.
+DEFAULT_LIMIT_FLOOR = 0.02
 
 #: The keyword arguments the environments take.
 ENV_ARGUMENTS: tuple[str, ...] = (
@@ -47,6 +60,118 @@ ENV_ARGUMENTS: tuple[str, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class EnvironmentSetup:
+    """What an environment's keyword arguments resolve to.
+
+    Attributes:
+        scenario: the scenario, loaded and checked against the environment's kind and limits,
+            with ``interval_s`` applied.
+        backend: the backend (built from its name and options, or the object given).
+        reward_name: the reward's name (a function's ``__name__``).
+        reward: the named reward, or ``None`` for a function of one's own.
+        custom_reward: the function of one's own, or ``None``.
+        placer: the placer of arriving jobs; ``None``: Docker Swarm's spread.
+        limit_floor: the lowest limit.
+        layout: the observation layout.
+    """
+
+    scenario: Scenario
+    backend: Backend
+    reward_name: str
+    reward: ColumnReward | None
+    custom_reward: RewardFn | None
+    placer: Placer | None
+    limit_floor: float
+    layout: ObservationLayout
+
+
+def environment_setup(
+    env_id: str,
+    kind: JobKind,
+    defaults: tuple[str, str],
+    *,
+    scenario: str | os.PathLike[str] | Scenario | None,
+    backend: str | Backend,
+    reward: str | RewardFn | None,
+    interval_s: float | None,
+    placer: Placer | None,
+    limit_floor: float,
+    backend_options: Mapping[str, Any] | None,
+    render_mode: str | None,
+    unknown: Mapping[str, object],
+) -> EnvironmentSetup:
+    """Check an environment's keyword arguments (:func:`check_env_arguments`: they come from a
+    user, whatever their annotations say) and resolve them.
+
+    Args:
+        env_id: the environment's registered id, for messages.
+        kind: the kind of job it runs.
+        defaults: its default scenario and reward.
+        scenario, backend, reward, interval_s, placer, limit_floor, backend_options,
+            render_mode: its keyword arguments (see :class:`~dlsched.envs.InferenceEnv`).
+        unknown: any other keyword arguments it was given.
+
+    Raises:
+        ArgumentError: an unknown keyword, or a value of the wrong type or range.
+        UnknownNameError: an unknown backend, scenario or reward name.
+        ScenarioError: the scenario is malformed, too large, or of the other kind.
+    """
+    check_env_arguments(
+        env_id,
+        scenario=scenario,
+        backend=backend,
+        reward=reward,
+        interval_s=interval_s,
+        placer=placer,
+        limit_floor=limit_floor,
+        backend_options=backend_options,
+        render_mode=render_mode,
+        unknown=unknown,
+    )
+    default_scenario, default_reward = defaults
+    resolved = resolve_scenario(scenario or default_scenario, kind, env_id)
+    if interval_s is not None:
+        resolved = dataclasses.replace(resolved, interval_s=float(interval_s))
+    check_scenario_limits(resolved)
+    if isinstance(backend, str):
+        backend = make_backend(backend, **dict(backend_options or {}))
+    custom = reward if callable(reward) else None
+    name = reward if isinstance(reward, str) else default_reward
+    return EnvironmentSetup(
+        scenario=resolved,
+        backend=backend,
+        reward_name=getattr(custom, "__name__", "custom") if custom else name,
+        reward=None if custom else reward_function(name),
+        custom_reward=custom,
+        placer=placer,
+        limit_floor=float(limit_floor),
+        layout=ObservationLayout(len(resolved.workers), resolved.slots_per_worker),
+    )
+
+
+def resolve_scenario(
+    scenario: str | os.PathLike[str] | Scenario, kind: JobKind, env_id: str
+) -> Scenario:
+    """Load ``scenario`` by name or path if needed and check it is of the environment's kind.
+
+    Raises:
+        ScenarioError: the scenario is malformed, or of the other kind (naming the right id).
+        UnknownNameError: no shipped scenario has that name.
+    """
+    if isinstance(scenario, str | os.PathLike):
+        scenario = load_scenario(scenario if isinstance(scenario, str) else Path(scenario))
+    if scenario.kind is not kind:
+        other = (
+            "dlsched/Training-v0" if scenario.kind is JobKind.TRAINING else "dlsched/Inference-v0"
+        )
+        raise ScenarioError(
+            f"scenario {scenario.name!r} has {scenario.kind.value} jobs, but {env_id} runs "
+            f"{kind.value} jobs; make {other} with it instead"
+        )
+    return scenario
+
+
 def check_env_arguments(
     env_id: str,
     *,
@@ -57,14 +182,16 @@ def check_env_arguments(
     placer: object,
     limit_floor: object,
     backend_options: object,
+    render_mode: object,
     unknown: Mapping[str, object],
 ) -> None:
     """Refuse keyword arguments of ``env_id`` that it cannot take, before any is used.
 
     Args:
         env_id: the environment's registered id, for messages.
-        scenario, backend, reward, interval_s, placer, limit_floor, backend_options: the
-            environment's keyword arguments (see :class:`~dlsched.envs.InferenceEnv`).
+        scenario, backend, reward, interval_s, placer, limit_floor, backend_options,
+            render_mode: the environment's keyword arguments (see
+            :class:`~dlsched.envs.InferenceEnv`).
         unknown: any other keyword arguments it was given.
 
     Raises:
@@ -94,6 +221,34 @@ def check_env_arguments(
     if not (_positive_number(limit_floor) and _at_most_one(limit_floor)):
         _refuse("limit_floor", limit_floor, "a fraction of a worker in (0, 1], e.g. 0.02")
     _check_backend_options(backend, backend_options)
+    if render_mode is not None and render_mode not in RENDER_MODES:
+        raise ArgumentError(
+            f"render_mode={render_mode!r}: expected one of {', '.join(RENDER_MODES)}, or "
+            "None to render nothing"
+        )
+
+
+def check_vector_arguments(num_envs: object, autoreset_mode: object) -> AutoresetMode:
+    """Refuse a batched environment's own arguments unless ``num_envs`` is a whole number
+    >= 1 and ``autoreset_mode`` Gymnasium's ``NEXT_STEP`` or ``SAME_STEP``; that mode.
+
+    Raises:
+        ArgumentError: naming the value and what was expected.
+    """
+    if not (isinstance(num_envs, numbers.Integral) and is_whole(num_envs) and int(num_envs) >= 1):
+        _refuse("num_envs", num_envs, "a whole number >= 1, e.g. num_envs=16")
+    try:
+        mode = AutoresetMode(autoreset_mode)
+    except ValueError:
+        mode = AutoresetMode.DISABLED
+    if mode is AutoresetMode.DISABLED:
+        _refuse(
+            "autoreset_mode",
+            autoreset_mode,
+            f"{AutoresetMode.NEXT_STEP.value!r} or {AutoresetMode.SAME_STEP.value!r} "
+            "(gymnasium.vector.AutoresetMode)",
+        )
+    return mode
 
 
 def check_seed(seed: object) -> int | None:

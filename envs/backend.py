@@ -1,10 +1,12 @@
 """The backend interface: the system an environment drives, real or replayed.
 
-An environment owns time and arrivals; a backend runs the jobs it is given. Per step the
-environment calls :meth:`Backend.apply` with the limits (and any placements and migrations) and
-then :meth:`Backend.advance` for the interval, splitting it where a job arrives: up to an
-arrival it may call :meth:`Backend.advance_to_arrival` instead, which reports only what placing
-the arrival needs.
+A backend runs the jobs it is given, one episode at a time (:class:`Backend`: reset, apply,
+advance, close). An environment drives the episodes a backend holds through its
+:meth:`Backend.episode_batch`, the same arrays for every backend
+(:class:`~dlsched.envs.episode_batch.EpisodeBatch`): a backend of one episode at a time is
+adapted by :class:`~dlsched.envs.backend_episode.BackendEpisode`; one that runs many at once
+(the replay engine) gives its own. What a backend can do it declares
+(:class:`BackendCapabilities`); callers ask that, never its name.
 """
 
 from __future__ import annotations
@@ -16,61 +18,57 @@ from typing import ClassVar
 
 import numpy as np
 
+from dlsched.envs.backend_episode import BackendEpisode
 from dlsched.envs.decision import Placement
+from dlsched.envs.episode_batch import EpisodeBatch
+from dlsched.envs.errors import BackendError
 from dlsched.envs.scenarios.model import JobSpec, Scenario
-from dlsched.envs.telemetry import JobState, Telemetry
+from dlsched.envs.telemetry import Telemetry
 
 
 @dataclass(frozen=True)
-class Occupancy:
-    """Where a backend's jobs are at one instant: what placing an arriving job needs.
+class BackendCapabilities:
+    """What a backend can do, for the callers that choose how to run it.
 
     Attributes:
-        time_s: seconds since the episode start.
-        active_per_worker: per worker, its active jobs (the length of
-            :meth:`Telemetry.on_worker <dlsched.envs.telemetry.Telemetry.on_worker>`).
-        ended: ``(job_id, worker, slot)`` of every placed job that is done or failed, whose
-            slot is free again.
+        simulated_time: time passes when the environment asks (a simulation: faster than real
+            time, and a host measurement is never disturbed by it); otherwise on the wall clock.
+        deterministic: the same seed replays the same episode.
+        batchable: it runs many episodes side by side in one
+            :class:`~dlsched.envs.episode_batch.EpisodeBatch` (the batched environment, vector
+            training); otherwise one episode at a time.
+        reads_profiles: its jobs progress by the scenario's workload profiles, which a
+            privileged policy may read (the oracle).
     """
 
-    time_s: float
-    active_per_worker: tuple[int, ...]
-    ended: tuple[tuple[str, int, int], ...]
-
-    @classmethod
-    def of(cls, telemetry: Telemetry) -> Occupancy:
-        """The occupancy that ``telemetry`` shows."""
-        counts = [0] * len(telemetry.workers)
-        ended = []
-        for job in telemetry.jobs:
-            if job.worker is None or job.slot is None:
-                continue
-            if job.active:
-                counts[job.worker] += 1
-            elif job.state in (JobState.DONE, JobState.FAILED):
-                ended.append((job.job_id, job.worker, job.slot))
-        return cls(telemetry.time_s, tuple(counts), tuple(ended))
+    simulated_time: bool
+    deterministic: bool
+    batchable: bool
+    reads_profiles: bool
 
 
 class Backend(ABC):
     """A host or cluster that runs jobs under CPU limits and reports their telemetry.
 
-    Contract (checked by ``tests/test_backend_contract.py`` for every backend):
+    Contract (checked by the backend contract tests for every backend):
 
     - ``reset`` ends whatever ran before and starts an empty episode at time 0.
     - ``apply`` places arriving jobs (``placements``, each started uncapped unless ``limits``
       names it), moves jobs (``migrations``, the destination as a placement) and sets limits;
-      a limit of 1 means no cap.
-    - ``advance`` lets ``seconds`` pass and returns the telemetry of every placed job, with
-      ``cpu_usage`` averaged over that call and ``cpu_seconds`` cumulative.
+      a limit of 1 means no cap. Its arguments are checked by the environment
+      (:mod:`dlsched.envs.decision_checks`, :mod:`dlsched.envs.loop`): limits in ``(0, 1]`` of
+      placed jobs, placements of jobs that arrived to free slots, migrations of running jobs to
+      free slots of other workers.
+    - ``advance`` lets ``seconds`` (finite, ``>= 0``) pass and returns the telemetry of every
+      placed job, with ``cpu_usage`` averaged over that call and ``cpu_seconds`` cumulative.
     - A job whose process dies is reported ``FAILED``; it never raises.
     - ``close`` releases everything the backend started, and only that.
     """
 
-    #: Registered name (``backend=`` of the environments).
+    #: Registered name (``backend=`` of the environments), for messages and records.
     name: ClassVar[str]
-    #: Whether the same seed replays the same episode.
-    deterministic: ClassVar[bool]
+    #: What it can do.
+    capabilities: ClassVar[BackendCapabilities]
 
     @abstractmethod
     def reset(
@@ -91,17 +89,6 @@ class Backend(ABC):
     def advance(self, seconds: float) -> Telemetry:
         """Let ``seconds`` pass and measure."""
 
-    def advance_to_arrival(self, seconds: float) -> Occupancy:
-        """Let ``seconds`` pass, as :meth:`advance` does, and report only the occupancy.
-
-        The environment calls it where a step stops for an arriving job, whose placement needs
-        no more than where the jobs are. The backend is left exactly as :meth:`advance` leaves
-        it; a backend that can say where its jobs are without measuring them all overrides this
-        (the replay backend: a full measurement per arrival made a step's cost grow with the
-        square of its jobs).
-        """
-        return Occupancy.of(self.advance(seconds))
-
     @abstractmethod
     def close(self) -> None:
         """Stop everything this backend started."""
@@ -110,3 +97,20 @@ class Backend(ABC):
         """What happened in the current (or last) episode that makes its figures doubtful,
         one sentence each (a container removed from outside, say); none by default."""
         return ()
+
+    def episode_batch(self, scenario: Scenario, episodes: int) -> EpisodeBatch:
+        """The episodes of ``scenario`` an environment drives on this backend.
+
+        A backend of one episode at a time gives itself, adapted
+        (:class:`~dlsched.envs.backend_episode.BackendEpisode`); a batchable one overrides
+        this to hold ``episodes`` side by side.
+
+        Raises:
+            BackendError: ``episodes`` is more than the backend can hold.
+        """
+        if episodes != 1:
+            raise BackendError(
+                f"the {self.name} backend runs one episode at a time, not {episodes}; step "
+                'several with gym.make_vec(..., vectorization_mode="sync") instead'
+            )
+        return BackendEpisode(self, scenario)

@@ -1,9 +1,12 @@
-"""The checks a :class:`~dlsched.envs.decision.Decision` passes before an environment acts on it.
+"""The one place where what a policy hands an environment is checked and turned into limits.
 
-The single environment (:meth:`~dlsched.envs.scheduling_env.SchedulingEnv.step_decision`) and the
-batched replay environment (:meth:`~dlsched.envs.replay.vector.ReplayVectorEnv.step_decisions`)
-take decisions alike: the same refusals, with the same messages, and the same clipping of the
-limits they keep.
+An action array (one limit per slot, for one episode or a row per episode) and a typed
+:class:`~dlsched.envs.decision.Decision` (limits by job id, and migrations) both become the
+limits of every slot, ``(episodes, workers x slots_per_worker)``, checked and clipped here:
+refused when they are not finite numbers (or, for a decision, negative, or of a job that has not
+arrived), then clipped to ``[floor, 1]``. The loop (:mod:`dlsched.envs.loop`) gives the limits
+to the jobs that hold the slots and checks the migrations against the slots; a backend receives
+only checked limits.
 """
 
 from __future__ import annotations
@@ -15,11 +18,14 @@ import numpy as np
 
 from dlsched.envs.decision import Decision, Migration
 from dlsched.envs.errors import ActionError
+from dlsched.envs.observation import ObservationLayout
+from dlsched.envs.telemetry_columns import TelemetryColumns
 from dlsched.envs.values import is_number, is_whole, shown
 
 
 def check_decision(decision: object) -> None:
-    """Refuse anything but a ``Decision`` whose limits are a mapping and migrations a sequence.
+    """Refuse anything but a ``Decision`` whose limits are a mapping and migrations a sequence
+    of ``Migration`` to whole-numbered workers.
 
     Raises:
         ActionError: naming what was given.
@@ -33,63 +39,154 @@ def check_decision(decision: object) -> None:
             f"step_decision takes a Decision(limits={{job id: limit}}, migrations=(...)), "
             f"not {shown(decision)}; use step() for an action array"
         )
+    for migration in decision.migrations:
+        if not isinstance(migration, Migration) or not is_whole(migration.worker):
+            raise ActionError(
+                f"decision's migrations hold {shown(migration)}; expected "
+                "Migration(job_id, worker) items, the worker a whole number"
+            )
 
 
-def check_migration(migration: object) -> None:
-    """Refuse a migration that is not a ``Migration`` to a whole-numbered worker.
-
-    Raises:
-        ActionError: naming what was given.
-    """
-    if not isinstance(migration, Migration) or not is_whole(migration.worker):
-        raise ActionError(
-            f"decision's migrations hold {shown(migration)}; expected "
-            "Migration(job_id, worker) items, the worker a whole number"
-        )
-
-
-def clip_limit(limit: float, floor: float) -> float:
-    """A limit raised to the environment's ``floor`` and cut at 1 (no cap)."""
-    return float(min(max(limit, floor), 1.0))
-
-
-def checked_limits(
-    limits: Mapping[str, float], arrived: Mapping[str, bool], floor: float
-) -> dict[str, float]:
-    """The limits of a decision that apply, clipped: those of the jobs that hold a slot.
+def action_limits(
+    actions: object, episodes: int | None, layout: ObservationLayout, floor: float
+) -> np.ndarray:
+    """The limits per slot an action array sets, clipped to the box then raised to ``floor``.
 
     Args:
-        limits: the decision's limits by job id.
-        arrived: every job that has arrived, by id, and whether it holds a slot (is active).
-        floor: the environment's lowest limit.
+        actions: ``(slots,)`` for a single environment (``episodes`` is ``None``), or
+            ``(episodes, slots)``; numbers only. ``slots`` is workers x slots_per_worker.
+        episodes: the episodes of a batched environment; ``None`` for a single one.
+        layout: the environment's layout (its workers and slots per worker).
+        floor: the lowest limit.
+
+    Returns:
+        ``(1, slots)`` for a single environment, else ``(episodes, slots)``, float64.
 
     Raises:
-        ActionError: a limit for a job that has not arrived, not a finite number, or negative.
+        ActionError: not an array of numbers, another shape, or a value that is not finite
+            (naming where).
     """
-    checked = {}
-    for job_id, limit in limits.items():
-        if job_id not in arrived:
+    array = _action_array(actions)
+    slots = layout.workers * layout.slots_per_worker
+    expected = (slots,) if episodes is None else (episodes, slots)
+    if array.shape != expected:
+        if episodes is None:
             raise ActionError(
-                f"decision sets a limit for job {job_id!r}, which has not arrived; jobs "
-                f"present: {sorted(arrived)}"
+                f"action shape {array.shape} does not match the action space {expected} "
+                f"(workers x slots_per_worker = {layout.workers} x {layout.slots_per_worker})"
             )
-        # A float (what step() passes) needs no type check; is_number is kept apart as it
-        # would narrow limit to Real.
-        if type(limit) is float:
-            valid = math.isfinite(limit)
-        else:
-            number = is_number(limit)
-            valid = number and bool(np.isfinite(limit))
-        if not valid:
+        raise ActionError(
+            f"actions of shape {array.shape}; expected (num_envs, workers x slots_per_worker) "
+            f"= {expected}"
+        )
+    bad = ~np.isfinite(array)
+    if bad.any():
+        if episodes is None:
+            where = np.flatnonzero(bad)
             raise ActionError(
-                f"limit of job {job_id!r} is {limit!r} ({type(limit).__name__}); expected a "
-                "finite number, a fraction of a worker in [0, 1]"
+                f"action has non-finite values at indices {where.tolist()}: "
+                f"{array[where].tolist()}; every entry must be a limit in [0, 1]"
             )
-        if limit < 0:
+        env, slot = (int(i) for i in np.argwhere(bad)[0])
+        raise ActionError(
+            f"actions of environment {env} have a non-finite value at slot {slot}: "
+            f"{float(array[env, slot])!r} ({int(bad.sum())} non-finite in all); every entry "
+            "must be a limit in [0, 1]"
+        )
+    # An agent's raw output may leave the box; a typed Decision may not (it is refused).
+    # (np.clip's own wrapper costs more than the ufuncs it calls.)
+    limits = np.minimum(np.maximum(np.minimum(np.maximum(array, 0.0), 1.0), floor), 1.0)
+    return limits.reshape(-1, slots)
+
+
+def decision_limits(
+    decisions: Sequence[Decision], columns: TelemetryColumns, slots_per_worker: int, floor: float
+) -> np.ndarray:
+    """The limits per slot that one decision per episode sets (the limit in force where it
+    names no job), ``(episodes, workers x slots_per_worker)``.
+
+    Raises:
+        ActionError: a decision that is not one, a limit that is not a finite number or is
+            negative, or one for a job that has not arrived.
+    """
+    limits = np.ones((len(decisions), columns.worker_usage.shape[1] * slots_per_worker))
+    rows, jobs = np.nonzero(columns.active)
+    held = columns.worker[rows, jobs] * slots_per_worker + columns.slot[rows, jobs]
+    limits[rows, held] = columns.limit[rows, jobs]
+    for row, decision in enumerate(decisions):
+        check_decision(decision)
+        if not decision.limits:
+            continue
+        specs = columns.specs[row]
+        present = columns.present[row].tolist()
+        active = columns.active[row].tolist()
+        arrived = {spec.job_id: (j, active[j]) for j, spec in enumerate(specs) if present[j]}
+        for job_id, limit in decision.limits.items():
+            job, holds = _arrived_job(job_id, arrived)
+            value = _limit(job_id, limit)
+            if holds:
+                slot = int(columns.worker[row, job]) * slots_per_worker + int(
+                    columns.slot[row, job]
+                )
+                limits[row, slot] = min(max(value, floor), 1.0)
+    return limits
+
+
+def _arrived_job(job_id: str, arrived: Mapping[str, tuple[int, bool]]) -> tuple[int, bool]:
+    if job_id not in arrived:
+        raise ActionError(
+            f"decision sets a limit for job {job_id!r}, which has not arrived; jobs "
+            f"present: {sorted(arrived)}"
+        )
+    return arrived[job_id]
+
+
+def _limit(job_id: str, limit: object) -> float:
+    """``limit`` as a float if it is a finite number >= 0."""
+    try:
+        value = float(limit) if is_number(limit) else math.nan
+    except OverflowError:  # a whole number beyond a float's range
+        value = math.nan
+    if not math.isfinite(value):
+        raise ActionError(
+            f"limit of job {job_id!r} is {limit!r} ({type(limit).__name__}); expected a "
+            "finite number, a fraction of a worker in [0, 1]"
+        )
+    if value < 0:
+        raise ActionError(
+            f"limit of job {job_id!r} is {limit!r}; limits are fractions of a worker "
+            "in [0, 1] (values above 1 are clipped to 1, that is no cap)"
+        )
+    return value
+
+
+def _action_array(action: object) -> np.ndarray:
+    """``action`` as an array of float64, if it holds only real numbers: a numpy array of
+    integers or floats, a (nested) list or tuple of Python or numpy numbers, a tensor.
+
+    Raises:
+        ActionError: a ragged sequence, or values that are not real numbers (strings, None,
+            booleans, complex numbers, objects); numpy would convert ``"0.5"`` and ``True``
+            without a word, or fail deep inside with a ``TypeError``.
+    """
+    try:
+        array = np.asarray(action)
+    except (ValueError, TypeError) as error:
+        raise ActionError(
+            f"action {shown(action)} is not an array of numbers ({error}); expected an "
+            "array of limits in [0, 1], one per slot"
+        ) from None
+    if array.dtype.kind == "O" and all(is_number(value) for value in array.flat):
+        try:  # an object array of numbers (Python ints beyond int64 make one) is numbers
+            array = array.astype(np.float64)
+        except OverflowError:
             raise ActionError(
-                f"limit of job {job_id!r} is {limit!r}; limits are fractions of a worker "
-                "in [0, 1] (values above 1 are clipped to 1, that is no cap)"
-            )
-        if arrived[job_id]:
-            checked[job_id] = clip_limit(limit, floor)
-    return checked
+                f"action {shown(action)} holds a number beyond a float's range; expected "
+                "limits in [0, 1], one per slot"
+            ) from None
+    if array.dtype.kind not in "iuf":
+        raise ActionError(
+            f"action {shown(action)} holds {array.dtype} values; expected numbers (limits in "
+            "[0, 1], one per slot), e.g. a float32 array"
+        )
+    return array.astype(np.float64, copy=False)

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.scheduling_env import SchedulingEnv
+from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 
 
 class InferenceEnv(SchedulingEnv):
@@ -61,6 +62,16 @@ class InferenceEnv(SchedulingEnv):
     ## Version History
     - v0: initial version.
     """
+
+    kind: ClassVar[JobKind] = JobKind.INFERENCE
+    env_id: ClassVar[str] = "dlsched/Inference-v0"
+    default_scenario: ClassVar[str] = "dqoes-varied-burst"
+    default_reward: ClassVar[str] = "satisfied"
+
+
+class InferenceVectorEnv(SchedulingVectorEnv):
+    """``dlsched/Inference-v0`` batched: ``num_envs`` episodes of :class:`InferenceEnv` at once (see
+    :mod:`dlsched.envs.scheduling_vector_env`)."""
 
     kind: ClassVar[JobKind] = JobKind.INFERENCE
     env_id: ClassVar[str] = "dlsched/Inference-v0"

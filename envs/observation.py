@@ -1,6 +1,7 @@
 """The observation layout: one row per slot, one normalised column per feature.
 
-Every feature is computed from telemetry alone and lies in ``[0, 1]``. The layout (feature
+Every feature is computed from telemetry alone (:class:`~dlsched.envs.telemetry_columns.
+TelemetryColumns`, for one episode or many alike) and lies in ``[0, 1]``. The layout (feature
 names, workers, slots) is part of a trained model's contract: a model refuses an environment
 whose :class:`ObservationLayout` differs.
 """
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlsched.envs.errors import ArgumentError
-from dlsched.envs.telemetry import JobState, QoEClass, Telemetry
+from dlsched.envs.telemetry_columns import TelemetryColumns
 
 FEATURES: tuple[str, ...] = (
     "active",  # a running or migrating job holds the slot
@@ -55,76 +56,85 @@ class ObservationLayout:
         return worker * self.slots_per_worker + slot
 
 
-def encode(
-    telemetry: Telemetry,
-    before: Telemetry | None,
-    first_loss: dict[str, float],
-    layout: ObservationLayout,
-    horizon_s: float,
-) -> np.ndarray:
-    """The observation of ``telemetry``; ``before`` gives rates, ``first_loss`` loss ratios.
+def encode(columns: TelemetryColumns, layout: ObservationLayout, horizon_s: float) -> np.ndarray:
+    """The observation of every episode of ``columns``, ``(episodes, *layout.shape)`` float32.
+
+    Args:
+        columns: the telemetry after the step (``iterations_before`` gives the rates,
+            ``first_loss`` the loss ratios).
+        layout: the observation layout of one episode.
+        horizon_s: the scenario's horizon.
 
     Raises:
         ArgumentError: ``layout`` has other features than :data:`FEATURES`.
     """
+    episodes = columns.active.shape[0]
     if layout.features != FEATURES:
         raise ArgumentError(
             f"layout features {layout.features}; observations are encoded with {FEATURES}"
         )
-    iterations_before = {job.job_id: job.iterations for job in before.jobs} if before else {}
-    worker_usage = [w.cpu_usage / w.cores if w.cores else 0.0 for w in telemetry.workers]
-    # Active jobs per worker (len(telemetry.on_worker(w)) for each w), counted in one pass.
-    worker_jobs = dict.fromkeys((w.index for w in telemetry.workers), 0)
-    active = telemetry.active_jobs
-    for job in active:
-        if job.worker in worker_jobs:
-            worker_jobs[job.worker] += 1
-    slots = layout.slots_per_worker
-    # One list of floats per slot, in FEATURES' order, turned into float32 at once: numpy
-    # rounds each value to float32 as item assignment into the array would.
-    empty = [0.0] * len(FEATURES)
-    rows = [empty] * (layout.workers * slots)
-    for job, qoe in zip(active, telemetry.qoe_classes, strict=True):
-        worker, slot = job.worker, job.slot
-        if worker is None or slot is None:
-            continue
-        measured = latency_ratio = target = class_g = class_s = class_b = 0.0
-        progress = progress_rate = loss_ratio = 0.0
-        if job.target_s is not None:
-            target = job.target_s / TARGET_SCALE_S
-            if job.latency_s is not None:
-                measured = 1.0
-                latency_ratio = job.latency_s / job.target_s / LATENCY_RATIO_CAP
-                class_g = float(qoe is QoEClass.G)
-                class_s = float(qoe is QoEClass.S)
-                class_b = float(qoe is QoEClass.B)
-        if job.total_iterations:
-            progress = job.iterations / job.total_iterations
-            gained = job.iterations - iterations_before.get(job.job_id, 0)
-            progress_rate = gained / job.total_iterations * RATE_SCALE
-            if job.loss is not None:
-                measured = 1.0
-                first = first_loss.get(job.job_id, job.loss)
-                ratio = job.loss / first if first > 0 else 1.0
-                loss_ratio = ratio / LOSS_RATIO_CAP
-        rows[worker * slots + slot] = [
-            1.0,  # active
-            float(job.state is JobState.MIGRATING),
-            job.limit,
-            job.cpu_usage / telemetry.workers[worker].cores,
-            measured,
-            latency_ratio,
-            target,
-            class_g,
-            class_s,
-            class_b,
-            progress,
-            progress_rate,
-            loss_ratio,
-            job.age_s / horizon_s,  # age
-            worker_usage[worker],
-            worker_jobs[worker] / slots,
-        ]
-    observation = np.array(rows, dtype=np.float32)
+    rows_total = layout.workers * layout.slots_per_worker
+    # The active jobs by their flat index in the (episodes, jobs) columns: gathering by one
+    # index costs a third of gathering by two.
+    at = np.flatnonzero(columns.active)
+    row = at // columns.active.shape[1]
+
+    def of(column: np.ndarray) -> np.ndarray:
+        return column.reshape(-1)[at]
+
+    worker = of(columns.worker)
+    position = worker * layout.slots_per_worker + of(columns.slot)
+    on_worker = row * layout.workers + worker
+    worker_cores = columns.cores[worker]
+    # One row of features per active job, in FEATURES' order, then one scatter into the slots
+    # (not one scatter per feature); a feature a job lacks is 0, as in an empty slot.
+    values = np.zeros((len(row), len(FEATURES)))
+
+    def put(name: str, column: np.ndarray, where: np.ndarray | None = None) -> None:
+        index = _FEATURE_INDEX[name]
+        if where is None:
+            values[:, index] = column
+        else:  # elsewhere the value stays (0, or what an earlier put wrote)
+            values[:, index] = np.where(where, column, values[:, index])
+
+    put("active", np.ones(len(row)))
+    put("migrating", of(columns.migrating).astype(np.float64))
+    put("limit", of(columns.limit))
+    put("cpu_usage", of(columns.cpu_usage) / worker_cores)
+    put("age", of(columns.age_s) / horizon_s)
+    put("worker_usage", columns.worker_usage.reshape(-1)[on_worker] / worker_cores)
+    put("worker_jobs", columns.worker_jobs.reshape(-1)[on_worker] / layout.slots_per_worker)
+    target = of(columns.target_s)
+    latency = of(columns.latency_s)
+    has_target = ~np.isnan(target)
+    put("target", target / TARGET_SCALE_S, has_target)
+    better, satisfied, worse = (of(mask) for mask in columns.qoe())
+    measured = has_target & ~np.isnan(latency)
+    put("measured", np.ones(len(row)), measured)
+    put("latency_ratio", latency / target / LATENCY_RATIO_CAP, measured)
+    put("class_g", better.astype(np.float64), measured)
+    put("class_s", satisfied.astype(np.float64), measured)
+    put("class_b", worse.astype(np.float64), measured)
+    total = of(columns.total_iterations).astype(np.float64)
+    training = total > 0
+    if training.any():
+        done = of(columns.iterations)
+        gained = done - of(columns.iterations_before)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            put("progress", done / total, training)
+            put("progress_rate", gained / total * RATE_SCALE, training)
+            loss = of(columns.loss)
+            first = of(columns.first_loss)
+            first = np.where(np.isnan(first), loss, first)
+            ratio = np.where(first > 0, loss / first, 1.0)
+        has_loss = training & ~np.isnan(loss)
+        put("measured", np.ones(len(row)), has_loss)
+        put("loss_ratio", ratio / LOSS_RATIO_CAP, has_loss)
+    observation = np.zeros((episodes, rows_total, len(FEATURES)))
+    observation.reshape(-1, len(FEATURES))[row * rows_total + position] = values
     np.clip(observation, 0.0, 1.0, out=observation)
-    return observation
+    return observation.astype(np.float32)
+
+
+#: Column of each feature in the observation.
+_FEATURE_INDEX = {name: index for index, name in enumerate(FEATURES)}

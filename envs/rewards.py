@@ -1,7 +1,12 @@
 """Named reward functions, chosen with ``reward=`` when making an environment.
 
-A reward function maps the telemetry at the end of a step (and the one before it) to a float. It
-reads only telemetry, like a baseline, so rewards mean the same on every backend.
+A reward maps the telemetry at the end of a step to a float per episode: each named reward here
+is one function of :class:`~dlsched.envs.telemetry_columns.TelemetryColumns` (whose
+``iterations_before`` is the telemetry before the step), for one episode or many alike. It reads
+only telemetry, like a baseline, so rewards mean the same on every backend.
+:func:`telemetry_reward` evaluates one on typed snapshots. A single environment also takes a
+function of its own, ``(now, before) -> float`` of :class:`~dlsched.envs.telemetry.Telemetry`
+(:data:`RewardFn`).
 """
 
 from __future__ import annotations
@@ -9,40 +14,45 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
+
 from dlsched.envs.errors import UnknownNameError
-from dlsched.envs.telemetry import JobState, QoEClass, Telemetry
+from dlsched.envs.telemetry import Telemetry
+from dlsched.envs.telemetry_columns import TelemetryColumns
 
+#: A reward of one's own: the telemetry after a step and before it, to a float.
 RewardFn = Callable[[Telemetry, Telemetry], float]
+#: A named reward: per episode, from its columns.
+ColumnReward = Callable[[TelemetryColumns], np.ndarray]
 
 
-def satisfied(now: Telemetry, before: Telemetry) -> float:
+def satisfied(columns: TelemetryColumns) -> np.ndarray:
     """The number of active inference jobs in S, DQoES's key metric (journal, Section V-A)."""
-    return float(now.count(QoEClass.S))
+    return columns.satisfied_count().astype(np.float64)
 
 
-def satisfied_fraction(now: Telemetry, before: Telemetry) -> float:
+def satisfied_fraction(columns: TelemetryColumns) -> np.ndarray:
     """Satisfied jobs as a fraction of the active inference jobs (0 when none is active)."""
-    active = len(now.active_jobs)
-    return now.count(QoEClass.S) / active if active else 0.0
+    active = columns.active.sum(axis=1)
+    satisfied = columns.satisfied_count()
+    return np.where(active > 0, satisfied / np.maximum(active, 1), 0.0)
 
 
-def qoe_gap(now: Telemetry, before: Telemetry) -> float:
-    """Minus DQoES's objective P (journal, Section IV, Eq. 2), relative to each target.
+def qoe_gap(columns: TelemetryColumns) -> np.ndarray:
+    """Minus DQoES's objective (journal, Section III-C, Eq. 2), relative to each target.
 
     Eq. 2 sums ``q_i`` over the containers in G or B; summed as printed, the positive ``q`` of G
     and the negative ``q`` of B cancel, so this sums ``|q_i| / o_i`` instead, which makes jobs with
     different targets comparable. Jobs with no measurement yet count as 0.
     """
-    gap = 0.0
-    for job in now.active_jobs:
-        quality = job.quality_s
-        if quality is None or job.target_s is None or job.qoe_class is QoEClass.S:
-            continue
-        gap += abs(quality) / job.target_s
-    return -gap
+    _, satisfied, _ = columns.qoe()
+    counted = columns.measured & ~satisfied
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(columns.target_s - columns.latency_s) / columns.target_s
+    return -_ordered_sum(np.where(counted, gap, 0.0))
 
 
-def satisfied_closeness(now: Telemetry, before: Telemetry) -> float:
+def satisfied_closeness(columns: TelemetryColumns) -> np.ndarray:
     """Satisfied fraction plus partial credit for latencies near their target, per active job.
 
     Each active inference job scores 1 in S; outside S it scores ``0.5 * max(0, 1 - |ln(p/o)| /
@@ -57,41 +67,44 @@ def satisfied_closeness(now: Telemetry, before: Telemetry) -> float:
     raised the held-out satisfied fraction of a PPO agent after 75k steps from 0.26 to 0.37
     (``dlsched train``, train-inference-mix, same settings otherwise).
     """
-    active = now.active_jobs
-    if not active:
-        return 0.0
-    score = 0.0
-    for job in active:
-        qoe = job.qoe_class
-        if qoe is QoEClass.S:
-            score += 1.0
-        elif qoe is not None and job.latency_s and job.target_s:
-            distance = abs(math.log(job.latency_s / job.target_s)) / math.log(2.0)
-            score += 0.5 * max(0.0, 1.0 - distance)
-    return score / len(active)
+    _, satisfied, _ = columns.qoe()
+    partial = columns.measured & ~satisfied & (columns.latency_s != 0) & (columns.target_s != 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        distance = np.abs(np.log(columns.latency_s / columns.target_s)) / math.log(2.0)
+        credit = 0.5 * np.maximum(0.0, 1.0 - distance)
+    score = np.where(satisfied, 1.0, np.where(partial, credit, 0.0))
+    active = columns.active.sum(axis=1)
+    return np.where(active > 0, _ordered_sum(score) / np.maximum(active, 1), 0.0)
 
 
-def active_jobs(now: Telemetry, before: Telemetry) -> float:
+def active_jobs(columns: TelemetryColumns) -> np.ndarray:
     """Minus the training jobs not yet finished (waiting ones included).
 
     Summed over an episode with a fixed interval, this is minus the total completion time in
     intervals, so maximising it minimises the mean completion time, FlowCon's and SpeCon's metric.
     """
-    unfinished = (JobState.WAITING, JobState.RUNNING, JobState.MIGRATING)
-    return -float(sum(1 for job in now.jobs if job.state in unfinished))
+    return -(columns.waiting | columns.active).sum(axis=1).astype(np.float64)
 
 
-def progress(now: Telemetry, before: Telemetry) -> float:
+def progress(columns: TelemetryColumns) -> np.ndarray:
     """The fraction of their iterations that training jobs completed during the step."""
-    done_before = {job.job_id: job.iterations for job in before.jobs}
-    gained = 0.0
-    for job in now.jobs:
-        if job.total_iterations:
-            gained += (job.iterations - done_before.get(job.job_id, 0)) / job.total_iterations
-    return gained
+    total = columns.total_iterations.astype(np.float64)
+    counted = columns.present & (total > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gained = (columns.iterations - columns.iterations_before) / total
+    return _ordered_sum(np.where(counted, gained, 0.0))
 
 
-REWARDS: dict[str, RewardFn] = {
+def _ordered_sum(values: np.ndarray) -> np.ndarray:
+    """Row sums added left to right, as Python's ``sum`` over the jobs adds them."""
+    total = np.zeros(values.shape[0])
+    for column in values.T:
+        total += column
+    return total
+
+
+#: Every named reward.
+REWARDS: dict[str, ColumnReward] = {
     "satisfied": satisfied,
     "satisfied_fraction": satisfied_fraction,
     "satisfied_closeness": satisfied_closeness,
@@ -101,8 +114,23 @@ REWARDS: dict[str, RewardFn] = {
 }
 
 
-def reward_function(name: str) -> RewardFn:
-    """The reward function registered as ``name``."""
+def reward_function(name: str) -> ColumnReward:
+    """The reward registered as ``name``.
+
+    Raises:
+        UnknownNameError: no reward has that name; the message lists them.
+    """
     if name not in REWARDS:
         raise UnknownNameError("reward", name, REWARDS)
     return REWARDS[name]
+
+
+def telemetry_reward(name: str) -> RewardFn:
+    """The reward registered as ``name``, on typed snapshots: ``(now, before) -> float``."""
+    reward = reward_function(name)
+
+    def on_telemetry(now: Telemetry, before: Telemetry) -> float:
+        return float(reward(TelemetryColumns.of(now, before))[0])
+
+    on_telemetry.__name__ = name
+    return on_telemetry

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.scheduling_env import SchedulingEnv
+from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 
 
 class TrainingEnv(SchedulingEnv):
@@ -45,6 +46,16 @@ class TrainingEnv(SchedulingEnv):
     ## Version History
     - v0: initial version.
     """
+
+    kind: ClassVar[JobKind] = JobKind.TRAINING
+    env_id: ClassVar[str] = "dlsched/Training-v0"
+    default_scenario: ClassVar[str] = "flowcon-10-random"
+    default_reward: ClassVar[str] = "active_jobs"
+
+
+class TrainingVectorEnv(SchedulingVectorEnv):
+    """``dlsched/Training-v0`` batched: ``num_envs`` episodes of :class:`TrainingEnv` at once (see
+    :mod:`dlsched.envs.scheduling_vector_env`)."""
 
     kind: ClassVar[JobKind] = JobKind.TRAINING
     env_id: ClassVar[str] = "dlsched/Training-v0"

@@ -38,14 +38,13 @@ from stable_baselines3.common.vec_env.stacked_observations import StackedObserva
 from dlsched.envs.errors import ModelError, PolicyError, UnknownNameError
 from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.scenarios.model import JobKind, Scenario
-from dlsched.envs.telemetry import Telemetry
 from dlsched.policies.agent_actions import AGENT_HIGH, AGENT_LOW, ActionMapping
 from dlsched.policies.normalization import load_normalizer, save_normalizer
 from dlsched.policies.policy import ParamValue, Policy
 from dlsched.policies.slot_network import own_rows_first
 
 if TYPE_CHECKING:
-    from dlsched.envs.scheduling_env import SchedulingEnv
+    pass
 
 MODEL_FILE = "model.zip"
 NORMALIZER_FILE = "vec_normalize.pkl"
@@ -295,14 +294,6 @@ class LearnedPolicy(Policy):
         """Refuse a scenario of another job kind or observation layout than the model's
         (:meth:`ModelCard.check_scenario`)."""
         self.card.check_scenario(scenario, self.source or self.name)
-
-    def bind(self, env: SchedulingEnv) -> None:
-        """Refuse, before its first reset, an environment the model was not trained for."""
-        self.check_scenario(env.scenario)
-
-    def observe(self, telemetry: Telemetry, env: SchedulingEnv) -> None:
-        """Check, once the environment is known, that it has the model's layout."""
-        self.check_layout(env.layout)
 
     def check_layout(self, layout: ObservationLayout) -> None:
         """Raise :class:`ModelError` naming both layouts unless ``layout`` is the model's."""

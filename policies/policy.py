@@ -3,8 +3,8 @@
 Every policy answers Stable-Baselines3's ``predict(observation, state, episode_start,
 deterministic)``, so :func:`stable_baselines3.common.evaluation.evaluate_policy` and dlsched's own
 evaluation treat them alike. Handcrafted policies decide from the typed telemetry snapshot
-(:meth:`HandcraftedPolicy.act`); they receive it through :class:`TelemetryFeed`, a wrapper around
-the environment, which is the same path on every backend.
+(:meth:`HandcraftedPolicy.act`); a feed (:mod:`dlsched.policies.feed`) gives it to them and steps
+their decisions, the same path on every backend.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from dlsched.envs.placement import Placer
 from dlsched.envs.telemetry import Telemetry
 
 if TYPE_CHECKING:
+    from dlsched.envs.backend import BackendCapabilities
     from dlsched.envs.scenarios.model import Scenario
-    from dlsched.envs.scheduling_env import SchedulingEnv
 
 ParamValue = float | int | str | bool
 
@@ -36,7 +36,7 @@ class Policy(ABC):
     #: Whether :meth:`predict` takes a batch of observations ``(n, slots, features)`` of ``n``
     #: episodes and returns their limits ``(n, slots)``, each row what it would return for that
     #: observation alone up to rounding: a learned model does
-    #: (:class:`~dlsched.policies.batched_feed.BatchedModelFeed`).
+    #: (:class:`~dlsched.policies.feed.BatchedModelFeed`).
     predicts_batches: ClassVar[bool] = False
 
     @property
@@ -51,15 +51,16 @@ class Policy(ABC):
     def reset(self) -> None:  # noqa: B027
         """Forget the last episode (called at every environment reset)."""
 
-    def bind(self, env: SchedulingEnv) -> None:  # noqa: B027
-        """Learn the environment this policy drives, before its first reset places any job.
+    def bind(self, scenario: Scenario, backend: BackendCapabilities) -> None:
+        """Learn the scenario it schedules and what its backend can do, before the first reset
+        places any job; refuse a scenario it cannot schedule (:meth:`check_scenario`).
 
-        A policy whose placer needs the environment (the oracle's reads the replay profiles)
-        gets it here; :class:`TelemetryFeed` calls it when it wraps the environment.
+        The feeds (:mod:`dlsched.policies.feed`) call it when they take the policy.
         """
+        self.check_scenario(scenario)
 
-    def observe(self, telemetry: Telemetry, env: SchedulingEnv) -> None:  # noqa: B027
-        """Receive the newest telemetry of ``env``; learned policies need only the observation."""
+    def observe(self, telemetry: Telemetry) -> None:  # noqa: B027
+        """Receive the newest telemetry; learned policies need only the observation."""
 
     def check_scenario(self, scenario: Scenario) -> None:  # noqa: B027
         """Refuse a scenario this policy cannot schedule, before any episode of it runs.
@@ -86,50 +87,44 @@ class HandcraftedPolicy(Policy):
     Subclasses implement :meth:`act`. Policies that run less often than every interval keep
     their own clock and return the limits in force between their runs.
 
-    A policy whose :meth:`act` reads only the telemetry and its scenario also runs on the batched
-    replay environment, one copy per episode (:class:`~dlsched.policies.batched_feed.
-    BatchedTelemetryFeed`); one that reads its environment object says so with
-    :attr:`reads_environment`.
+    A feed (:mod:`dlsched.policies.feed`) gives it every step's telemetry and steps its whole
+    decision, migrations included; on a batched environment each episode has a copy of its own
+    (:meth:`copy`), so :meth:`act` reads only the telemetry and what :meth:`bind` told it.
     """
-
-    #: Whether :meth:`act` (or the placer) reads the environment object itself, beyond its
-    #: scenario (the oracle reads the replay model's profiles through it): such a policy runs on
-    #: single environments only.
-    reads_environment: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self._telemetry: Telemetry | None = None
-        self._env: SchedulingEnv | None = None
         self._scenario: Scenario | None = None
-        self._pending: Decision | None = None
+        self._backend: BackendCapabilities | None = None
 
     @abstractmethod
     def act(self, telemetry: Telemetry) -> Decision:
         """Decide the limits (and migrations) for the next interval."""
 
-    def bind(self, env: SchedulingEnv) -> None:
-        self._env = env
-        self._scenario = env.scenario
-
-    def bind_scenario(self, scenario: Scenario) -> None:
-        """Learn the scenario it schedules without an environment object: one copy of the policy
-        per episode of a batched replay environment, which has no single environment to bind."""
-        self._env = None
+    def bind(self, scenario: Scenario, backend: BackendCapabilities) -> None:
+        super().bind(scenario, backend)
         self._scenario = scenario
+        self._backend = backend
 
-    def unbound_copy(self) -> Self:
-        """A copy with its own state, bound to no environment (the environment is not copied)."""
-        return copy.deepcopy(self, {id(self._env): None, id(self._scenario): self._scenario})
+    def copy(self) -> Self:
+        """A copy with its own state (its scenario is shared, not copied)."""
+        return copy.deepcopy(self, {id(self._scenario): self._scenario})
 
-    def observe(self, telemetry: Telemetry, env: SchedulingEnv) -> None:
+    def observe(self, telemetry: Telemetry) -> None:
         self._telemetry = telemetry
-        self._env = env
-        self._scenario = env.scenario
 
-    def take_pending(self) -> Decision | None:
-        """The decision behind the last ``predict`` (with its migrations), once."""
-        pending, self._pending = self._pending, None
-        return pending
+    def decide(self) -> Decision:
+        """Its decision from the newest telemetry it observed.
+
+        Raises:
+            PolicyError: it has observed none (it was not given to a feed).
+        """
+        if self._telemetry is None:
+            raise PolicyError(
+                f"policy {self.name!r} decides from telemetry but has received none; wrap the "
+                "environment with dlsched.policies.TelemetryFeed(env, policy) before stepping it"
+            )
+        return self.act(self._telemetry)
 
     def predict(
         self,
@@ -138,21 +133,35 @@ class HandcraftedPolicy(Policy):
         episode_start: np.ndarray | None = None,
         deterministic: bool = True,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
-        if self._telemetry is None or self._env is None:
+        """SB3's ``predict`` for a :class:`~dlsched.policies.feed.TelemetryFeed`: the limits in
+        force, per slot.
+
+        A handcrafted policy decides from telemetry, not from the observation: the feed it
+        runs in calls :meth:`act` and steps that decision whatever action it is given, so
+        SB3's ``evaluate_policy(policy, TelemetryFeed(env, policy))`` runs it as it is
+        (migrations included). The action returned here leaves every limit as it is.
+
+        Raises:
+            PolicyError: it has received no telemetry (no feed), or a batch of more than one
+                observation.
+        """
+        if self._telemetry is None or self._scenario is None:
             raise PolicyError(
                 f"policy {self.name!r} decides from telemetry but has received none; wrap the "
                 "environment with dlsched.policies.TelemetryFeed(env, policy) before stepping it"
             )
         observation = np.asarray(observation)
-        batched = observation.ndim == len(self._env.observation_space.shape or ()) + 1
+        batched = observation.ndim == 3
         if batched and observation.shape[0] != 1:
             raise PolicyError(
                 f"policy {self.name!r} reads one environment's telemetry, but predict() got "
                 f"{observation.shape[0]} observations; evaluate it with n_envs=1"
             )
-        decision = self.act(self._telemetry)
-        self._pending = decision
-        action = self._env.decision_to_action(decision)
+        slots = self._scenario.slots_per_worker
+        action = np.zeros(len(self._scenario.workers) * slots, dtype=np.float32)
+        for job in self._telemetry.active_jobs:
+            if job.worker is not None and job.slot is not None:
+                action[job.worker * slots + job.slot] = job.limit
         return (action[None] if batched else action), state
 
 

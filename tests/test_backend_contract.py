@@ -19,9 +19,12 @@ from dlsched.envs.backend import Backend
 from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.backend import LABEL_EPISODE, DockerBackend
+from dlsched.envs.episode_batch import EpisodeBatch
+from dlsched.envs.errors import BackendError
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.telemetry import JobState, Telemetry
+from dlsched.envs.training_env import TrainingEnv
 
 with_docker = pytest.mark.docker
 
@@ -158,13 +161,22 @@ def test_reset_ends_the_previous_episode(case):
         assert names.isdisjoint(previous)
 
 
-def test_advance_to_arrival_lets_the_time_pass_and_says_where_the_jobs_are(case):
-    _, placed = _start(case, {})
-    occupancy = case.backend.advance_to_arrival(1.0)
-    assert occupancy.time_s - placed.time_s == pytest.approx(1.0, abs=case.time_tolerance_s)
-    assert occupancy.active_per_worker == (2,)
-    assert occupancy.ended == ()
-    # The next measurement covers only the time after it, as after an advance.
-    now = case.backend.advance(1.0)
-    assert now.time_s - occupancy.time_s == pytest.approx(1.0, abs=case.time_tolerance_s)
-    _check_usage(case, now)
+def test_an_environment_runs_an_episode_on_the_backend(case):
+    """What an environment drives (the backend's episode batch) runs a whole episode, on a
+    backend of one episode at a time through the adapter, on a batchable one natively."""
+    env = TrainingEnv(scenario=case.scenario, backend=case.backend)
+    batch = case.backend.episode_batch(case.scenario, 1)
+    assert isinstance(batch, EpisodeBatch) and batch.episodes == 1
+    if not case.backend.capabilities.batchable:
+        with pytest.raises(BackendError, match=r'one episode at a time.*vectorization_mode="sync"'):
+            case.backend.episode_batch(case.scenario, 2)
+    _, info = env.reset(seed=0)
+    assert [job.state for job in info["telemetry"].jobs] == [JobState.RUNNING] * 2
+    action = np.full(env.action_space.shape, 0.5, np.float32)
+    for _ in range(200):
+        _, _, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            break
+    assert terminated
+    assert all(job.state is JobState.DONE for job in info["telemetry"].jobs)
+    env.close()

@@ -46,7 +46,6 @@ def steps(policy: Baseline, scenario: str | Scenario, seed: int) -> Iterator[Ste
     resolved = load_scenario(scenario) if isinstance(scenario, str) else scenario
     env_id = "dlsched/Training-v0" if resolved.kind is JobKind.TRAINING else "dlsched/Inference-v0"
     env = TelemetryFeed(gym.make(env_id, scenario=resolved, backend="replay"), policy)
-    policy.bind(env.scheduling_env)
     observation, _ = env.reset(seed=seed)
     done = False
     while not done:

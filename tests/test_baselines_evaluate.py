@@ -11,6 +11,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 import dlsched.envs  # noqa: F401  (registers the environments)
 from dlsched import baselines
 from dlsched.baselines.base import Baseline
+from dlsched.envs.backends import backend_class
 from dlsched.envs.decision import Decision, Migration
 from dlsched.envs.errors import ActionError, PolicyError
 from dlsched.envs.scenarios.model import (
@@ -66,7 +67,6 @@ def test_evaluate_policy_runs_every_baseline(name: str, scenario: Scenario) -> N
     if scenario.kind not in type(policy).kinds:
         pytest.skip(f"{name} does not schedule {scenario.kind.value} jobs (it refuses them)")
     env = TelemetryFeed(gym.make(env_id, scenario=scenario, backend="replay"), policy)
-    policy.bind(env.scheduling_env)
     rewards, lengths = evaluate_policy(
         policy, env, n_eval_episodes=2, return_episode_rewards=True, warn=False
     )
@@ -128,7 +128,11 @@ def test_a_policys_migrations_reach_the_environment() -> None:
     assert telemetry.job("j00").worker == 1
 
 
-def test_oracle_refuses_to_run_without_its_environment() -> None:
+def test_oracle_refuses_to_run_without_a_replay_backend() -> None:
     oracle = baselines.make("oracle")
-    with pytest.raises(PolicyError, match="bind"):
+    with pytest.raises(PolicyError, match="does not know its scenario and backend yet"):
+        oracle.act(Telemetry(0.0, 10.0, (), ()))
+    docker = backend_class("docker").capabilities
+    oracle.bind(SERVICES, docker)
+    with pytest.raises(PolicyError, match="backend='replay'"):
         oracle.act(Telemetry(0.0, 10.0, (), ()))

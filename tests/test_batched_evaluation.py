@@ -1,11 +1,11 @@
-"""Evaluations on the batched replay environment: the same records as on single environments.
+"""Evaluations with every seed at once: the same records as one episode at a time.
 
-``evaluate`` runs a baseline's seeds at once on the batched replay environment wherever that gives
-the episodes of single environments. These tests hold the two paths to the same
-:class:`~dlsched.runs.evaluation.EpisodeResult` for every shipped baseline, over scenarios of both
-kinds, one worker and several, SpeCon's migrations and arrivals that wait for a slot (to 1e-9
-where the batched physics adds in another order), and check that the batched path is taken where
-it can be and refused, with the reason, where it cannot.
+``evaluate`` runs a baseline's seeds at once on the batched environment wherever the backend
+runs many episodes (replay). These tests hold that to the same
+:class:`~dlsched.runs.evaluation.EpisodeResult` as one episode at a time for every shipped
+baseline (the oracle and FlowCon's own placer included), over scenarios of both kinds, one worker
+and several, SpeCon's migrations and arrivals that wait for a slot, and check which policies run
+at once and which, with the reason, do not.
 """
 
 from __future__ import annotations
@@ -20,20 +20,21 @@ from dlsched.baselines import make as make_baseline
 from dlsched.baselines import names as baseline_names
 from dlsched.envs.decision import Decision, Migration
 from dlsched.envs.errors import ActionError, PolicyError
-from dlsched.envs.replay.vector import InferenceVectorEnv, TrainingVectorEnv
+from dlsched.envs.inference_env import InferenceVectorEnv
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.telemetry import JobState
-from dlsched.policies.batched_feed import BatchedModelFeed, BatchedTelemetryFeed, batched_refusal
+from dlsched.envs.training_env import TrainingVectorEnv
+from dlsched.policies.feed import BatchedModelFeed, BatchedTelemetryFeed, batched_refusal
 from dlsched.policies.policy import Policy
 from dlsched.runs import resolve_policy
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import (
     EpisodeResult,
-    batched_path_refusal,
+    at_once_refusal,
     evaluate,
     run_episode,
-    run_episodes_batched,
+    run_episodes,
     runners,
 )
 
@@ -41,7 +42,7 @@ SEEDS = (3, 4)
 
 
 def assert_same(batched: object, single: object, where: str) -> None:
-    """Equal dataclass trees; floats to 1e-9 (the batched physics may add in another order)."""
+    """Equal dataclass trees (floats to 1e-9)."""
     if dataclasses.is_dataclass(single) and not isinstance(single, type):
         assert type(batched) is type(single), where
         for field in dataclasses.fields(single):
@@ -85,14 +86,13 @@ SCENARIOS = {
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_batched_episodes_are_the_single_envs_episodes(name):
+def test_episodes_at_once_are_the_episodes_one_at_a_time(name):
     scenario = SCENARIOS[name]()
     ran = []
     for baseline in scheduling(scenario):
         policy = make_baseline(baseline)
-        if batched_path_refusal(scenario, policy, "replay", {}) is not None:
-            continue
-        batched = run_episodes_batched(scenario, policy, SEEDS)
+        assert at_once_refusal(policy, "replay") is None
+        batched = run_episodes(scenario, policy, SEEDS)
         single = [run_episode(scenario, make_baseline(baseline), seed) for seed in SEEDS]
         assert [result.seed for result in batched] == list(SEEDS)
         assert_same(batched, single, f"{name} {baseline}")
@@ -108,15 +108,11 @@ def test_batched_episodes_are_the_single_envs_episodes(name):
             assert any(len(workers) > 1 for workers in workers_of.values())  # SpeCon moved jobs
         if name == "waiting-for-slots":
             assert JobState.WAITING in states
-    # every baseline of the kind but the oracle (and FlowCon's own placer on several workers)
-    expected = set(scheduling(scenario)) - {"oracle"}
-    if len(scenario.workers) > 1:
-        expected -= {"flowcon"}
-    assert set(ran) == expected
+    assert set(ran) == set(scheduling(scenario))
 
 
 @pytest.mark.parametrize("name", ["dqoes-cluster-40", "specon-20", "flowcon-10-random"])
-def test_evaluate_takes_the_batched_path_where_it_gives_the_same_records(name, monkeypatch):
+def test_evaluate_runs_seeds_at_once_where_it_gives_the_same_records(name, monkeypatch):
     scenario = SCENARIOS[name]()
     baselines = scheduling(scenario)
     single = evaluate(
@@ -136,9 +132,7 @@ def test_evaluate_takes_the_batched_path_where_it_gives_the_same_records(name, m
     )
     assert_same(batched, single, name)
     assert handed == batched
-    fallback = {"oracle"} | ({"flowcon"} if len(scenario.workers) > 1 else set())
-    assert sorted(set(singles_run)) == sorted(fallback & set(baselines))
-    assert len(singles_run) == len(SEEDS) * len(fallback & set(baselines))
+    assert singles_run == []  # every baseline ran its seeds at once
 
 
 class Constant(Policy):
@@ -151,30 +145,21 @@ class Constant(Policy):
         return np.full(observation.shape[-2], 0.5, dtype=np.float32), state
 
 
-def test_what_the_batched_path_cannot_run_runs_on_single_envs_and_says_why():
-    cluster = load_scenario("specon-20")
+def test_what_cannot_run_at_once_runs_one_episode_at_a_time_and_says_why():
     one_worker = load_scenario("flowcon-10-random")
-    assert "not a handcrafted policy" in str(batched_refusal(Constant(), cluster))
-    assert "reads its environment object" in str(batched_refusal(make_baseline("oracle"), cluster))
-    assert "FlowConPlacer" in str(batched_refusal(make_baseline("flowcon"), cluster))
-    assert batched_refusal(make_baseline("flowcon"), one_worker) is None  # one worker: no choice
-    assert "replay backend only" in str(
-        batched_path_refusal(cluster, make_baseline("specon"), "docker", {})
+    assert "not a handcrafted policy" in str(batched_refusal(Constant()))
+    assert "not a handcrafted policy" in str(at_once_refusal(Constant(), "replay"))
+    assert batched_refusal(make_baseline("oracle")) is None
+    assert "docker backend runs one episode at a time" in str(
+        at_once_refusal(make_baseline("specon"), "docker")
     )
-    assert "workload_threading" in str(
-        batched_path_refusal(
-            cluster, make_baseline("specon"), "replay", {"workload_threading": "stock"}
-        )
-    )
-    env = TrainingVectorEnv(num_envs=2, scenario=cluster)
-    with pytest.raises(PolicyError, match=r"oracle.*single environments"):
-        BatchedTelemetryFeed(env, make_baseline("oracle"))
+    env = TrainingVectorEnv(num_envs=2, scenario=one_worker)
     with pytest.raises(PolicyError, match=r"baseline 'dqoes' schedules inference"):
         BatchedTelemetryFeed(env, make_baseline("dqoes"))
-    # and evaluate runs such a policy as before
+    # and evaluate runs such a policy one episode at a time
     scenario = load_scenario("dqoes-varied-burst")
-    results = evaluate(scenario, [Constant()], (0,), progress=False)
-    assert_same(results, [run_episode(scenario, Constant(), 0)], "constant")
+    results = evaluate(scenario, [Constant()], (0, 1), progress=False)
+    assert_same(results, [run_episode(scenario, Constant(), seed) for seed in (0, 1)], "constant")
 
 
 LEARNED = "pretrained:ppo-inference-mix"  # frame stacking, normalisation, usage-scaled actions
@@ -183,15 +168,15 @@ LEARNED = "pretrained:ppo-inference-mix"  # frame stacking, normalisation, usage
 def test_a_learned_model_runs_batched_only_where_its_caller_accepts_a_batched_predict():
     scenario = load_scenario("train-inference-mix")
     policy = resolve_policy(LEARNED)
-    assert "not a handcrafted policy" in str(batched_refusal(policy, scenario))
-    assert batched_refusal(policy, scenario, batched_predict=True) is None
-    assert batched_refusal(Constant(), scenario, batched_predict=True) is not None
+    assert "not a handcrafted policy" in str(batched_refusal(policy))
+    assert batched_refusal(policy, batched_predict=True) is None
+    assert batched_refusal(Constant(), batched_predict=True) is not None
     with pytest.raises(PolicyError, match="does not predict over a batch"):
         BatchedModelFeed(InferenceVectorEnv(num_envs=2, scenario=scenario), Constant())
     with pytest.raises(PolicyError, match="schedules inference"):
         BatchedModelFeed(TrainingVectorEnv(num_envs=2, scenario="flowcon-10-random"), policy)
-    # evaluate, the reference, runs it on single environments
-    assert batched_path_refusal(scenario, policy, "replay", {}) is not None
+    # evaluate runs it one episode at a time
+    assert at_once_refusal(policy, "replay") is not None
 
 
 def test_a_batch_of_one_learned_episode_is_the_single_envs_episode():
@@ -199,7 +184,7 @@ def test_a_batch_of_one_learned_episode_is_the_single_envs_episode():
     records, step by step (frames, normalisation and actions included)."""
     scenario = load_scenario("train-inference-mix")
     policy = resolve_policy(LEARNED)
-    (batched,) = run_episodes_batched(scenario, policy, [11], batched_predict=True)
+    (batched,) = run_episodes(scenario, policy, [11])
     assert_same(batched, run_episode(scenario, policy, 11), "seed 11")
 
 
@@ -208,7 +193,7 @@ def test_learned_episodes_in_one_batch_are_the_single_envs_up_to_rounding():
     scenario = load_scenario("train-inference-mix")
     policy = resolve_policy(LEARNED)
     seeds = [11, 12, 13]
-    batched = run_episodes_batched(scenario, policy, seeds, batched_predict=True)
+    batched = run_episodes(scenario, policy, seeds)
     for seed, episode in zip(seeds, batched, strict=True):
         single = run_episode(scenario, policy, seed)
         assert len(episode.steps) == len(single.steps)

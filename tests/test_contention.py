@@ -572,9 +572,8 @@ def test_a_running_job_keeps_at_most_its_efficiency_beside_a_start_up(tmp_path):
 
 def test_a_scenario_of_stock_workloads_refuses_tuned_profiles():
     scenario = dataclasses.replace(_training("measured"), workload_threading="stock")
-    env = gym.make("dlsched/Training-v0", scenario=scenario)
     with pytest.raises(ScenarioError, match="runs stock workloads but workload 'mlp-digits'"):
-        env.reset(seed=0)
+        gym.make("dlsched/Training-v0", scenario=scenario)
     stock = dataclasses.replace(_training("measured-stock"), workload_threading="stock")
     gym.make("dlsched/Training-v0", scenario=stock).reset(seed=0)
 

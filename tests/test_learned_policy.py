@@ -16,7 +16,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
 from dlsched.envs.errors import PolicyError, UnknownNameError
 from dlsched.envs.observation import FEATURES, ObservationLayout
-from dlsched.envs.rewards import satisfied, satisfied_fraction
+from dlsched.envs.rewards import telemetry_reward
 from dlsched.envs.scenarios.file_format import parse_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.scheduling_env import SchedulingEnv
@@ -352,7 +352,9 @@ def test_per_slot_agents_act_in_evaluation_as_in_training() -> None:
     mapping = ActionMapping(ActionMode.USAGE, max_step=1.5)
     layout = ObservationLayout(1, SLOTS)
     inner = DummyVecEnv([lambda: make_training_env([scenario], None)])
-    venv = SlotAgentVecEnv(inner, mapping, layout, satisfied_fraction, own_weight=0.5)
+    venv = SlotAgentVecEnv(
+        inner, mapping, layout, telemetry_reward("satisfied_fraction"), own_weight=0.5
+    )
     model = PPO(OwnSlotPolicy, venv, n_steps=8, batch_size=32, seed=0)
     head = model.policy.action_net
     assert isinstance(head, torch.nn.Linear)
@@ -386,6 +388,7 @@ def test_per_slot_rewards_split_own_and_shared_parts() -> None:
     layout = ObservationLayout(1, SLOTS)
     inner = [DummyVecEnv([lambda: make_training_env([scenario], None, reward="satisfied")])]
     inner.append(DummyVecEnv([lambda: make_training_env([scenario], None, reward="satisfied")]))
+    satisfied = telemetry_reward("satisfied")
     own = SlotAgentVecEnv(inner[0], mapping, layout, satisfied, own_weight=1.0)
     shared = SlotAgentVecEnv(inner[1], mapping, layout, satisfied, own_weight=0.0)
     for venv in (own, shared):

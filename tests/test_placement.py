@@ -12,6 +12,7 @@ from dlsched.envs.placement import SpreadPlacer, SpreadQueue
 from dlsched.envs.scenarios import load_scenario
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry, waiting_job
+from dlsched.envs.telemetry_columns import TelemetryColumns
 
 
 def _running(spec: JobSpec, worker: int) -> JobTelemetry:
@@ -85,23 +86,27 @@ def test_the_spread_placer_places_as_the_placer_interface_does(name: str) -> Non
 
 
 def test_a_step_with_many_arrivals_measures_its_jobs_once(monkeypatch) -> None:
-    """With the spread placer a step stops at each arrival only to learn where the jobs are:
-    it measures every job once however many arrive (a measurement per arrival made the cost of
-    a step grow with the square of its jobs)."""
+    """With the spread placer a step stops at each arrival only to learn where the jobs are,
+    from the backend's arrays: it builds the typed telemetry once however many arrive (a
+    measurement per arrival made the cost of a step grow with the square of its jobs)."""
     base = load_scenario("dqoes-cluster-40")
     group = base.groups[0]
     burst = dataclasses.replace(group, arrival=dataclasses.replace(group.arrival, window_s=20.0))
     env = gym.make("dlsched/Inference-v0", scenario=dataclasses.replace(base, groups=(burst,)))
-    backend = env.unwrapped.backend
-    calls = {"advance": 0, "advance_to_arrival": 0}
-    for name in calls:
-        method = getattr(backend, name)
+    engine = env.unwrapped._loop.batch
+    calls = {"advance": 0, "telemetry": 0}
+    advance, telemetry = engine.advance, TelemetryColumns.telemetry
 
-        def counted(seconds, method=method, name=name):
-            calls[name] += 1
-            return method(seconds)
+    def counted_advance(rows, seconds):
+        calls["advance"] += 1
+        return advance(rows, seconds)
 
-        monkeypatch.setattr(backend, name, counted)
+    def counted_telemetry(columns, row):
+        calls["telemetry"] += 1
+        return telemetry(columns, row)
+
+    monkeypatch.setattr(engine, "advance", counted_advance)
+    monkeypatch.setattr(TelemetryColumns, "telemetry", counted_telemetry)
     env.reset(seed=0)
     action = np.full(env.action_space.shape, 0.5, np.float32)
     stops = 0
@@ -109,7 +114,7 @@ def test_a_step_with_many_arrivals_measures_its_jobs_once(monkeypatch) -> None:
         for name in calls:
             calls[name] = 0
         *_, info = env.step(action)
-        assert calls["advance"] == 1
-        stops += calls["advance_to_arrival"]
+        assert calls["telemetry"] == 1
+        stops += calls["advance"]
     assert stops >= 30  # most of the 40 jobs arrived at a time of their own
     assert len(info["telemetry"].active_jobs) == 40

@@ -1,9 +1,11 @@
-"""The batched replay environment: equal to N single replay environments, step by step.
+"""The replay engine, batched, against the readable reference model, step by step.
 
-The single environment is the reference physics. Every conformance test here resets N single
-environments with seeds ``s, s + 1, ...`` and the batched one with ``seed=s``, gives both the same
-actions (and migrations), and requires the same observations, rewards, terminations, satisfied
-counts and telemetry at every step of whole episodes, across the autoreset into a second episode.
+The reference (:mod:`replay_reference`) writes the replay model one job at a time. Every
+conformance test here resets N single environments on the reference backend (through the
+one-episode adapter the Docker backend takes) with seeds ``s, s + 1, ...`` and the batched
+environment on the replay engine with ``seed=s``, gives both the same actions (and migrations),
+and requires the same observations, rewards, terminations, satisfied counts and telemetry at
+every step of whole episodes, across the autoreset into a second episode.
 """
 
 from __future__ import annotations
@@ -21,20 +23,21 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
 from gymnasium.vector import AutoresetMode
+from replay_reference import ReferenceReplay
 
 import dlsched.envs  # noqa: F401  (registers the ids)
 from dlsched.baselines import make as make_baseline
 from dlsched.envs.decision import Decision, Migration
-from dlsched.envs.errors import ActionError, BackendError, ScenarioError
-from dlsched.envs.inference_env import InferenceEnv
-from dlsched.envs.replay.backend import _BOOTING
+from dlsched.envs.episode_batch import BOOTING
+from dlsched.envs.errors import ActionError, ArgumentError, BackendError, ScenarioError
+from dlsched.envs.inference_env import InferenceEnv, InferenceVectorEnv
 from dlsched.envs.replay.profile import PROFILES_DIR
-from dlsched.envs.replay.vector import InferenceVectorEnv, ReplayVectorEnv, TrainingVectorEnv
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.scheduling_env import SchedulingEnv
+from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 from dlsched.envs.telemetry import JobState, Telemetry
-from dlsched.envs.training_env import TrainingEnv
+from dlsched.envs.training_env import TrainingEnv, TrainingVectorEnv
 
 ENV_IDS = {JobKind.INFERENCE: "dlsched/Inference-v0", JobKind.TRAINING: "dlsched/Training-v0"}
 SINGLE = {JobKind.INFERENCE: InferenceEnv, JobKind.TRAINING: TrainingEnv}
@@ -84,9 +87,9 @@ def conform(
         scenario=scenario,
     )
     batched = vec.unwrapped
-    assert isinstance(batched, ReplayVectorEnv)
+    assert isinstance(batched, SchedulingVectorEnv)
     singles: list[SchedulingEnv] = [
-        SINGLE[scenario.kind](scenario=scenario) for _ in range(num_envs)
+        SINGLE[scenario.kind](scenario=scenario, backend=ReferenceReplay()) for _ in range(num_envs)
     ]
     observations, infos = vec.reset(seed=seed)
     for index, env in enumerate(singles):
@@ -110,7 +113,7 @@ def conform(
             actions, migrations
         )
         coverage.steps += 1
-        coverage.booted |= bool((batched._batch.phase == _BOOTING).any())
+        coverage.booted |= bool((batched._loop.batch.state.phase == BOOTING).any())
         for index, env in enumerate(singles):
             where = f"env {index} step {coverage.steps}"
             if restart[index]:
@@ -118,11 +121,14 @@ def conform(
                 reward, ended_now, cut_now = 0.0, False, False
                 restart[index] = False
                 coverage.resets += 1
-            else:
+            elif migrations[index]:
                 decision = Decision(
-                    limits=env.action_to_limits(actions[index]), migrations=migrations[index]
+                    limits=limits_of(env.telemetry, actions[index]), migrations=migrations[index]
                 )
                 observation, reward, ended_now, cut_now, info = env.step_decision(decision)
+            else:
+                observation, reward, ended_now, cut_now, info = env.step(actions[index])
+            if not restart[index]:
                 coverage.migrations += len(migrations[index])
                 coverage.finished_mid_interval |= any(
                     job.completed_s is not None
@@ -141,6 +147,16 @@ def conform(
                 restart[index] = True
     vec.close()
     return coverage
+
+
+def limits_of(telemetry: Telemetry, action: np.ndarray) -> dict[str, float]:
+    """The limits by job id that an action array sets (clipped to the box)."""
+    slots = len(action) // len(telemetry.workers)
+    return {
+        job.job_id: float(np.clip(action[job.worker * slots + job.slot], 0.0, 1.0))
+        for job in telemetry.active_jobs
+        if job.worker is not None and job.slot is not None
+    }
 
 
 def random_limits(index: int, telemetry: Telemetry, rng: np.random.Generator):
@@ -186,11 +202,12 @@ def test_batched_equals_single_envs_under_specon_migrations():
     """SpeCon decides from the batched environment's typed telemetry and migrates jobs."""
     scenario = load_scenario("specon-20")
     policies = [make_baseline("specon") for _ in range(3)]
-    env = TrainingEnv(scenario=scenario)  # decision_to_action's layout only
+    env = TrainingEnv(scenario=scenario)  # the layout only
+    for policy in policies:
+        policy.bind(scenario, env.backend.capabilities)
 
     def specon(index, telemetry, rng):
         policy = policies[index]
-        policy.bind(env)
         decision = policy.act(telemetry)
         action = np.ones(env.action_space.shape, dtype=np.float32)
         for job in telemetry.active_jobs:
@@ -236,7 +253,7 @@ def test_batched_equals_single_envs_with_cpu_start_ups(booting_profiles, name):
 def test_make_vec_returns_the_batched_env_with_the_single_envs_spaces(env_id, scenario):
     vec = gym.make_vec(env_id, num_envs=4, scenario=scenario)
     single = gym.make(env_id, scenario=scenario)
-    assert isinstance(vec.unwrapped, ReplayVectorEnv)
+    assert isinstance(vec.unwrapped, SchedulingVectorEnv)
     assert vec.single_observation_space == single.observation_space
     assert vec.single_action_space == single.action_space
     assert vec.observation_space.shape == (4, *single.observation_space.shape)
@@ -256,7 +273,7 @@ def test_reset_seeds_follow_gymnasium():
     other, _ = vec.reset(seed=[5, 99, 7])
     np.testing.assert_array_equal(other[0], by_int[0])
     assert not np.array_equal(other[1], by_int[1])
-    with pytest.raises(ScenarioError, match="2 seeds for 3 environments"):
+    with pytest.raises(ArgumentError, match="2 seeds for 3 environments"):
         vec.reset(seed=[1, 2])
 
 
@@ -306,12 +323,27 @@ def test_bad_actions_name_the_environment_and_the_slot():
 
 
 def test_what_the_batched_env_cannot_run_is_refused_with_the_fix():
-    with pytest.raises(BackendError, match=r'backend=.docker.*vectorization_mode="sync"'):
+    with pytest.raises(
+        BackendError, match=r'docker.*one episode at a time.*vectorization_mode="sync"'
+    ):
         InferenceVectorEnv(num_envs=2, backend="docker")
-    with pytest.raises(ScenarioError, match=r"reward=.*vectorization_mode"):
-        InferenceVectorEnv(num_envs=2, reward=lambda now, before: 0.0)  # type: ignore[arg-type]
     with pytest.raises(ScenarioError, match=r"training jobs.*dlsched/Training-v0"):
         InferenceVectorEnv(num_envs=2, scenario="flowcon-10-random")
+
+
+def test_a_reward_function_of_ones_own_runs_batched_as_on_single_envs():
+    def usage(now: Telemetry, before: Telemetry) -> float:
+        return sum(worker.cpu_usage for worker in now.workers) - before.time_s / 1000
+
+    vec = InferenceVectorEnv(num_envs=2, scenario="dqoes-varied-burst", reward=usage)
+    singles = [InferenceEnv(scenario="dqoes-varied-burst", reward=usage) for _ in range(2)]
+    vec.reset(seed=4)
+    for index, env in enumerate(singles):
+        env.reset(seed=4 + index)
+    action = np.full((2, vec.single_action_space.shape[0]), 0.2, np.float32)
+    for _ in range(5):
+        _, rewards, *_ = vec.step(action)
+        assert rewards.tolist() == [env.step(action[0])[1] for env in singles]
 
 
 def test_infos_carry_typed_telemetry_on_request():

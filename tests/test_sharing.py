@@ -13,6 +13,12 @@ from dlsched.envs.replay.sharing import water_fill
 
 EPS = 1e-9
 
+
+def fill(capacity: float, limits: np.ndarray, demands: np.ndarray) -> np.ndarray:
+    """The shares of one worker's jobs capped at ``limits`` and ``demands``."""
+    return water_fill(np.array([capacity]), np.minimum(limits, demands)[None, :])[0]
+
+
 cores = st.floats(min_value=0.0, max_value=64.0, allow_nan=False)
 amounts = st.floats(min_value=0.0, max_value=32.0, allow_nan=False)
 
@@ -44,7 +50,7 @@ def progressive_filling(capacity: float, caps: np.ndarray) -> np.ndarray:
 @settings(max_examples=400)
 def test_never_above_capacity_or_cap(worker: tuple[float, np.ndarray, np.ndarray]) -> None:
     capacity, limits, demands = worker
-    shares = water_fill(capacity, limits, demands)
+    shares = fill(capacity, limits, demands)
     assert shares.shape == limits.shape
     assert shares.sum() <= capacity * (1 + EPS) + EPS
     assert np.all(shares <= np.minimum(limits, demands) + EPS)
@@ -55,7 +61,7 @@ def test_never_above_capacity_or_cap(worker: tuple[float, np.ndarray, np.ndarray
 @settings(max_examples=400)
 def test_work_conserving(worker: tuple[float, np.ndarray, np.ndarray]) -> None:
     capacity, limits, demands = worker
-    shares = water_fill(capacity, limits, demands)
+    shares = fill(capacity, limits, demands)
     if shares.sum() < capacity - 1e-7:
         np.testing.assert_allclose(shares, np.minimum(limits, demands), rtol=0, atol=1e-9)
 
@@ -64,7 +70,7 @@ def test_work_conserving(worker: tuple[float, np.ndarray, np.ndarray]) -> None:
 @settings(max_examples=400)
 def test_max_min_fair(worker: tuple[float, np.ndarray, np.ndarray]) -> None:
     capacity, limits, demands = worker
-    shares = water_fill(capacity, limits, demands)
+    shares = fill(capacity, limits, demands)
     below_cap = shares < np.minimum(limits, demands) - 1e-9
     if below_cap.any():
         # A job held below its cap got the common level, which no other job exceeds.
@@ -79,8 +85,8 @@ def test_permutation_invariant(
     capacity, limits, demands = worker
     order = list(range(limits.size))
     random.shuffle(order)
-    shares = water_fill(capacity, limits, demands)
-    permuted = water_fill(capacity, limits[order], demands[order])
+    shares = fill(capacity, limits, demands)
+    permuted = fill(capacity, limits[order], demands[order])
     np.testing.assert_allclose(permuted, shares[order], rtol=1e-12, atol=1e-12)
 
 
@@ -89,38 +95,76 @@ def test_permutation_invariant(
 def test_matches_progressive_filling(worker: tuple[float, np.ndarray, np.ndarray]) -> None:
     capacity, limits, demands = worker
     expected = progressive_filling(capacity, np.minimum(limits, demands))
-    np.testing.assert_allclose(water_fill(capacity, limits, demands), expected, atol=1e-7)
+    np.testing.assert_allclose(fill(capacity, limits, demands), expected, atol=1e-7)
 
 
 def test_no_jobs() -> None:
-    assert water_fill(8.0, np.array([]), np.array([])).shape == (0,)
+    assert fill(8.0, np.array([]), np.array([])).shape == (0,)
 
 
 def test_even_split_when_all_want_more() -> None:
-    shares = water_fill(8.0, np.full(10, 8.0), np.full(10, 6.0))
+    shares = fill(8.0, np.full(10, 8.0), np.full(10, 6.0))
     np.testing.assert_allclose(shares, np.full(10, 0.8))
     assert shares.sum() == pytest.approx(8.0, abs=1e-12)
 
 
 def test_capped_job_leaves_its_share_to_the_others() -> None:
     # One job capped at 0.5 cores, another wanting only 1 core: the third takes the rest.
-    shares = water_fill(4.0, np.array([0.5, 4.0, 4.0]), np.array([6.0, 1.0, 6.0]))
+    shares = fill(4.0, np.array([0.5, 4.0, 4.0]), np.array([6.0, 1.0, 6.0]))
     np.testing.assert_allclose(shares, [0.5, 1.0, 2.5])
 
 
 def test_caps_below_capacity_leave_cores_idle() -> None:
-    shares = water_fill(8.0, np.array([1.0, 2.0]), np.array([6.0, 1.5]))
+    shares = fill(8.0, np.array([1.0, 2.0]), np.array([6.0, 1.5]))
     np.testing.assert_allclose(shares, [1.0, 1.5])
 
 
 def test_zero_caps_and_zero_capacity() -> None:
-    np.testing.assert_allclose(water_fill(8.0, np.array([0.0, 8.0]), np.array([5.0, 0.0])), 0.0)
-    np.testing.assert_allclose(water_fill(0.0, np.array([1.0, 2.0]), np.array([1.0, 2.0])), 0.0)
+    np.testing.assert_allclose(fill(8.0, np.array([0.0, 8.0]), np.array([5.0, 0.0])), 0.0)
+    np.testing.assert_allclose(fill(0.0, np.array([1.0, 2.0]), np.array([1.0, 2.0])), 0.0)
 
 
 def test_inputs_not_modified() -> None:
     limits = np.array([3.0, 3.0, 3.0])
     demands = np.array([1.0, 5.0, 5.0])
-    water_fill(4.0, limits, demands)
+    fill(4.0, limits, demands)
     np.testing.assert_array_equal(limits, [3.0, 3.0, 3.0])
     np.testing.assert_array_equal(demands, [1.0, 5.0, 5.0])
+
+
+@given(st.lists(workers(), min_size=1, max_size=6))
+@settings(max_examples=200)
+def test_many_workers_at_once_are_each_alone(
+    many: list[tuple[float, np.ndarray, np.ndarray]],
+) -> None:
+    slots = max(limits.size for _, limits, _ in many)
+    caps = np.zeros((len(many), slots))
+    for row, (_, limits, demands) in enumerate(many):
+        caps[row, : limits.size] = np.minimum(limits, demands)
+    shares = water_fill(np.array([capacity for capacity, _, _ in many]), caps)
+    for row, (capacity, limits, demands) in enumerate(many):
+        np.testing.assert_array_equal(shares[row, : limits.size], fill(capacity, limits, demands))
+        assert not shares[row, limits.size :].any()
+
+
+def test_caps_over_the_capacity_by_rounding_alone_are_met() -> None:
+    """FlowCon spread these ten limits over a 4-core worker (flowcon-cluster-40, seed 202, step
+    90): they sum to 4.0000000000000009 in floats, so no level lies below a cap, and the first
+    level (4 / 10 cores each) capped six jobs and left 0.84 cores idle."""
+    caps = np.array(
+        [
+            0.435341599479981,
+            0.40305016953937006,
+            0.18882757291040841,
+            0.44399633617202117,
+            0.201004016770291,
+            0.6143164253417712,
+            0.24680867817091137,
+            0.5712116343287722,
+            0.7695219090092346,
+            0.12592165827723936,
+        ]
+    )
+    assert caps.sum() > 4.0
+    shares = fill(4.0, caps, np.full(10, 6.0))
+    np.testing.assert_array_equal(shares, caps)

@@ -17,7 +17,7 @@ from stable_baselines3.common.logger import Logger
 
 from dlsched.envs.errors import PolicyError, ScenarioError, TrackingError
 from dlsched.envs.observation import FEATURES
-from dlsched.envs.rewards import satisfied_closeness
+from dlsched.envs.rewards import telemetry_reward
 from dlsched.envs.scenarios.file_format import load_scenario, parse_scenario
 from dlsched.envs.scenarios.model import ArrivalKind, JobKind
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
@@ -635,6 +635,7 @@ def test_satisfied_closeness_credits_s_fully_and_near_misses_partly() -> None:
         service("j3", 20.0, 5.0),  # a quarter of it: 0
         service("j4", 20.0, None),  # no measurement: 0
     )
+    satisfied_closeness = telemetry_reward("satisfied_closeness")
     now = Telemetry(100.0, 10.0, (WorkerTelemetry(0, 8.0, 5.0),), jobs)
     assert satisfied_closeness(now, now) == pytest.approx((1.0 + 0.25) / 5)
     idle = Telemetry(100.0, 10.0, (WorkerTelemetry(0, 8.0, 0.0),), ())

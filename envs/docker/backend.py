@@ -63,7 +63,7 @@ import docker.errors
 import numpy as np
 import requests
 
-from dlsched.envs.backend import Backend
+from dlsched.envs.backend import Backend, BackendCapabilities
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.cgroup import DEFAULT_CGROUP_ROOT, CpuUsageFile, find_cpu_usage_file
 from dlsched.envs.docker.container_output import ContainerOutput, Progress
@@ -364,7 +364,9 @@ class DockerBackend(Backend):
     """
 
     name: ClassVar[str] = "docker"
-    deterministic: ClassVar[bool] = False
+    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities(
+        simulated_time=False, deterministic=False, batchable=False, reads_profiles=False
+    )
 
     def __init__(
         self,

@@ -14,33 +14,39 @@ from __future__ import annotations
 import numpy as np
 
 
-def water_fill(capacity: float, limits: np.ndarray, demands: np.ndarray) -> np.ndarray:
-    """The cores each job gets on a worker of ``capacity`` cores.
+def water_fill(capacity: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """The cores each job gets, for many workers at once.
 
-    Each job is capped at ``min(limit, demand)``. If the caps fit in the capacity every job gets
-    its cap; otherwise a level ``L`` with ``sum(min(cap, L)) == capacity`` is found in closed form
-    from the sorted caps, and each job gets ``min(cap, L)``. The result is work-conserving, never
-    above a cap, never above the capacity (up to rounding of the last bit) and max-min fair, and
-    it does not depend on the order of the jobs.
+    Each job takes at most its cap. On a worker whose caps fit its capacity every job gets its
+    cap; on the others a level ``L`` with ``sum(min(cap, L)) == capacity`` is found in closed
+    form from the sorted caps, and each job gets ``min(cap, L)``. The result is
+    work-conserving, never above a cap, never above the capacity (up to rounding of the last
+    bit) and max-min fair, and it does not depend on the order of a worker's jobs.
 
     Args:
-        capacity: cores of the worker (non-negative).
-        limits: per job, the CPU cap in cores (a limit fraction times the worker's cores);
-            non-negative.
-        demands: per job, the cores it can keep busy when nothing caps it; non-negative. A job
-            that is paused or not started demands 0.
+        capacity: ``(workers,)``, the cores of each worker (non-negative).
+        caps: ``(workers, slots)``, per job the most cores it can take: its limit in cores or
+            its demand (the cores it can keep busy when nothing caps it), whichever is lower;
+            non-negative. An empty slot, or a job that is paused or not started, has cap 0.
 
     Returns:
-        A new float array of the same shape: cores per job.
+        A new ``(workers, slots)`` float array: cores per job.
     """
-    caps = np.minimum(np.asarray(limits, dtype=np.float64), np.asarray(demands, dtype=np.float64))
-    if caps.size == 0 or caps.sum() <= capacity:
-        return caps
-    sorted_caps = np.sort(caps)
-    count = sorted_caps.size
-    # Candidate level if the k smallest caps are met and the remaining count - k jobs share the
-    # rest equally; the right k is the first whose level does not exceed the (k+1)-th cap.
-    met_before = np.concatenate(([0.0], np.cumsum(sorted_caps[:-1])))
-    levels = (capacity - met_before) / np.arange(count, 0, -1)
-    level = levels[np.argmax(levels <= sorted_caps)]
-    return np.minimum(caps, max(level, 0.0))
+    shares = np.array(caps, dtype=np.float64)
+    over = shares.sum(axis=1) > capacity
+    if over.any():
+        crowded = shares[over]
+        ordered = np.sort(crowded, axis=1)
+        # Candidate level if the k smallest caps are met and the other jobs share the rest
+        # equally; the right k is the first whose level does not exceed the (k+1)-th cap.
+        met_before = np.concatenate(
+            (np.zeros((len(ordered), 1)), np.cumsum(ordered[:, :-1], axis=1)), axis=1
+        )
+        levels = (capacity[over][:, None] - met_before) / np.arange(ordered.shape[1], 0, -1)
+        below = levels <= ordered
+        level = levels[np.arange(len(levels)), np.argmax(below, axis=1)]
+        # Caps that exceed the capacity only by rounding find no level: they fit, and are met
+        # (an argmax over no match took the first level, capacity / n, and left cores idle).
+        level = np.where(below.any(axis=1), level, np.inf)
+        shares[over] = np.minimum(crowded, np.maximum(level, 0.0)[:, None])
+    return shares

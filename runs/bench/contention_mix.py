@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dlsched.envs.arguments import DEFAULT_LIMIT_FLOOR
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.backend import DockerBackend
@@ -33,7 +34,6 @@ from dlsched.envs.errors import BackendError, UnknownNameError
 from dlsched.envs.replay.backend import ReplayBackend
 from dlsched.envs.replay.profile import load_profile_set
 from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
-from dlsched.envs.scenarios.resolution import DEFAULT_LIMIT_FLOOR
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 from dlsched.runs.fidelity.contention import (
     ENDLESS_ITERATIONS,

@@ -4,7 +4,7 @@
 every job at an equal share, and reports environment steps per second and the speed-up over real
 time (simulated seconds per wall-clock second): the Docker backend runs at 1, so the ratio is
 what replay buys. :func:`measure_vector_speed` times Gymnasium's CartPole-v1, the single replay
-environment and the natively batched one (:mod:`dlsched.envs.replay.vector`) in the same process,
+environment and the batched one (:mod:`dlsched.envs.scheduling_vector_env`) in the same process,
 so that their ratios hold on any machine: steps per second of each, container-steps per second
 of the batched one at several batch sizes, and how both scale with the containers per
 environment.

@@ -1,14 +1,8 @@
 """The evaluation harness: run policies on a scenario over seeds, and summarise what they achieved.
 
-One episode is run exactly as a user of Gymnasium and Stable-Baselines3 would run it: the
-environment wrapped in :class:`~dlsched.policies.TelemetryFeed`, and ``policy.predict(observation,
-deterministic=True)`` at every step, so handcrafted and learned policies take the same path.
-
-On the replay backend, :func:`evaluate` runs all seeds of a handcrafted policy at once on the
-batched replay environment (:func:`run_episodes_batched`, one copy of the policy per episode),
-which gives the same episodes faster; a policy the batch cannot serve (learned models, the
-oracle, a placer of its own on several workers: :func:`~dlsched.policies.batched_feed.
-batched_refusal`) and the Docker backend run one single environment per episode.
+Episodes run on the batched environment, fed by :mod:`dlsched.policies.feed`: on a batchable
+backend (replay) all seeds of a handcrafted policy at once (:func:`run_episodes`), otherwise one
+at a time (:func:`run_episode`; learned models, the Docker backend).
 
 Every step is recorded (:class:`StepRecord`, with one :class:`ContainerSample` per job), the
 episode is scored (:class:`EpisodeMetrics`), and the scores of many seeds are summarised per
@@ -22,7 +16,7 @@ One module per concept, every public name of them importable from here
   form;
 - :mod:`.metrics`: the metric catalogue (:class:`EpisodeMetrics`, :data:`METRICS`);
 - :mod:`.runners`: running and scoring episodes (:func:`run_episode`,
-  :func:`run_episodes_batched`, :func:`evaluate`);
+  :func:`run_episodes`, :func:`evaluate`);
 - :mod:`.summaries`: the statistics across seeds (:func:`estimate`, :func:`summarise`).
 """
 
@@ -50,12 +44,12 @@ from dlsched.runs.evaluation.records import (
 )
 from dlsched.runs.evaluation.runners import (
     ENV_IDS,
-    batched_path_refusal,
+    at_once_refusal,
     episode_metrics,
     episode_result,
     evaluate,
     run_episode,
-    run_episodes_batched,
+    run_episodes,
     step_record,
 )
 from dlsched.runs.evaluation.summaries import (
@@ -88,15 +82,15 @@ __all__ = [
     "PolicyIdentity",
     "PolicySummary",
     "StepRecord",
+    "at_once_refusal",
     "backend_label",
-    "batched_path_refusal",
     "episode_metrics",
     "episode_result",
     "estimate",
     "evaluate",
     "metrics_for",
     "run_episode",
-    "run_episodes_batched",
+    "run_episodes",
     "step_record",
     "summarise",
     "summarise_policy",

@@ -1,14 +1,11 @@
 """Running episodes: a policy on a scenario over seeds, every step recorded, each episode scored.
 
-One episode is run exactly as a user of Gymnasium and Stable-Baselines3 would run it: the
-environment wrapped in :class:`~dlsched.policies.TelemetryFeed`, and ``policy.predict(observation,
-deterministic=True)`` at every step, so handcrafted and learned policies take the same path.
-
-On the replay backend, :func:`evaluate` runs all seeds of a handcrafted policy at once on the
-batched replay environment (:func:`run_episodes_batched`, one copy of the policy per episode),
-which gives the same episodes faster; a policy the batch cannot serve (learned models, the
-oracle, a placer of its own on several workers: :func:`~dlsched.policies.batched_feed.
-batched_refusal`) and the Docker backend run one single environment per episode.
+Episodes run on the batched environment (``gym.make_vec``), fed by :mod:`dlsched.policies.feed`:
+a handcrafted policy decides from each episode's typed telemetry (a copy per episode), a learned
+one predicts from the observations. On a batchable backend (replay), :func:`evaluate` runs all
+seeds of a handcrafted policy at once (:func:`run_episodes`); a learned model (whose predict over
+a batch rounds otherwise than over one observation) and a backend of one episode at a time
+(Docker) run one episode at a time, on an environment of one episode.
 
 Every step is recorded (:func:`step_record`) and the episode is scored (:func:`episode_metrics`,
 the metrics of :mod:`~dlsched.runs.evaluation.metrics`).
@@ -27,14 +24,13 @@ import numpy as np
 from tqdm import tqdm
 
 import dlsched.envs  # noqa: F401  (registers the environment ids)
+from dlsched.envs.backends import backend_class
 from dlsched.envs.inference_env import InferenceEnv
-from dlsched.envs.replay.vector import BATCHED_BACKEND_OPTIONS, ReplayVectorEnv
 from dlsched.envs.scenarios.model import JobKind, Scenario
-from dlsched.envs.scheduling_env import SchedulingEnv
+from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 from dlsched.envs.telemetry import JobState, QoEClass, Telemetry
 from dlsched.envs.training_env import TrainingEnv
-from dlsched.policies.batched_feed import batched_feed, batched_refusal
-from dlsched.policies.feed import TelemetryFeed
+from dlsched.policies.feed import batched_feed, batched_refusal
 from dlsched.policies.policy import Policy
 from dlsched.runs.evaluation.metrics import EpisodeMetrics
 from dlsched.runs.evaluation.records import (
@@ -60,11 +56,12 @@ def run_episode(
     on_step: Callable[[StepRecord], None] | None = None,
     backend_options: Mapping[str, str] | None = None,
 ) -> EpisodeResult:
-    """Run one episode of ``policy`` on ``scenario`` and record it.
+    """Run one episode of ``policy`` on ``scenario`` and record it (:func:`run_episodes` with
+    one seed: an environment of one episode, on any backend).
 
     Args:
         scenario: the scenario; its kind picks ``dlsched/Inference-v0`` or ``dlsched/Training-v0``.
-        policy: any :class:`~dlsched.policies.Policy`; it is reset by the environment wrapper.
+        policy: any :class:`~dlsched.policies.Policy`; it is reset with the environment.
         seed: the ``reset`` seed (it draws the jobs and the backend's noise).
         backend: the backend's registered name.
         on_step: called with every step's record as soon as it is taken (progress display).
@@ -74,31 +71,7 @@ def run_episode(
     Returns:
         The episode's record and scores.
     """
-    options = dict(backend_options or {})
-    env = TelemetryFeed(
-        gym.make(
-            ENV_IDS[scenario.kind], scenario=scenario, backend=backend, backend_options=options
-        ),
-        policy,
-    )
-    try:
-        observation, info = env.reset(seed=seed)
-        steps = [step_record(0, info["telemetry"], None)]
-        terminated = truncated = False
-        while not (terminated or truncated):
-            action, _ = policy.predict(observation, deterministic=True)
-            observation, reward, terminated, truncated, info = env.step(action)
-            steps.append(step_record(len(steps), info["telemetry"], float(reward)))
-            if on_step is not None:
-                on_step(steps[-1])
-        scheduling = env.unwrapped
-        assert isinstance(scheduling, SchedulingEnv)
-        incidents = scheduling.backend.incidents()
-    finally:
-        env.close()
-    return episode_result(
-        scenario, policy, seed, backend, steps, info["telemetry"], terminated, options, incidents
-    )
+    return run_episodes(scenario, policy, [seed], backend, on_step, backend_options)[0]
 
 
 def episode_result(
@@ -131,54 +104,47 @@ def episode_result(
     )
 
 
-def batched_path_refusal(
-    scenario: Scenario,
-    policy: Policy,
-    backend: str,
-    backend_options: Mapping[str, str],
-    batched_predict: bool = False,
-) -> str | None:
-    """Why :func:`run_episodes_batched` cannot run ``policy`` here; ``None`` if it can
-    (``batched_predict`` as there)."""
-    if backend != "replay":
-        return f"the batched environment runs the replay backend only, not {backend!r}"
-    unknown = sorted(set(backend_options) - set(BATCHED_BACKEND_OPTIONS))
-    if unknown:
-        return f"the batched environment takes no backend options {unknown}"
-    return batched_refusal(policy, scenario, batched_predict)
+def at_once_refusal(policy: Policy, backend: str, batched_predict: bool = False) -> str | None:
+    """Why :func:`run_episodes` should not run several seeds of ``policy`` at once on
+    ``backend``; ``None`` if it can (``batched_predict``: accept a learned model's predict over
+    a batch, as a validation during training does; ``evaluate`` does not)."""
+    if not backend_class(backend).capabilities.batchable:
+        return f"the {backend} backend runs one episode at a time"
+    return batched_refusal(policy, batched_predict)
 
 
-def run_episodes_batched(
+def run_episodes(
     scenario: Scenario,
     policy: Policy,
     seeds: Sequence[int],
+    backend: str = "replay",
     on_step: Callable[[StepRecord], None] | None = None,
     backend_options: Mapping[str, str] | None = None,
-    batched_predict: bool = False,
 ) -> list[EpisodeResult]:
-    """Run one episode of ``policy`` per seed, all at once on the batched replay environment.
+    """Run one episode of ``policy`` per seed, all at once on one batched environment.
 
-    The episodes are those :func:`run_episode` runs on the replay backend with the same seeds
-    (``tests/test_batched_evaluation.py`` holds them equal): one copy of the policy per episode
-    reads its typed telemetry and its whole decision, migrations included, steps the batch.
-    With ``batched_predict`` a policy that predicts over a batch (a learned model) makes one
-    ``predict`` per step for all of them instead, and its episodes equal single environments'
-    up to that batch's rounding (:mod:`~dlsched.policies.batched_feed`).
+    Episode ``i`` is the episode a single environment reset with ``seeds[i]`` runs: a
+    handcrafted policy runs a copy of itself per episode that reads its typed telemetry, and its
+    whole decision (migrations included) steps the batch. Any other policy predicts for all of
+    them at once; a learned model's episodes then equal single environments' up to that batch's
+    rounding (:mod:`~dlsched.policies.feed`), which :func:`at_once_refusal` accepts only with
+    ``batched_predict``.
 
     Args:
         scenario: the scenario.
-        policy: a policy the batch can run (:func:`batched_path_refusal` says which).
+        policy: a policy the batch can run (:func:`at_once_refusal` says which), or any policy
+            for one seed.
         seeds: one episode per seed.
+        backend: the backend's registered name; several seeds need a batchable one.
         on_step: called with every step's record of every episode as soon as it is taken.
-        backend_options: the replay backend's options.
-        batched_predict: let a policy that predicts over a batch do so (validation during
-            training); ``evaluate`` does not.
+        backend_options: keyword arguments of the backend's constructor.
 
     Returns:
         One record per seed, in the order of ``seeds``.
 
     Raises:
-        PolicyError: the batched environment cannot run ``policy``, or it refuses the scenario.
+        PolicyError: the batch cannot run ``policy``, or it refuses the scenario.
+        BackendError: several seeds on a backend that runs one episode at a time.
     """
     options = dict(backend_options or {})
     vector = gym.make_vec(
@@ -186,12 +152,13 @@ def run_episodes_batched(
         num_envs=len(seeds),
         vectorization_mode="vector_entry_point",
         scenario=scenario,
+        backend=backend,
         backend_options=options,
     )
     env = vector.unwrapped
-    assert isinstance(env, ReplayVectorEnv)
+    assert isinstance(env, SchedulingVectorEnv)
     try:
-        feed = batched_feed(env, policy, batched_predict)
+        feed = batched_feed(env, policy)
         first = feed.reset(seeds)
         steps = [[step_record(0, telemetry, None)] for telemetry in first]
         finals: list[Telemetry] = list(first)
@@ -210,6 +177,7 @@ def run_episodes_batched(
                     running[index] = False
                     finals[index] = telemetry
                     terminated[index] = bool(step.terminated[index])
+        incidents = [env.incidents(index) for index in range(len(seeds))]
     finally:
         vector.close()
     return [
@@ -217,11 +185,12 @@ def run_episodes_batched(
             scenario,
             policy,
             seed,
-            "replay",
+            backend,
             steps[index],
             finals[index],
             terminated[index],
             options,
+            incidents[index],
         )
         for index, seed in enumerate(seeds)
     ]
@@ -325,9 +294,9 @@ def evaluate(
 ) -> list[EpisodeResult]:
     """Run every policy for every seed, ``default`` first so that others can be set against it.
 
-    Where the batched replay environment can run a policy (:func:`batched_path_refusal`), all
-    its seeds run at once there (:func:`run_episodes_batched`): the same records, faster. Every
-    other policy runs one single environment per seed (:func:`run_episode`).
+    Where a policy's seeds can run at once (:func:`at_once_refusal`: a batchable backend, a
+    handcrafted policy), they do (:func:`run_episodes`): the same records, faster. Every other
+    policy runs one episode at a time (:func:`run_episode`), each handed over as it ends.
 
     Args:
         scenario: the scenario every episode runs.
@@ -339,8 +308,7 @@ def evaluate(
             ``seeds``.
         progress: show a progress bar on stderr.
         backend_options: keyword arguments of the backend's constructor.
-        batched: ``False`` runs every episode on a single environment (the reference path, for
-            debugging; slower).
+        batched: ``False`` runs one episode at a time (slower; for debugging a policy).
 
     Returns:
         The records, policy by policy and in the order of ``seeds`` within a policy.
@@ -359,17 +327,18 @@ def evaluate(
     ) as bar:
         for policy in ordered:
             episodes: Iterable[EpisodeResult]
-            if (
-                batched
-                and seeds
-                and batched_path_refusal(scenario, policy, backend, options) is None
-            ):
-                bar.set_postfix_str(f"{policy.name} {len(seeds)} seeds batched", refresh=False)
-                episodes = run_episodes_batched(
-                    scenario, policy, seeds, on_step=lambda _: bar.update(), backend_options=options
+            if batched and len(seeds) > 1 and at_once_refusal(policy, backend) is None:
+                bar.set_postfix_str(f"{policy.name} {len(seeds)} seeds at once", refresh=False)
+                episodes = run_episodes(
+                    scenario,
+                    policy,
+                    seeds,
+                    backend,
+                    on_step=lambda _: bar.update(),
+                    backend_options=options,
                 )
             else:
-                episodes = _single_episodes(scenario, policy, seeds, backend, options, bar)
+                episodes = _one_at_a_time(scenario, policy, seeds, backend, options, bar)
             for result in episodes:
                 # a training episode that terminates early leaves its remaining steps unused
                 bar.update(steps_per_episode - (len(result.steps) - 1))
@@ -379,7 +348,7 @@ def evaluate(
     return results
 
 
-def _single_episodes(
+def _one_at_a_time(
     scenario: Scenario,
     policy: Policy,
     seeds: Sequence[int],
@@ -387,7 +356,7 @@ def _single_episodes(
     backend_options: Mapping[str, str],
     bar: tqdm[Any],
 ) -> Iterator[EpisodeResult]:
-    """``policy``'s episodes on one single environment each, each yielded as soon as it ends."""
+    """``policy``'s episodes one at a time, each yielded as soon as it ends."""
     for seed in seeds:
         bar.set_postfix_str(f"{policy.name} seed {seed}", refresh=False)
         yield run_episode(

@@ -1,9 +1,9 @@
-"""SB3's view of the natively batched replay environment: a thin ``VecEnv`` adapter.
+"""SB3's view of the batched environment: a thin ``VecEnv`` adapter.
 
 Stable-Baselines3 steps a :class:`~stable_baselines3.common.vec_env.VecEnv`, not a Gymnasium
 vector environment. :class:`BatchedVecEnv` gives it
-:class:`~dlsched.envs.replay.vector.ReplayVectorEnv` (``SAME_STEP`` autoreset, which is SB3's
-convention) with what the single-environment path adds around each environment
+:class:`~dlsched.envs.scheduling_vector_env.SchedulingVectorEnv` (``SAME_STEP`` autoreset,
+which is SB3's convention) with what the single-environment path adds around each environment
 (:func:`dlsched.runs.training.environments.make_training_env`): the agent's actions in
 ``[-1, 1]`` turned into limits by the same :class:`~dlsched.policies.agent_actions.ActionMapping`,
 ``terminal_observation`` and ``TimeLimit.truncated`` in the infos, and (through
@@ -24,7 +24,7 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
-from dlsched.envs.replay.vector import ReplayVectorEnv
+from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 from dlsched.policies.agent_actions import AGENT_HIGH, AGENT_LOW, ActionMapping
 
 
@@ -39,7 +39,7 @@ class BatchedVecEnv(VecEnv):
         ValueError: ``env`` resets on the next step (SB3 needs the same-step convention).
     """
 
-    def __init__(self, env: ReplayVectorEnv, actions: ActionMapping) -> None:
+    def __init__(self, env: SchedulingVectorEnv, actions: ActionMapping) -> None:
         if env.metadata["autoreset_mode"] is not AutoresetMode.SAME_STEP:
             raise ValueError(
                 f"BatchedVecEnv needs autoreset_mode=SameStep, got "

@@ -5,7 +5,7 @@ Validation runs the agent as ``dlsched evaluate`` runs any policy (a
 statistics) on held-out seeds, and logs the same metrics (``satisfied_fraction_mean``,
 ``mean_completion_s``, ...) under ``eval/<scenario>/``. On the replay backend its episodes run at
 once on the batched environment, one ``predict`` per step for all of them
-(:func:`dlsched.runs.evaluation.run_episodes_batched` with ``batched_predict``): 4x faster than
+(:func:`dlsched.runs.evaluation.run_episodes`): 4x faster than
 one single environment per seed, and the same scores up to the rounding of a batched forward
 pass. The model that scores best is saved; training stops when ``patience`` validations in a row
 have not improved on it.
@@ -29,7 +29,7 @@ from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.learned import LearnedPolicy, ModelCard, save_model
 from dlsched.runs.evaluation.metrics import metrics_for
 from dlsched.runs.evaluation.records import EpisodeResult
-from dlsched.runs.evaluation.runners import batched_path_refusal, run_episode, run_episodes_batched
+from dlsched.runs.evaluation.runners import at_once_refusal, run_episode, run_episodes
 from dlsched.runs.evaluation.summaries import summarise
 
 
@@ -224,10 +224,10 @@ class Validation(BaseCallback):
         return record
 
     def _episodes(self, scenario: Scenario, policy: LearnedPolicy) -> list[EpisodeResult]:
-        """One episode per held-out seed: at once on the batched replay environment where it
-        runs the policy, else one single environment each."""
-        if batched_path_refusal(scenario, policy, self.backend, {}, batched_predict=True) is None:
-            return run_episodes_batched(scenario, policy, self.seeds, batched_predict=True)
+        """One episode per held-out seed: all at once where the backend runs many, else one at
+        a time."""
+        if at_once_refusal(policy, self.backend, batched_predict=True) is None:
+            return run_episodes(scenario, policy, self.seeds, self.backend)
         return [run_episode(scenario, policy, seed, self.backend) for seed in self.seeds]
 
     def _keep_best(self) -> None:

@@ -31,13 +31,14 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecMonitor
 
 import dlsched.envs  # noqa: F401  (registers the environment ids)
+from dlsched.envs.backends import backend_class
 from dlsched.envs.errors import ScenarioError
 from dlsched.envs.inference_env import InferenceEnv
 from dlsched.envs.observation import ObservationLayout
-from dlsched.envs.replay.vector import ReplayVectorEnv
-from dlsched.envs.rewards import reward_function
+from dlsched.envs.rewards import telemetry_reward
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.scheduling_env import SchedulingEnv
+from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 from dlsched.envs.training_env import TrainingEnv
 from dlsched.policies.agent_actions import ActionMapping, AgentActions
 from dlsched.policies.learned import describe_layout
@@ -160,8 +161,9 @@ def resolve_vec_env_kind(
 ) -> VecEnvKind:
     """``auto`` made concrete, and ``batched`` checked.
 
-    On the replay backend the natively batched environment
-    (:class:`~dlsched.envs.replay.vector.ReplayVectorEnv`) steps all environments in one call,
+    On a batchable backend (replay) the batched environment
+    (:class:`~dlsched.envs.scheduling_vector_env.SchedulingVectorEnv`) steps all environments in
+    one call,
     the same episodes as ``dummy`` for the same seed; it runs one scenario with whole-agent
     actions, so a scenario mix or per-slot agents step ``dummy`` environments instead. A replay
     step takes well under a millisecond, less than sending it to another process and back, so
@@ -171,18 +173,20 @@ def resolve_vec_env_kind(
     Raises:
         ScenarioError: ``batched`` asked for where it cannot run, naming why and the fix.
     """
-    batchable = backend == "replay" and scenarios == 1 and not slot_agents
+    capabilities = backend_class(backend).capabilities
+    batchable = capabilities.batchable and scenarios == 1 and not slot_agents
     if kind is VecEnvKind.BATCHED and not batchable:
         raise ScenarioError(
-            f"--vec-env batched runs one scenario on the replay backend with whole-agent "
-            f"actions; got backend {backend!r}, {scenarios} scenarios, slot agents "
+            f"--vec-env batched runs one scenario on a batchable backend (replay) with "
+            f"whole-agent actions; got backend {backend!r}, {scenarios} scenarios, slot agents "
             f"{slot_agents}; use --vec-env dummy"
         )
     if kind is not VecEnvKind.AUTO:
         return kind
     if batchable:
         return VecEnvKind.BATCHED
-    return VecEnvKind.SUBPROC if n_envs > 1 and backend != "replay" else VecEnvKind.DUMMY
+    wall_clock = not capabilities.simulated_time
+    return VecEnvKind.SUBPROC if n_envs > 1 and wall_clock else VecEnvKind.DUMMY
 
 
 def make_vec_env(
@@ -218,7 +222,7 @@ def make_vec_env(
             autoreset_mode=AutoresetMode.SAME_STEP,
         )
         vector = batched.unwrapped
-        if not isinstance(vector, ReplayVectorEnv):
+        if not isinstance(vector, SchedulingVectorEnv):
             raise TypeError(f"expected dlsched's batched replay env, got {type(vector).__name__}")
         return VecMonitor(BatchedVecEnv(vector, actions))
     factory: Callable[[], gym.Env[np.ndarray, np.ndarray]] = partial(
@@ -231,7 +235,7 @@ def make_vec_env(
         venv = DummyVecEnv([factory] * n_envs)
     if not slot_agents:
         return venv
-    reward_fn = reward_function(reward or default_reward(scenarios[0].kind))
+    reward_fn = telemetry_reward(reward or default_reward(scenarios[0].kind))
     return SlotAgentVecEnv(venv, actions, layout_of(scenarios[0]), reward_fn, own_weight)
 
 

@@ -1,4 +1,4 @@
-"""Training on Ray RLlib: PPO on the natively batched replay environment, on one machine or many.
+"""Training on Ray RLlib: PPO on the batched replay environment, on one machine or many.
 
 ``dlsched train --engine rllib`` (or :func:`train_rllib`) is the way past one machine's cores.
 It needs the ``ray`` extra (``pip install "dlsched[ray]"``); nothing here imports Ray until a
@@ -7,7 +7,7 @@ training starts, so the CLI stays fast without it.
 - **Environment**: RLlib makes it through Gymnasium's registry, as
   ``gym.make_vec("dlsched.envs:dlsched/<Kind>-v0", num_envs, vectorization_mode=
   "vector_entry_point", scenario=..., reward=...)``: each env runner steps ``num_envs`` episodes
-  in one natively batched :class:`~dlsched.envs.replay.vector.ReplayVectorEnv`. The
+  in one batched :class:`~dlsched.envs.scheduling_vector_env.SchedulingVectorEnv`. The
   ``module:id`` form imports ``dlsched.envs`` (which registers the ids) in every Ray worker, on
   every machine. RLlib's ``FlattenObservations`` connector gives its default MLP the
   ``(slots, features)`` observation as one vector; the replay environment's observations are

@@ -1,0 +1,56 @@
+"""The replay engine's own per-job arrays: what it needs beyond what telemetry shows.
+
+:class:`~dlsched.envs.episode_batch.JobArrays` holds what the environment loop reads of every job;
+:class:`PhysicsArrays` holds the rest of the replay model's state, ``(episodes, jobs)`` each,
+allocated and reset in one place with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dlsched.envs.episode_batch import ArrayFields, column
+
+
+@dataclass
+class PhysicsArrays(ArrayFields):
+    """The replay model's per-job state beyond telemetry.
+
+    Attributes:
+        profile_of: the job's workload, an index of the scenario's
+            :class:`~dlsched.envs.replay.profile_table.ProfileTable` (``-1``: padding).
+        demand: cores it keeps busy uncapped.
+        stock: whether it runs stock threading.
+        exponent: its contention exponent ``a``.
+        floor: its contention floor ``f``.
+        bound_scale: the factor on its exponent while its quota throttles it.
+        beside_startup: the most of its efficiency it keeps beside a start-up.
+        boot_demand: cores its start-up keeps busy (0: start-up takes no CPU).
+        resume_s: when its start-up or migration pause ends; ``inf`` otherwise.
+        startup_left: CPU-seconds of start-up still to deliver.
+        unit_start: when its current unit started; NaN before its first.
+        work: units of average work delivered since its first unit started.
+        next_bound: the work at which its current unit completes.
+        final_bound: a training job's work of all its iterations.
+        share: cores it gets now.
+        rate: units of average work per second it makes now.
+    """
+
+    profile_of: np.ndarray = field(metadata=column(-1, np.int64))
+    demand: np.ndarray = field(metadata=column(0.0))
+    stock: np.ndarray = field(metadata=column(False, bool))
+    exponent: np.ndarray = field(metadata=column(0.0))
+    floor: np.ndarray = field(metadata=column(0.0))
+    bound_scale: np.ndarray = field(metadata=column(1.0))
+    beside_startup: np.ndarray = field(metadata=column(1.0))
+    boot_demand: np.ndarray = field(metadata=column(0.0))
+    resume_s: np.ndarray = field(metadata=column(np.inf))
+    startup_left: np.ndarray = field(metadata=column(0.0))
+    unit_start: np.ndarray = field(metadata=column(np.nan))
+    work: np.ndarray = field(metadata=column(0.0))
+    next_bound: np.ndarray = field(metadata=column(np.inf))
+    final_bound: np.ndarray = field(metadata=column(np.inf))
+    share: np.ndarray = field(metadata=column(0.0))
+    rate: np.ndarray = field(metadata=column(0.0))
