@@ -11,7 +11,8 @@ warned about, since the profiles then describe another machine.
 
 The probe runs each workload of the scenario alone, uncapped, in one container of the workload
 image: after its first unit it waits ``settle_s`` and measures its units per second and the
-cores it used over ``window_s`` (:func:`~dlsched.runs.fidelity.contention.measure_window`). The
+cores it used over ``window_s``
+(:func:`~dlsched.runs.fidelity.contention_measurement.measure_window`). The
 ratio of a workload is that rate over its profile's at the same cores. A rescaled profile set
 (:func:`write_rescaled_set`) multiplies each probed workload's throughput by its ratio and
 divides its start-up times by it (a start-up is CPU work too); demands, noise, loss curves and
@@ -44,9 +45,9 @@ from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scen
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import Threading
 from dlsched.runs.fidelity.calibration import HostDescription, plural, significant
-from dlsched.runs.fidelity.contention import (
+from dlsched.runs.fidelity.contention_grid import JobSample
+from dlsched.runs.fidelity.contention_measurement import (
     ENDLESS_ITERATIONS,
-    JobSample,
     measure_window,
     wait_for_first_units,
 )
