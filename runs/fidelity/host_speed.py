@@ -51,7 +51,7 @@ from dlsched.runs.fidelity.contention_measurement import (
     measure_window,
     wait_for_first_units,
 )
-from dlsched.runs.fidelity.validation import Side
+from dlsched.runs.fidelity.validation_sides import Side
 
 #: Version of the ``host-speed.json`` format.
 HOST_SPEED_FORMAT = 1
@@ -505,8 +505,8 @@ class SpeedBracket:
     once the host episodes are done, again; replay runs after, on the profiles rescaled to the
     geometric mean of the two (:func:`between`), and the report says whether the two differed
     (:func:`drift_warning`). It is the model of
-    :func:`~dlsched.runs.fidelity.validation.run_validation` where it is given instead of a
-    :class:`~dlsched.runs.fidelity.validation.Side`.
+    :func:`~dlsched.runs.fidelity.validation_sides.run_validation` where it is given instead of
+    a :class:`~dlsched.runs.fidelity.validation_sides.Side`.
 
     Attributes:
         before: the probe before the host episodes.
