@@ -17,7 +17,7 @@ from dlsched.envs.docker.engine import connect
 from dlsched.envs.errors import UnknownNameError
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
-from dlsched.runs.commands.arguments import output_folder
+from dlsched.runs.commands.argument_types import output_folder
 from dlsched.runs.fidelity.calibration import (
     DEFAULT_LIMITS,
     DEFAULT_OUTPUT_DIR,
