@@ -50,10 +50,10 @@ from dlsched.runs.fidelity.validation_report import (
 )
 from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_sides
 from dlsched.runs.tracking.owners import end_run, owner_tags
+from dlsched.runs.tracking.run_logging import TAG_KIND, log_in_batches
 from dlsched.runs.tracking.store import STORE_ERRORS, first_line
 from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.tracking.tracked_evaluation import EvaluationRequest, evaluate_tracked
-from dlsched.runs.tracking.tracker import TAG_KIND, log_in_batches
 
 
 @dataclass(frozen=True)
