@@ -17,12 +17,12 @@ from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import EpisodeMetrics, EpisodeScore, PolicyIdentity
 from dlsched.runs.evaluation import runners as evaluation_module
-from dlsched.runs.tracking import tracker
+from dlsched.runs.tracking import episode_run
 from dlsched.runs.tracking.compare import compare_stored
 from dlsched.runs.tracking.comparison_run import COMPARE_EXPERIMENT
+from dlsched.runs.tracking.run_logging import TAG_KIND
 from dlsched.runs.tracking.stored_runs import StoredEpisode
 from dlsched.runs.tracking.target import ENV_VAR
-from dlsched.runs.tracking.tracker import TAG_KIND
 
 SCENARIO = "dqoes-resnet50-burst-target40"
 
@@ -91,7 +91,7 @@ def test_compare_reads_the_headline_of_a_store_written_before_it_was_renamed(
     fraction``) hold it as ``episode/satisfied_fraction_mean``: compare reads both."""
     with monkeypatch.context() as before:
         # every episode metric named episode/<name>, as dlsched logged them
-        before.setattr(tracker, "episode_metric_key", lambda name: f"episode/{name}")
+        before.setattr(episode_run, "episode_metric_key", lambda name: f"episode/{name}")
         old = evaluate(capsys, short_scenario, store, "default,dqoes", "--episodes", "2")
     client = MlflowClient(os.environ[ENV_VAR])
     (experiment,) = [e.experiment_id for e in client.search_experiments() if e.name == store]

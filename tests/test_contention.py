@@ -37,16 +37,18 @@ from dlsched.envs.scenarios.model import (
     Scenario,
     WorkerSpec,
 )
-from dlsched.runs.fidelity.contention import (
+from dlsched.runs.fidelity.contention_fit import (
+    fit_contention,
+    fit_exponent,
+    fit_floor_and_exponent,
+    fit_workload_contention,
+)
+from dlsched.runs.fidelity.contention_grid import (
     ContentionMeasurement,
     GridCell,
     JobSample,
     ThreadingMeasurement,
     allocation_limits,
-    fit_contention,
-    fit_exponent,
-    fit_floor_and_exponent,
-    fit_workload_contention,
     recorded_measurement,
 )
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dlsched.envs.errors import BackendError
-from dlsched.runs.bench.contention import ALLOCATIONS, measure_contention
+from dlsched.runs.bench.colocated_progress import ALLOCATIONS, measure_contention
 from dlsched.runs.cli import main as cli_main
-from dlsched.runs.fidelity.contention import allocation_limits
+from dlsched.runs.fidelity.contention_grid import allocation_limits
 
 requires_docker = pytest.mark.docker
 

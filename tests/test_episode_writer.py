@@ -178,7 +178,6 @@ def test_a_writer_silent_with_episodes_in_hand_is_stopped_while_they_are_handed_
     monkeypatch, tmp_path: Path, mlflow_store, scheme: str
 ) -> None:
     from dlsched.runs.evaluation import evaluate
-    from dlsched.runs.tracking import tracker
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = mlflow_store[1] if scheme == "sqlite" else (tmp_path / "mlruns").as_uri()
@@ -189,7 +188,7 @@ def test_a_writer_silent_with_episodes_in_hand_is_stopped_while_they_are_handed_
         held.acquire()
         raise RuntimeError("let go")
 
-    monkeypatch.setattr(tracker, "log_episode_run", deadlocked)
+    monkeypatch.setattr(episode_writer, "log_episode_run", deadlocked)
     results = evaluate(_scenario(LONG_HORIZON_S), [make("default")], range(8), progress=False)
     assert sum(_pickled_size(result) for result in results[1:]) > _pipe_capacity()
     context = episode_writer.EpisodeRunContext(uri, "0", "parent", "evaluation", "0", None, {})
@@ -225,8 +224,6 @@ def test_a_writer_that_only_draws_after_the_store_failed_is_not_taken_for_stuck(
 ) -> None:
     from mlflow.exceptions import MlflowException
 
-    from dlsched.runs.tracking import tracker
-
     monkeypatch.delenv(ENV_VAR, raising=False)
     monkeypatch.chdir(tmp_path)
 
@@ -237,7 +234,7 @@ def test_a_writer_that_only_draws_after_the_store_failed_is_not_taken_for_stuck(
         time.sleep(0.5)  # each episode within the stall timeout, all of them far beyond it
         (folder / "plotted").touch()
 
-    monkeypatch.setattr(tracker, "log_episode_run", refused)
+    monkeypatch.setattr(episode_writer, "log_episode_run", refused)
     monkeypatch.setattr(episode_writer, "plot_episode", slow_plots)
     monkeypatch.setattr(episode_writer, "STALL_TIMEOUT_S", 2.0)
     outcome = _evaluate(
@@ -262,7 +259,6 @@ def test_a_close_cut_short_by_a_signal_is_resumed_and_leaves_no_writer(
 
     from dlsched.runs.evaluation import evaluate
     from dlsched.runs.interruption import Interrupted, interruptible
-    from dlsched.runs.tracking import tracker
 
     let_go = multiprocessing.get_context("fork").Event()  # shared with the forked writer
 
@@ -270,7 +266,7 @@ def test_a_close_cut_short_by_a_signal_is_resumed_and_leaves_no_writer(
         let_go.wait(60)
         raise MlflowException("database is locked")
 
-    monkeypatch.setattr(tracker, "log_episode_run", busy)
+    monkeypatch.setattr(episode_writer, "log_episode_run", busy)
     (result,) = evaluate(_scenario(), [make("default")], [0], progress=False)
     uri = mlflow_store[1]
     context = episode_writer.EpisodeRunContext(uri, "0", "parent", "evaluation", "0", None, {})
@@ -297,20 +293,20 @@ def _deadlock_writer_at(monkeypatch: pytest.MonkeyPatch, policy: str, seed: int)
     held for ever."""
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-    from dlsched.runs.tracking import tracker
+    from dlsched.runs.tracking.run_logging import TAG_EVALUATION, TAG_KIND
 
     held = threading.Lock()
     held.acquire()
-    log_episode_run = tracker.log_episode_run
+    log_episode_run = episode_writer.log_episode_run
 
     def deadlocked(client, experiment_id, parent_run_id, evaluation_id, result, *args, **kwargs):
         if (result.policy.name, result.seed) == (policy, seed):
-            tags = {MLFLOW_PARENT_RUN_ID: parent_run_id, tracker.TAG_KIND: "episode",
-                    tracker.TAG_EVALUATION: evaluation_id}  # fmt: skip
+            tags = {MLFLOW_PARENT_RUN_ID: parent_run_id, TAG_KIND: "episode",
+                    TAG_EVALUATION: evaluation_id}  # fmt: skip
             client.create_run(experiment_id, run_name="stuck", tags=tags)
             held.acquire()
         return log_episode_run(
             client, experiment_id, parent_run_id, evaluation_id, result, *args, **kwargs
         )
 
-    monkeypatch.setattr(tracker, "log_episode_run", deadlocked)
+    monkeypatch.setattr(episode_writer, "log_episode_run", deadlocked)

@@ -25,7 +25,7 @@ from dlsched.runs.fidelity.host_speed import (
     write_host_speed,
     write_rescaled_set,
 )
-from dlsched.runs.fidelity.validation import REPLAY, Side, run_validation
+from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_validation
 
 TRAININGS = ("cnn-digits", "gru-digits", "mlp-digits", "vae-digits")
 

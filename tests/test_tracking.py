@@ -23,9 +23,10 @@ from dlsched.runs.bench.tracking import bench_tracking
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import backend_label, run_episode
 from dlsched.runs.evaluation import runners as evaluation_module
+from dlsched.runs.tracking.episode_run import episode_metric_key
 from dlsched.runs.tracking.provenance import dlsched_version
 from dlsched.runs.tracking.target import DEFAULT_TRACKING_URI, ENV_VAR, resolve_tracking_uri
-from dlsched.runs.tracking.tracker import EvaluationTracker, episode_metric_key
+from dlsched.runs.tracking.tracker import EvaluationTracker
 from dlsched.runs.tracking.trajectory import TRAJECTORY_COLUMNS
 
 SCENARIO = "dqoes-resnet50-burst-target40"

@@ -16,14 +16,12 @@ from dlsched.envs.replay.profile import PROFILES_DIR
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main as cli_main
-from dlsched.runs.fidelity.validation import (
-    REPLAY,
+from dlsched.runs.fidelity.validation_report import render_report
+from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_validation
+from dlsched.runs.fidelity.validation_statistics import (
     ErrorSummary,
     JobComparison,
-    Side,
     ranking_agreement,
-    render_report,
-    run_validation,
     seed_agreement,
 )
 
@@ -157,7 +155,7 @@ def test_error_summary_counts_jobs_finished_on_one_backend_apart():
 
 
 def test_ranking_agreement_says_when_the_order_is_reversed():
-    from dlsched.runs.fidelity.validation import PolicyComparison
+    from dlsched.runs.fidelity.validation_statistics import PolicyComparison
 
     def policies(pairs):
         return [PolicyComparison(f"p{i}", "m", r, h, False) for i, (r, h) in enumerate(pairs)]
@@ -169,7 +167,8 @@ def test_ranking_agreement_says_when_the_order_is_reversed():
 
 
 def test_the_report_says_when_a_backend_ties_every_policy():
-    from dlsched.runs.fidelity.validation import PolicyComparison, ValidationReport
+    from dlsched.runs.fidelity.validation_report import ValidationReport
+    from dlsched.runs.fidelity.validation_statistics import PolicyComparison
 
     values = [("default", 0.889, 0.833), ("equal", 0.889, 0.819), ("dqoes", 0.889, 0.903)]
     policies = tuple(PolicyComparison(name, "m", r, h, False) for name, r, h in values)

@@ -35,11 +35,10 @@ from dlsched.envs.replay.backend import ReplayBackend
 from dlsched.envs.replay.profile import load_profile_set
 from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
-from dlsched.runs.fidelity.contention import (
+from dlsched.runs.fidelity.contention_grid import JobSample, allocation_limits
+from dlsched.runs.fidelity.contention_measurement import (
     ENDLESS_ITERATIONS,
     TRAINING_WORKLOADS,
-    JobSample,
-    allocation_limits,
     measure_window,
     wait_for_first_units,
 )

@@ -13,7 +13,7 @@ import argparse
 
 from dlsched.baselines.registry import baseline_class, defaults, names
 from dlsched.policies.pretrained import pretrained_cards
-from dlsched.runs.commands.arguments import positive_int
+from dlsched.runs.commands.argument_types import positive_int
 from dlsched.runs.parser import ListOption, deprecated_alias
 from dlsched.runs.reproduce.baselines_report import format_report, report
 

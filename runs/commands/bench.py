@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import THREADINGS
-from dlsched.runs.bench.contention import TRAINING_WORKLOADS, measure_contention
+from dlsched.runs.bench.colocated_progress import TRAINING_WORKLOADS, measure_contention
 from dlsched.runs.bench.contention_mix import measure_mix
 from dlsched.runs.bench.defaults import TRACKING_POLICIES, TRACKING_SCENARIO, TRAINING_SCENARIO
 from dlsched.runs.bench.docker_steps import DOCKER_STEP_TARGET_S, bench_docker
@@ -24,7 +24,7 @@ from dlsched.runs.bench.replay import (
     measure_vector_speed,
 )
 from dlsched.runs.bench.replay import DEFAULT_SCENARIO as REPLAY_SCENARIO
-from dlsched.runs.commands.arguments import (
+from dlsched.runs.commands.argument_types import (
     positive_float,
     positive_int,
     positive_ints,

@@ -2,7 +2,8 @@
 
 Without ``--contention`` it measures the profile of each workload named
 (:mod:`dlsched.runs.fidelity.calibration`); with it, the contention grid and the fitted
-contention term (:mod:`dlsched.runs.fidelity.contention`). This module parses and prints.
+contention term (:mod:`dlsched.runs.fidelity.contention_measurement`, fitted by
+:mod:`dlsched.runs.fidelity.contention_fit`). This module parses and prints.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dlsched.envs.docker.engine import connect
 from dlsched.envs.errors import UnknownNameError
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
-from dlsched.runs.commands.arguments import output_folder
+from dlsched.runs.commands.argument_types import output_folder
 from dlsched.runs.fidelity.calibration import (
     DEFAULT_LIMITS,
     DEFAULT_OUTPUT_DIR,
@@ -25,13 +26,13 @@ from dlsched.runs.fidelity.calibration import (
     HostDescription,
     calibrate,
 )
-from dlsched.runs.fidelity.contention import (
+from dlsched.runs.fidelity.contention_fit import write_contention
+from dlsched.runs.fidelity.contention_measurement import (
     DEFAULT_JOB_COUNTS,
     DEFAULT_WORKLOAD,
     TRAINING_WORKLOADS,
     ContentionSettings,
     calibrate_contention,
-    write_contention,
 )
 from dlsched.runs.fidelity.quiet_host import QUIET_CORES
 

@@ -13,7 +13,7 @@ import sys
 from datetime import UTC, datetime
 
 from dlsched.envs.errors import OutputError, TrackingError
-from dlsched.runs.commands.arguments import image_file, tracking_uri
+from dlsched.runs.commands.argument_types import image_file, tracking_uri
 from dlsched.runs.tracking.compare import (
     FORMATS,
     compare_stored,

@@ -16,7 +16,7 @@ import argparse
 
 from dlsched.envs.docker.cleanup import cleanup
 from dlsched.envs.docker.engine import connect, endpoint_url
-from dlsched.runs.commands.arguments import positive_int
+from dlsched.runs.commands.argument_types import positive_int
 from dlsched.runs.parser import ListOption
 
 

@@ -20,7 +20,7 @@ from dlsched.envs.errors import BackendError, PolicyError
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.policies.policy import ParamValue
-from dlsched.runs.commands.arguments import (
+from dlsched.runs.commands.argument_types import (
     local_records_folder,
     output_folder,
     positive_int,

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dlsched.runs.commands.arguments import output_folder, positive_int, seed, tracking_uri
+from dlsched.runs.commands.argument_types import output_folder, positive_int, seed, tracking_uri
 from dlsched.runs.parser import ListOption
 from dlsched.runs.reproduce.claims import CLAIMS_FILE, load_claims
 from dlsched.runs.reproduce.runner import DEFAULT_EXPERIMENT, Options

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dlsched.runs.commands.arguments import tracking_uri
+from dlsched.runs.commands.argument_types import tracking_uri
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

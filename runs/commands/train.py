@@ -15,7 +15,7 @@ from dlsched.envs.backends import BACKENDS
 from dlsched.envs.errors import ArgumentError, PolicyError, TrackingError
 from dlsched.envs.rewards import REWARDS
 from dlsched.policies.agent_actions import ActionMode
-from dlsched.runs.commands.arguments import output_folder, seed, tracking_uri
+from dlsched.runs.commands.argument_types import output_folder, seed, tracking_uri
 from dlsched.runs.parser import ListOption
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 from dlsched.runs.training.config import (

@@ -1,6 +1,8 @@
 """``dlsched validate``: hold the replay model against the real host, job by job.
 
-The comparison is :mod:`dlsched.runs.fidelity.validation`, the tracked run
+The comparison is :mod:`dlsched.runs.fidelity.validation_sides` (its statistics
+:mod:`~dlsched.runs.fidelity.validation_statistics`, its report
+:mod:`~dlsched.runs.fidelity.validation_report`), the tracked run
 :mod:`dlsched.runs.fidelity.validation_run`; this module parses and prints.
 """
 
@@ -17,7 +19,7 @@ from dlsched.envs.errors import BackendError, PolicyError
 from dlsched.envs.replay.profile import profile_set_names
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
-from dlsched.runs.commands.arguments import (
+from dlsched.runs.commands.argument_types import (
     local_records_folder,
     output_folder,
     positive_int,
@@ -25,13 +27,8 @@ from dlsched.runs.commands.arguments import (
     tracking_uri,
 )
 from dlsched.runs.commands.evaluate import parse_settings
-from dlsched.runs.fidelity.validation import (
-    REPLAY,
-    Side,
-    render_report,
-    report_data,
-    run_validation,
-)
+from dlsched.runs.fidelity.validation_report import render_report, report_data
+from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_validation
 from dlsched.runs.parser import ListOption
 from dlsched.runs.policy_specs import build_policies
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT

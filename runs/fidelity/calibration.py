@@ -121,8 +121,9 @@ class CalibrationSettings:
         parts: what is measured (:data:`PARTS`); with fewer than all, the profiles must exist
             in the output folder and only those fields are measured again.
         job_counts: how many copies of a workload run together to fit its own contention curve
-            (``None``: :data:`~dlsched.runs.fidelity.contention.WORKLOAD_JOB_COUNTS` of its
-            kind: up to 6 trainings, whose curve levels off beyond 3, and 2 and 3 services).
+            (``None``: :data:`~dlsched.runs.fidelity.contention_measurement.WORKLOAD_JOB_COUNTS`
+            of its kind: up to 6 trainings, whose curve levels off beyond 3, and 2 and 3
+            services).
     """
 
     limits: tuple[float, ...] = DEFAULT_LIMITS
@@ -164,7 +165,8 @@ def calibrate(
 
     For each workload, in order: its throughput at every limit alone (with its demand, noise
     and loss curve), its start-up (:func:`measure_startup`), then its own contention curve
-    against that throughput (:func:`~dlsched.runs.fidelity.contention.measure_workload_contention`).
+    against that throughput
+    (:func:`~dlsched.runs.fidelity.contention_measurement.measure_workload_contention`).
     The profile is written after each part, so an interrupted calibration keeps what it measured.
 
     Args:
@@ -183,7 +185,10 @@ def calibrate(
             or was measured with another threading.
         BackendError: a run failed or made too little progress.
     """
-    from dlsched.runs.fidelity.contention import WORKLOAD_JOB_COUNTS, measure_workload_contention
+    from dlsched.runs.fidelity.contention_measurement import (
+        WORKLOAD_JOB_COUNTS,
+        measure_workload_contention,
+    )
 
     client = connect(timeout_s=600)
     if not image_present(client):

@@ -11,7 +11,8 @@ warned about, since the profiles then describe another machine.
 
 The probe runs each workload of the scenario alone, uncapped, in one container of the workload
 image: after its first unit it waits ``settle_s`` and measures its units per second and the
-cores it used over ``window_s`` (:func:`~dlsched.runs.fidelity.contention.measure_window`). The
+cores it used over ``window_s``
+(:func:`~dlsched.runs.fidelity.contention_measurement.measure_window`). The
 ratio of a workload is that rate over its profile's at the same cores. A rescaled profile set
 (:func:`write_rescaled_set`) multiplies each probed workload's throughput by its ratio and
 divides its start-up times by it (a start-up is CPU work too); demands, noise, loss curves and
@@ -44,13 +45,13 @@ from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scen
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import Threading
 from dlsched.runs.fidelity.calibration import HostDescription, plural, significant
-from dlsched.runs.fidelity.contention import (
+from dlsched.runs.fidelity.contention_grid import JobSample
+from dlsched.runs.fidelity.contention_measurement import (
     ENDLESS_ITERATIONS,
-    JobSample,
     measure_window,
     wait_for_first_units,
 )
-from dlsched.runs.fidelity.validation import Side
+from dlsched.runs.fidelity.validation_sides import Side
 
 #: Version of the ``host-speed.json`` format.
 HOST_SPEED_FORMAT = 1
@@ -504,8 +505,8 @@ class SpeedBracket:
     once the host episodes are done, again; replay runs after, on the profiles rescaled to the
     geometric mean of the two (:func:`between`), and the report says whether the two differed
     (:func:`drift_warning`). It is the model of
-    :func:`~dlsched.runs.fidelity.validation.run_validation` where it is given instead of a
-    :class:`~dlsched.runs.fidelity.validation.Side`.
+    :func:`~dlsched.runs.fidelity.validation_sides.run_validation` where it is given instead of
+    a :class:`~dlsched.runs.fidelity.validation_sides.Side`.
 
     Attributes:
         before: the probe before the host episodes.

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.telemetry import JobState
 from dlsched.runs.evaluation.records import EpisodeResult
-from dlsched.runs.fidelity.validation import ValidationReport
+from dlsched.runs.fidelity.validation_report import ValidationReport
 
 #: Dots per inch of the saved figures.
 DPI = 110

@@ -41,21 +41,19 @@ from dlsched.runs.fidelity.host_speed import (
     write_host_speed,
 )
 from dlsched.runs.fidelity.quiet_host import QUIET_CORES, sample_load
-from dlsched.runs.fidelity.validation import (
-    REPLAY,
-    Side,
+from dlsched.runs.fidelity.validation_plots import plot_timelines, plot_twins
+from dlsched.runs.fidelity.validation_report import (
     ValidationReport,
     build_report,
     render_report,
     report_data,
-    run_sides,
 )
-from dlsched.runs.fidelity.validation_plots import plot_timelines, plot_twins
+from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_sides
 from dlsched.runs.tracking.owners import end_run, owner_tags
+from dlsched.runs.tracking.run_logging import TAG_KIND, log_in_batches
 from dlsched.runs.tracking.store import STORE_ERRORS, first_line
 from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.tracking.tracked_evaluation import EvaluationRequest, evaluate_tracked
-from dlsched.runs.tracking.tracker import TAG_KIND, log_in_batches
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from dlsched.runs.reproduce.report import (
     results_data,
 )
 from dlsched.runs.reproduce.runner import Options, Reproduction, reproduce
-from dlsched.runs.reproduce.tracking import (
+from dlsched.runs.reproduce.tracked_reproduction import (
     DEFAULT_EXPERIMENT,
     TrackedReproduction,
     track_reproduction,

@@ -32,10 +32,11 @@ from dlsched.envs.errors import TrackingError
 from dlsched.runs.evaluation.metrics import PRIMARY_METRIC
 from dlsched.runs.interruption import deferred
 from dlsched.runs.tracking.compare import ScenarioComparison, comparison_data, render_table
+from dlsched.runs.tracking.episode_run import HEADLINE_KEYS
 from dlsched.runs.tracking.owners import end_run, owner_tags
+from dlsched.runs.tracking.run_logging import TAG_KIND, log_in_batches
 from dlsched.runs.tracking.store import STORE_ERRORS, experiment_id, first_line
 from dlsched.runs.tracking.target import TrackingTarget
-from dlsched.runs.tracking.tracker import HEADLINE_KEYS, TAG_KIND, log_in_batches
 
 #: The experiment of the comparison runs.
 COMPARE_EXPERIMENT = "dlsched-compare"
@@ -47,7 +48,7 @@ _UNSAFE = re.compile(r"[^\w\-. /:]")
 
 def headline_metrics(comparisons: Sequence[ScenarioComparison]) -> list[Metric]:
     """Every row's headline: ``<headline>/<scenario>/<policy label>`` (its name in
-    :data:`~dlsched.runs.tracking.tracker.HEADLINE_KEYS`)."""
+    :data:`~dlsched.runs.tracking.episode_run.HEADLINE_KEYS`)."""
     now_ms = int(time.time() * 1000)
     metrics = []
     for comparison in comparisons:

@@ -6,7 +6,7 @@ more. Done between the episodes, they made a tracked evaluation over 20 times sl
 untracked one. The writer takes them off the episodes' path: the evaluation hands each finished
 episode over (:meth:`EpisodeWriter.submit`) and runs the next one while the writer draws the
 episode's plots (when asked) and logs it as a child run
-(:func:`~dlsched.runs.tracking.tracker.log_episode_run`); :meth:`EpisodeWriter.replies` and
+(:func:`~dlsched.runs.tracking.episode_run.log_episode_run`); :meth:`EpisodeWriter.replies` and
 :meth:`EpisodeWriter.close` say what became of each.
 
 The evaluation never waits for the writer between episodes:
@@ -73,6 +73,7 @@ from sqlalchemy import event
 
 from dlsched.runs.evaluation.records import DEFAULT_POLICY, EpisodeResult
 from dlsched.runs.interruption import deferred
+from dlsched.runs.tracking.episode_run import log_episode_run
 from dlsched.runs.tracking.plots import plot_episode
 from dlsched.runs.tracking.store import STORE_ERRORS, first_line
 from dlsched.runs.tracking.trajectory import episode_name
@@ -504,8 +505,6 @@ def _write(
     log: bool,
 ) -> Reply:
     """Draw one episode's plots and log it, as the job and the writer's state say; the reply."""
-    from dlsched.runs.tracking.tracker import log_episode_run  # the tracker imports this module
-
     result = job.result
     name = episode_name(result.policy, result.seed)
     try:

@@ -25,8 +25,8 @@ from mlflow.entities import Metric
 from stable_baselines3.common.logger import KVWriter
 
 from dlsched.envs.errors import TrackingError
+from dlsched.runs.tracking.run_logging import MAX_METRICS_PER_CALL, log_in_batches
 from dlsched.runs.tracking.store import STORE_ERRORS, first_line
-from dlsched.runs.tracking.tracker import MAX_METRICS_PER_CALL, log_in_batches
 
 #: The name by which ``logger.record(key, value, exclude=...)`` keeps a value out of MLflow.
 FORMAT_NAME = "mlflow"

@@ -13,13 +13,13 @@ from dlsched.envs.errors import TrackingError, UnknownNameError
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.evaluation.metrics import EpisodeMetrics
 from dlsched.runs.evaluation.records import EpisodeScore, PolicyIdentity, backend_label
-from dlsched.runs.tracking.tracker import (
+from dlsched.runs.tracking.episode_run import (
     BACKEND_PARAM_PREFIX,
     EPISODE_METRIC_PREFIX,
-    TAG_KIND,
     TAG_POLICY_PARAMS,
     episode_metric_key,
 )
+from dlsched.runs.tracking.run_logging import TAG_KIND
 
 
 @dataclass(frozen=True)

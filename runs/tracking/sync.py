@@ -30,19 +30,14 @@ from mlflow.entities import Metric, Run, ViewType
 
 from dlsched.envs.errors import TrackingError
 from dlsched.runs.evaluation.summaries import summarise
+from dlsched.runs.tracking.episode_run import log_episode_run
 from dlsched.runs.tracking.owners import end_run
 from dlsched.runs.tracking.plots import TIMELINE_FILE
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
+from dlsched.runs.tracking.run_logging import TAG_DEGRADED, TAG_EVALUATION, TAG_KIND, log_in_batches
 from dlsched.runs.tracking.store import STORE_ERRORS, connect, first_line
 from dlsched.runs.tracking.target import resolve_tracking_uri
-from dlsched.runs.tracking.tracker import (
-    TAG_DEGRADED,
-    TAG_EVALUATION,
-    TAG_KIND,
-    log_episode_run,
-    log_in_batches,
-    summary_metrics,
-)
+from dlsched.runs.tracking.tracker import summary_metrics
 from dlsched.runs.tracking.trajectory import (
     SCENARIO_FILE,
     EvaluationFolder,

@@ -12,9 +12,10 @@ Layout in the store (docs/tracking.md, "Runs and tracking"):
   table, the scenario file, the episode record, and its plots when asked for) logged from the
   local episode folder of :mod:`dlsched.runs.tracking.trajectory`, which is written first.
 
-The episode runs are logged by an :class:`~dlsched.runs.tracking.episode_writer.EpisodeWriter`
-beside the episodes, so that the evaluation does not wait for the store between them; the
-parent run waits for it before its summary.
+The episode runs (:mod:`~dlsched.runs.tracking.episode_run`) are logged by an
+:class:`~dlsched.runs.tracking.episode_writer.EpisodeWriter` beside the episodes, so that the
+evaluation does not wait for the store between them; the parent run waits for it before its
+summary.
 
 Metrics and params go through :meth:`MlflowClient.log_batch` within MLflow's limits (1000
 metrics, 100 params or tags, 1000 entities a call); one call per point costs about 5 ms.
@@ -30,7 +31,6 @@ goes on untracked with every episode on disk, and ``dlsched runs sync <folder>``
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 import shutil
 import sys
@@ -42,17 +42,17 @@ from types import TracebackType
 from urllib.parse import urlparse
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunTag
-from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
-from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
+from mlflow.entities import Metric
+from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 
 from dlsched.envs.errors import TrackingError
 from dlsched.envs.scenarios.file_format import dump_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
-from dlsched.runs.evaluation.metrics import PRIMARY_METRIC, EpisodeMetrics
-from dlsched.runs.evaluation.records import EpisodeResult, PolicyIdentity, StepRecord
+from dlsched.runs.evaluation.metrics import PRIMARY_METRIC
+from dlsched.runs.evaluation.records import EpisodeResult, PolicyIdentity
 from dlsched.runs.evaluation.summaries import PolicySummary
 from dlsched.runs.interruption import deferred
+from dlsched.runs.tracking.episode_run import HEADLINE_KEYS, TAG_INCIDENTS, backend_params
 from dlsched.runs.tracking.episode_writer import (
     EpisodeHandled,
     EpisodeJob,
@@ -64,129 +64,17 @@ from dlsched.runs.tracking.episode_writer import (
 from dlsched.runs.tracking.owners import TAG_ENDED_BY, end_run, owner_tags
 from dlsched.runs.tracking.plots import TIMELINE_FILE, plot_timeline, timeline_values
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
+from dlsched.runs.tracking.run_logging import TAG_EVALUATION, TAG_KIND, log_in_batches
 from dlsched.runs.tracking.server_watch import ServerWatch
 from dlsched.runs.tracking.store import STORE_ERRORS, experiment_id, first_line
 from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.tracking.trajectory import EvaluationFolder, TrackingRecord, episode_name
-
-#: MLflow's batch limits (mlflow.utils.validation).
-MAX_METRICS_PER_CALL = 1000
-MAX_PARAMS_PER_CALL = 100
-MAX_ENTITIES_PER_CALL = 1000
-
-TAG_KIND = "dlsched.kind"  # "evaluation" on parent runs, "episode" on child runs
-TAG_EVALUATION = "dlsched.evaluation"
-TAG_POLICY_PARAMS = "dlsched.policy_params"  # the parameters as typed JSON
-TAG_DEGRADED = "dlsched.degraded"  # "true" on a run whose tracking failed and was synced later
-TAG_INCIDENTS = "dlsched.incidents"  # what the backend reported that makes the figures doubtful
-#: MLflow's limit on a tag's value is 8000 characters.
-MAX_TAG_CHARS = 8000
-EPISODE_METRIC_PREFIX = "episode/"
-#: The MLflow names of the headline metrics (:data:`~dlsched.runs.evaluation.PRIMARY_METRIC`)
-#: of the episode runs, and the prefix of the parent's and the comparison's: capitalised and
-#: spelt out, because MLflow's run table orders metric columns by code point, capitals before
-#: lower case, and every other metric is lower case: so the headline is the first column. Episode
-#: runs logged by earlier versions hold it as ``episode/<name>``; ``compare`` reads both.
-HEADLINE_KEYS: Mapping[str, str] = {
-    PRIMARY_METRIC[JobKind.INFERENCE]: "Satisfied fraction",
-    PRIMARY_METRIC[JobKind.TRAINING]: "Mean completion s",
-}
-BACKEND_PARAM_PREFIX = "backend."  # one param per backend option: backend.workload_threading
 
 
 def new_evaluation_id(scenario: Scenario) -> str:
     """A unique evaluation id: ``<scenario>-<UTC date-time>-<random hex>``."""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     return f"{scenario.name}-{stamp}-{secrets.token_hex(3)}"
-
-
-# ---------------------------------------------------------------------------------- writing
-
-
-def backend_params(options: Mapping[str, str]) -> dict[str, str]:
-    """The params of a backend's options: ``backend.<option>``, read back by :func:`_stored`."""
-    return {BACKEND_PARAM_PREFIX + key: str(value) for key, value in options.items()}
-
-
-def episode_params(
-    result: EpisodeResult, evaluation_id: str, version: str, commit: str | None
-) -> dict[str, str]:
-    """The params of an episode's run."""
-    params = {
-        "policy": result.policy.name,
-        **{f"policy.{key}": str(value) for key, value in result.policy.params},
-        "scenario": result.scenario.name,
-        "scenario.hash": result.scenario.content_hash(),
-        "scenario.kind": result.scenario.kind.value,
-        "backend": result.backend,
-        **backend_params(result.backend_options),
-        "seed": str(result.seed),
-        "evaluation": evaluation_id,
-        "dlsched.version": version,
-    }
-    if commit is not None:
-        params["git.commit"] = commit
-    return params
-
-
-def step_metrics(kind: JobKind, step: StepRecord) -> dict[str, float]:
-    """The per-step metrics of one step, by MLflow metric name (MLflow's step is the step).
-
-    Each point costs the store about 100 us of this process's time, more than a replay step,
-    so one series is a metric: the headline over time (satisfied services, or jobs finished),
-    which MLflow's chart view draws for the runs side by side. Everything else of every step
-    (time, active jobs, the limits' total, reward, the sizes of DQoES's sets G and B, ``Q_G``,
-    ``Q_B``) is in the episode's ``episode.json`` artifact, and each container's in
-    ``trajectory.csv``.
-    """
-    if kind is JobKind.INFERENCE:
-        return {"satisfied": float(step.satisfied)}
-    return {"finished_jobs": float(step.finished_jobs)}
-
-
-def episode_metric_key(name: str) -> str:
-    """The MLflow name of an :class:`EpisodeMetrics` field: its headline name for the headline
-    (:data:`HEADLINE_KEYS`), ``episode/<name>`` for the others."""
-    return HEADLINE_KEYS.get(name, EPISODE_METRIC_PREFIX + name)
-
-
-def episode_metrics_by_name(metrics: EpisodeMetrics) -> dict[str, float]:
-    """The per-episode metrics that have a value, by MLflow metric name."""
-    return {episode_metric_key(name): value for name, value in metrics.defined().items()}
-
-
-def log_in_batches(
-    client: MlflowClient,
-    run_id: str,
-    metrics: Sequence[Metric] = (),
-    params: Mapping[str, str] | None = None,
-    tags: Mapping[str, str] | None = None,
-) -> None:
-    """Log metrics, params and tags in as few ``log_batch`` calls as MLflow's limits allow.
-
-    Each call is a transaction of the store (a few milliseconds on sqlite whatever it holds), so
-    params, tags and metrics share calls: an episode's run is one call.
-    """
-    param_list = [Param(key, value) for key, value in (params or {}).items()]
-    tag_list = [RunTag(key, value) for key, value in (tags or {}).items()]
-    metric_list = list(metrics)
-    while param_list or tag_list or metric_list:
-        params_chunk, param_list = (
-            param_list[:MAX_PARAMS_PER_CALL],
-            param_list[MAX_PARAMS_PER_CALL:],
-        )
-        tags_chunk, tag_list = tag_list[:MAX_PARAMS_PER_CALL], tag_list[MAX_PARAMS_PER_CALL:]
-        room = min(
-            MAX_METRICS_PER_CALL, MAX_ENTITIES_PER_CALL - len(params_chunk) - len(tags_chunk)
-        )
-        metrics_chunk, metric_list = metric_list[:room], metric_list[room:]
-        client.log_batch(
-            run_id,
-            metrics=metrics_chunk,
-            params=params_chunk,
-            tags=tags_chunk,
-            synchronous=True,
-        )
 
 
 class EvaluationTracker:
@@ -496,83 +384,3 @@ def summary_metrics(summaries: Sequence[PolicySummary], kind: JobKind) -> list[M
         for summary in summaries
         if (mean := summary.metric(primary).estimate.mean) is not None
     ]
-
-
-def log_episode_run(
-    client: MlflowClient,
-    experiment_id: str,
-    parent_run_id: str,
-    evaluation_id: str,
-    result: EpisodeResult,
-    episode_dir: Path,
-    version: str,
-    commit: str | None,
-    extra_tags: Mapping[str, str] | None = None,
-) -> str:
-    """Log one episode as a child run of ``parent_run_id``; its run id.
-
-    The run is ended whatever happens: ``FINISHED`` once everything is logged, ``KILLED`` if a
-    signal cuts the logging short, ``FAILED`` if the store refuses part of it.
-    """
-    tags = {
-        MLFLOW_PARENT_RUN_ID: parent_run_id,
-        TAG_KIND: "episode",
-        TAG_EVALUATION: evaluation_id,
-        TAG_POLICY_PARAMS: json.dumps(dict(result.policy.params)),
-        **owner_tags(),
-        **(extra_tags or {}),
-    }
-    if result.incidents:
-        tags[TAG_INCIDENTS] = "\n".join(result.incidents)[:MAX_TAG_CHARS]
-    if commit is not None:
-        tags[MLFLOW_GIT_COMMIT] = commit
-    name = episode_name(result.policy, result.seed)
-    # A signal waits until the episode's run is logged and ended: cut in the middle of MLflow's
-    # writes, it left the run RUNNING (its id never returned) or a transaction half-done.
-    with deferred():
-        return _log_episode(
-            client, experiment_id, name, tags, result, episode_dir, evaluation_id, version, commit
-        )
-
-
-def _log_episode(
-    client: MlflowClient,
-    experiment_id: str,
-    name: str,
-    tags: Mapping[str, str],
-    result: EpisodeResult,
-    episode_dir: Path,
-    evaluation_id: str,
-    version: str,
-    commit: str | None,
-) -> str:
-    run = client.create_run(experiment_id, run_name=name, tags=dict(tags))
-    run_id: str = run.info.run_id
-    status = "FAILED"
-    try:
-        now_ms = int(time.time() * 1000)
-        metrics = [
-            Metric(key, value, now_ms, step.step)
-            for step in result.steps
-            for key, value in step_metrics(result.scenario.kind, step).items()
-        ]
-        metrics += [
-            Metric(key, value, now_ms, 0)
-            for key, value in episode_metrics_by_name(result.metrics).items()
-        ]
-        params = episode_params(result, evaluation_id, version, commit)
-        log_in_batches(client, run_id, metrics, params)
-        # the repository of the run just created: client.log_artifacts(run_id) reads the run
-        # back to find it (8 ms, a sixth of the episode's logging on sqlite)
-        artifacts = get_artifact_repository(run.info.artifact_uri, tracking_uri=client.tracking_uri)
-        artifacts.log_artifacts(str(episode_dir))
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        # a store that refused the logging may refuse this too; the owner tags let a later
-        # command end the run then
-        with contextlib.suppress(*STORE_ERRORS):
-            end_run(client, run_id, status)
-    return run_id

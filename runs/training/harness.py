@@ -65,10 +65,10 @@ from dlsched.policies.normalization import slot_normalizer
 from dlsched.runs.tracking.kvwriter import MlflowKVWriter
 from dlsched.runs.tracking.owners import end_run, owner_tags
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
+from dlsched.runs.tracking.run_logging import TAG_KIND, log_in_batches
 from dlsched.runs.tracking.store import STORE_ERRORS, first_line
 from dlsched.runs.tracking.store import experiment_id as store_experiment_id
 from dlsched.runs.tracking.target import TrackingTarget
-from dlsched.runs.tracking.tracker import TAG_KIND, log_in_batches
 from dlsched.runs.tracking.trajectory import TrackingRecord
 from dlsched.runs.training.callbacks import ProgressBar, RolloutQoE, Validation, ValidationRecord
 from dlsched.runs.training.config import TrainingConfig

@@ -65,9 +65,9 @@ from dlsched.policies.mlflow_model import save_mlflow_model
 from dlsched.runs.evaluation.runners import ENV_IDS
 from dlsched.runs.tracking.owners import end_run
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
+from dlsched.runs.tracking.run_logging import log_in_batches
 from dlsched.runs.tracking.store import STORE_ERRORS, first_line
 from dlsched.runs.tracking.target import TrackingTarget
-from dlsched.runs.tracking.tracker import log_in_batches
 from dlsched.runs.training.config import RllibConfig
 from dlsched.runs.training.environments import default_reward, layout_of
 from dlsched.runs.training.harness import (

@@ -29,10 +29,10 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
 from dlsched.envs.errors import TrackingError
 from dlsched.runs.reproduce.report import counts
 from dlsched.runs.reproduce.runner import DEFAULT_EXPERIMENT, ClaimResult, Reproduction
+from dlsched.runs.tracking.run_logging import TAG_KIND, log_in_batches
 from dlsched.runs.tracking.store import STORE_ERRORS, first_line
 from dlsched.runs.tracking.store import experiment_id as store_experiment_id
 from dlsched.runs.tracking.target import TrackingTarget
-from dlsched.runs.tracking.tracker import TAG_KIND, log_in_batches
 
 TAG_VERDICT = "dlsched.verdict"
 TAG_REASON = "dlsched.reason"

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from dlsched.envs.docker.engine import engine_cores
 from dlsched.envs.errors import BackendError
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
-from dlsched.runs.fidelity.contention import (
-    ALLOCATION_HELP,
+from dlsched.runs.fidelity.contention_grid import ALLOCATION_HELP
+from dlsched.runs.fidelity.contention_measurement import (
     TRAINING_WORKLOADS,
     check_grid_arguments,
     measure_grid,
@@ -144,7 +144,8 @@ def measure_contention(
     """Measure the jobs' progress under each allocation, for each threading.
 
     It is one cell of ``dlsched calibrate --contention``'s grid per allocation
-    (:func:`dlsched.runs.fidelity.contention.measure_grid`), reported in "alone jobs".
+    (:func:`dlsched.runs.fidelity.contention_measurement.measure_grid`), reported in "alone
+    jobs".
 
     Args:
         workload: a training workload of the image.

@@ -1,0 +1,274 @@
+"""``dlsched validate``'s report: what a validation found, as a table and as JSON data.
+
+:func:`build_report` pairs the model's episodes with the reference's by policy and seed and
+gathers the statistics of :mod:`~dlsched.runs.fidelity.validation_statistics` into a
+:class:`ValidationReport`: every job compared, every policy's primary metric on both sides, the
+errors over all jobs and over the policies *held out* of calibration apart (CausalSim's
+discipline: calibrate on some policies, validate on others), the agreement of the two rankings,
+each policy over time, the host's own spread where every seed draws the same jobs, and where
+each workload's errors come from. :func:`render_report` prints it, :func:`report_data` is its
+JSON form (``--json``, ``validation.json``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dlsched.envs.scenarios.model import JobKind, Scenario
+from dlsched.runs.evaluation.metrics import PRIMARY_METRIC, metrics_for
+from dlsched.runs.evaluation.records import EpisodeResult
+from dlsched.runs.fidelity.validation_statistics import (
+    ErrorSummary,
+    JobComparison,
+    PolicyComparison,
+    SeedAgreement,
+    Timeline,
+    WorkloadAttribution,
+    attribution,
+    compare_episode,
+    compare_policies,
+    ranking_agreement,
+    same_jobs_every_seed,
+    seed_agreement,
+    timelines,
+)
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """What ``dlsched validate`` found.
+
+    Attributes:
+        scenario: the scenario's name.
+        kind: its kind.
+        seeds: the seeds every policy ran on both backends.
+        jobs: every job of every episode, compared.
+        policies: every policy's primary metric on both backends.
+        all_jobs: the errors over every job.
+        held_out_jobs: the errors over the held-out policies' jobs (``None`` if none is).
+        kendall_tau: Kendall's tau between the policies' order on the two backends (``None``
+            with fewer than two policies or an undefined metric).
+        same_ranking: whether the two backends order the policies the same.
+        timelines: per policy, its satisfied fraction or jobs finished over time.
+        sides: the labels of the model's side and the reference's (``replay``, ``docker``).
+        warnings: what makes the comparison less trustworthy (another host than the
+            profiles', a busy host, ...).
+        seed_agreement: where every seed draws the same jobs, how their reruns agree
+            (``None`` otherwise, or with one seed).
+        attribution: per workload, whether its errors come from the CPU its jobs got or from
+            the progress a CPU-second bought them.
+    """
+
+    scenario: str
+    kind: JobKind
+    seeds: tuple[int, ...]
+    jobs: tuple[JobComparison, ...]
+    policies: tuple[PolicyComparison, ...]
+    all_jobs: ErrorSummary
+    held_out_jobs: ErrorSummary | None
+    kendall_tau: float | None
+    same_ranking: bool | None
+    timelines: tuple[Timeline, ...] = ()
+    sides: tuple[str, str] = ("replay", "docker")
+    warnings: tuple[str, ...] = ()
+    seed_agreement: SeedAgreement | None = None
+    attribution: tuple[WorkloadAttribution, ...] = ()
+
+
+def build_report(
+    scenario: Scenario,
+    replay: Sequence[EpisodeResult],
+    host: Sequence[EpisodeResult],
+    held_out: Sequence[str] = (),
+    warnings: Sequence[str] = (),
+    sides: tuple[str, str] = ("replay", "docker"),
+) -> ValidationReport:
+    """The report of a validation from its episodes on both backends (paired by policy and seed).
+
+    Raises:
+        ValueError: an episode on one backend has no twin on the other.
+    """
+    host_by_key = {(result.policy.name, result.seed): result for result in host}
+    if set(host_by_key) != {(result.policy.name, result.seed) for result in replay}:
+        raise ValueError("the replay and host episodes are not the same policies and seeds")
+    jobs = tuple(
+        comparison
+        for result in replay
+        for comparison in compare_episode(
+            result, host_by_key[(result.policy.name, result.seed)], result.policy.name in held_out
+        )
+    )
+    policies = compare_policies(replay, host, held_out)
+    spec = next(s for s in metrics_for(scenario.kind) if s.name == PRIMARY_METRIC[scenario.kind])
+    tau, same = ranking_agreement(policies, spec.higher_is_better)
+    held = [job for job in jobs if job.held_out]
+    return ValidationReport(
+        scenario=scenario.name,
+        kind=scenario.kind,
+        seeds=tuple(dict.fromkeys(result.seed for result in replay)),
+        jobs=jobs,
+        policies=policies,
+        all_jobs=ErrorSummary.of(jobs),
+        held_out_jobs=ErrorSummary.of(held) if held else None,
+        kendall_tau=tau,
+        same_ranking=same,
+        timelines=timelines(replay, host),
+        sides=sides,
+        warnings=tuple(warnings),
+        seed_agreement=seed_agreement(jobs) if same_jobs_every_seed(scenario) else None,
+        attribution=attribution(jobs),
+    )
+
+
+def render_report(report: ValidationReport) -> str:
+    """The report as a plain-text table: per policy, then the summary, then the warnings."""
+    model, reference = report.sides
+    seeds = ", ".join(str(seed) for seed in report.seeds)
+    measure = "completion time" if report.kind is JobKind.TRAINING else "median batch latency"
+    inference = report.kind is JobKind.INFERENCE
+    over_time = "satisfied" if inference else "finished"
+    over_time_measure = "satisfied fraction" if inference else "jobs finished"
+    gaps = {timeline.policy: timeline.mean_gap for timeline in report.timelines}
+    lines = [
+        f"{report.scenario}: {model} against {reference}, seeds {seeds}; per job, {measure}; "
+        f"error = ({model} - {reference}) / {reference}",
+        f"  {'policy':18} {'jobs':>4} {'median |err|':>12} {'max |err|':>10}  "
+        f"{'replay':>10} {'host':>10} {'err':>8}  {over_time + ' gap':>14}",
+    ]
+    for policy in report.policies:
+        jobs = [job for job in report.jobs if job.policy == policy.policy]
+        summary = ErrorSummary.of(jobs)
+        name = policy.policy + (" (held out)" if policy.held_out else "")
+        gap = gaps.get(policy.policy)
+        lines.append(
+            f"  {name:18} {summary.jobs:4d} {_percent(summary.median):>12} "
+            f"{_percent(summary.max):>10}  {_number(policy.replay):>10} {_number(policy.host):>10} "
+            f"{_percent(policy.relative_error, signed=True):>8}  {_number(gap):>14}"
+        )
+    metric = report.policies[0].metric if report.policies else ""
+    lines.append(
+        f"  (replay, host: each policy's {metric}, mean over the seeds; {over_time} gap: mean "
+        f"|replay - host| of the {over_time_measure} over the steps)"
+    )
+    lines.append(
+        f"all jobs: median |error| {_percent(report.all_jobs.median)}, max "
+        f"{_percent(report.all_jobs.max)} over {report.all_jobs.jobs} jobs; replay / host "
+        f"median {_number(report.all_jobs.median_ratio)}"
+        + (
+            f" ({report.all_jobs.missing} finished on one backend only)"
+            if report.all_jobs.missing
+            else ""
+        )
+    )
+    if report.held_out_jobs is not None:
+        lines.append(
+            f"held-out policies' jobs: median |error| {_percent(report.held_out_jobs.median)}, "
+            f"max {_percent(report.held_out_jobs.max)} over {report.held_out_jobs.jobs} jobs"
+        )
+    if report.seed_agreement is not None:
+        lines.extend(_seed_agreement_lines(report.seed_agreement))
+    if report.kind is JobKind.INFERENCE:
+        distances = [
+            job.latency_distance_s for job in report.jobs if job.latency_distance_s is not None
+        ]
+        if distances:
+            lines.append(
+                f"latency distributions: median Wasserstein-1 distance "
+                f"{statistics.median(distances):.2f} s per job"
+            )
+    if report.kendall_tau is not None:
+        replay_order = _order(report, "replay")
+        host_order = _order(report, "host")
+        verdict = "the same order" if report.same_ranking else "DIFFERENT orders"
+        lines.append(
+            f"ranking: Kendall tau {report.kendall_tau:+.2f}, {verdict}: replay "
+            f"{' > '.join(replay_order)}; host {' > '.join(host_order)}"
+        )
+    elif report.same_ranking is not None:
+        # Kendall's tau is undefined when a backend gives every policy the same value.
+        sides = [
+            f"{side} ties every policy at {getattr(report.policies[0], side):.3g}"
+            if len({getattr(p, side) for p in report.policies}) == 1
+            else f"{side} {' > '.join(_order(report, side))}"
+            for side in ("replay", "host")
+        ]
+        lines.append(f"ranking: undefined: {'; '.join(sides)}")
+    if report.attribution:
+        lines.append(
+            "where it comes from, per workload (median over its jobs of replay / host): the "
+            "cores its jobs used, and the progress a core-second bought them"
+        )
+        lines.extend(
+            f"  {item.workload:18} {item.jobs:4d} jobs   cores x{item.cores_ratio:.2f}   "
+            f"progress per core-second x{item.progress_ratio:.2f}"
+            for item in report.attribution
+        )
+    lines.extend(f"warning: {warning}" for warning in report.warnings)
+    return "\n".join(lines)
+
+
+def _seed_agreement_lines(agreement: SeedAgreement) -> list[str]:
+    """The report's lines on the host's reruns, where every seed draws the same jobs."""
+    lines = [
+        f"the same jobs on every seed: a host job is {_percent(agreement.host_spread)} from "
+        f"its mean over the {agreement.seeds} seeds (median; replay "
+        f"{_percent(agreement.replay_spread)}); each job's mean over the seeds against the "
+        f"host's: median |error| {_percent(agreement.mean_jobs.median)}, max "
+        f"{_percent(agreement.mean_jobs.max)} over {agreement.mean_jobs.jobs} jobs"
+    ]
+    pairs, floor = agreement.host_against_host, agreement.best_prediction
+    if pairs.jobs:
+        lines.append(
+            f"the host against itself (each rerun of a job against every other, as replay is "
+            f"held against the host): median |error| {_percent(pairs.median)}, max "
+            f"{_percent(pairs.max)} over {pairs.jobs} pairs; so the best one prediction per "
+            f"job can do against all its reruns is median |error| {_percent(floor.median)}, "
+            f"max {_percent(floor.max)}: the floor under replay's errors above"
+        )
+    return lines
+
+
+def _order(report: ValidationReport, side: str) -> list[str]:
+    spec = next(s for s in metrics_for(report.kind) if s.name == PRIMARY_METRIC[report.kind])
+    sign = -1.0 if spec.higher_is_better else 1.0
+    ranked = sorted(report.policies, key=lambda p: sign * float(getattr(p, side)))
+    return [p.policy for p in ranked]
+
+
+def _percent(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 100:+.1f}%" if signed else f"{value * 100:.1f}%"
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def report_data(report: ValidationReport) -> dict[str, object]:
+    """The report as JSON data (what ``--json`` prints and ``validation.json`` holds)."""
+    return {
+        "scenario": report.scenario,
+        "kind": report.kind.value,
+        "seeds": list(report.seeds),
+        "all_jobs": dataclasses.asdict(report.all_jobs),
+        "held_out_jobs": (
+            dataclasses.asdict(report.held_out_jobs) if report.held_out_jobs is not None else None
+        ),
+        "kendall_tau": report.kendall_tau,
+        "same_ranking": report.same_ranking,
+        "sides": list(report.sides),
+        "timelines": [dataclasses.asdict(t) | {"mean_gap": t.mean_gap} for t in report.timelines],
+        "policies": [
+            dataclasses.asdict(p) | {"relative_error": p.relative_error} for p in report.policies
+        ],
+        "jobs": [dataclasses.asdict(j) | {"relative_error": j.relative_error} for j in report.jobs],
+        "warnings": list(report.warnings),
+        "seed_agreement": (
+            dataclasses.asdict(report.seed_agreement) if report.seed_agreement is not None else None
+        ),
+        "attribution": [dataclasses.asdict(item) for item in report.attribution],
+    }
