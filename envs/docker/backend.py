@@ -4,7 +4,8 @@ Every job runs in its own container of the workload image
 (``python -m dlsched_workloads <workload> ...``). The backend
 
 - starts containers with the labels ``dlsched.managed=1``, ``dlsched.episode=<uuid>`` and
-  ``dlsched.job=<job id>``, and lists, updates or removes only containers that carry them;
+  ``dlsched.job=<job id>``, and lists, updates or removes only containers that carry them
+  (:mod:`dlsched.envs.docker.containers`);
 - labels every container with its owner process (``dlsched.owner.host``, ``.pid``, ``.started``:
   :class:`~dlsched.envs.owner.ProcessOwner`), so that ``dlsched docker cleanup`` removes only the
   containers of processes that are gone, never those of a live episode;
@@ -19,10 +20,10 @@ Every job runs in its own container of the workload image
   (removed by someone else) is also an incident of the episode (:meth:`DockerBackend.incidents`),
   so that its figures are not trusted silently;
 - removes its containers on :meth:`~DockerBackend.close`, on the next
-  :meth:`~DockerBackend.reset`, at interpreter exit and on SIGINT/SIGTERM, one after another
-  (a thread pool refuses work at interpreter exit), and a signal that arrives during that
-  removal waits for its end. What a killed process leaves behind, ``dlsched docker cleanup``
-  removes;
+  :meth:`~DockerBackend.reset`, at interpreter exit and on SIGINT/SIGTERM
+  (:mod:`dlsched.envs.docker.interruption`), one after another (a thread pool refuses work at
+  interpreter exit), and a signal that arrives during that removal waits for its end. What a
+  killed process leaves behind, ``dlsched docker cleanup`` removes;
 - reports the jobs of an engine that stops answering mid-episode as ``FAILED`` (an incident of
   the episode) while the other engines' workers go on, as a cluster goes on without a lost host;
   when no engine of the episode answers any more, it raises
@@ -40,22 +41,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import dataclasses
 import logging
 import math
-import os
 import posixpath
-import signal
 import threading
 import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any, ClassVar
 
 import docker
@@ -66,8 +62,18 @@ import requests
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.cgroup import DEFAULT_CGROUP_ROOT, CpuUsageFile, find_cpu_usage_file
-from dlsched.envs.docker.container_output import ContainerOutput, Progress
+from dlsched.envs.docker.container_output import ContainerOutput
+from dlsched.envs.docker.containers import (
+    LABEL_EPISODE,
+    LABEL_JOB,
+    LABEL_MANAGED,
+    LABEL_OWNER,
+    LABEL_WORKER,
+    managed_containers,
+)
 from dlsched.envs.docker.engine import connect, endpoint_url
+from dlsched.envs.docker.interruption import remove_episode, track, untrack
+from dlsched.envs.docker.records import Engine, Job, Run, total_iterations
 from dlsched.envs.errors import (
     ActionError,
     BackendError,
@@ -83,15 +89,6 @@ from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 
 _log = logging.getLogger(__name__)
 
-LABEL_MANAGED = "dlsched.managed"
-LABEL_EPISODE = "dlsched.episode"
-LABEL_JOB = "dlsched.job"
-LABEL_WORKER = "dlsched.worker"
-#: Prefix of the owner labels: ``dlsched.owner.host``, ``.pid``, ``.started``.
-LABEL_OWNER = "dlsched.owner"
-#: The label filter every query of the backend and of ``dlsched docker cleanup`` carries.
-MANAGED_FILTER = f"{LABEL_MANAGED}=1"
-
 #: Linux refuses CFS quotas below one millisecond per period.
 MIN_CPU_QUOTA_US = 1000
 #: Where a training container saves its state when stopped; a migration carries it over.
@@ -100,237 +97,6 @@ DEFAULT_CPU_PERIOD_US = 100_000
 
 #: Engine states in which a container's process still exists.
 _LIVE_STATES = frozenset({"created", "running", "paused", "restarting"})
-
-
-def managed_containers(
-    client: docker.DockerClient, episode: str | None = None
-) -> list[dict[str, Any]]:
-    """Summaries (as the engine lists them) of the containers dlsched manages.
-
-    Args:
-        client: the engine.
-        episode: only those of this episode; ``None`` for every episode.
-    """
-    labels = [MANAGED_FILTER]
-    if episode is not None:
-        labels.append(f"{LABEL_EPISODE}={episode}")
-    summaries: list[dict[str, Any]] = client.api.containers(all=True, filters={"label": labels})
-    return summaries
-
-
-def container_owner(summary: Mapping[str, Any]) -> ProcessOwner | None:
-    """The process that started a managed container (``None``: one of an older dlsched)."""
-    return ProcessOwner.from_labels(summary.get("Labels") or {}, LABEL_OWNER)
-
-
-def remove_containers(
-    client: docker.DockerClient, summaries: Sequence[Mapping[str, Any]]
-) -> list[Mapping[str, Any]]:
-    """Force-remove listed managed containers, by id; the summaries of those removed.
-
-    One after another: this runs at interpreter exit and in signal handlers, where a thread
-    pool refuses work. Each is killed first (the engine answers at once), so that none waits
-    for another's removal to stop running. One that disappears meanwhile is skipped.
-    """
-    for summary in summaries:
-        with contextlib.suppress(docker.errors.APIError):  # gone, or not running
-            client.api.kill(summary["Id"])
-    removed = []
-    for summary in summaries:
-        try:
-            client.api.remove_container(summary["Id"], force=True)
-        except docker.errors.NotFound:
-            continue
-        except docker.errors.APIError as error:
-            # "removal already in progress": another cleanup got there first.
-            if error.status_code == 409:
-                continue
-            raise
-        removed.append(summary)
-    return removed
-
-
-def remove_managed_containers(
-    client: docker.DockerClient, episode: str | None = None
-) -> list[Mapping[str, Any]]:
-    """Force-remove dlsched's containers (of one episode, or all); the summaries of those removed.
-
-    Each container is listed with the ``dlsched.managed=1`` filter and removed by id, so a
-    container without the label is never touched.
-    """
-    return remove_containers(client, managed_containers(client, episode))
-
-
-# ---------------------------------------------------------------------- interruption
-
-
-#: Cleanups of the episodes alive in this process, run on SIGINT/SIGTERM (and, through
-#: ``weakref.finalize``, at interpreter exit or when their backend is garbage-collected).
-_live_cleanups: set[weakref.finalize[Any, Any]] = set()
-_previous_handlers: dict[int, Any] = {}
-_INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_registry_lock = threading.Lock()
-#: Removals running in this process, and a signal that arrived during one: it is handled once
-#: the removal ends, because a removal cut short leaves containers running.
-_removing = 0
-_deferred_signal: tuple[int, FrameType | None] | None = None
-
-
-def _remove_episode(episode: str, endpoints: tuple[str | None, ...]) -> None:
-    """Remove an episode's containers from every engine it used, with fresh clients.
-
-    Fresh clients, because this may run inside a signal handler while the backend's own client
-    is in the middle of a call. A SIGINT or SIGTERM that arrives meanwhile is handled after it.
-    """
-    global _removing, _deferred_signal
-    _removing += 1
-    try:
-        _remove_from(episode, endpoints)
-    finally:
-        _removing -= 1
-    if _removing == 0 and _deferred_signal is not None:
-        deferred, _deferred_signal = _deferred_signal, None
-        _on_interrupt(*deferred)
-
-
-def _remove_from(episode: str, endpoints: tuple[str | None, ...]) -> None:
-    for endpoint in endpoints:
-        try:
-            client = connect(endpoint, timeout_s=30.0)
-            removed = remove_managed_containers(client, episode)
-            client.close()
-        except Exception as error:
-            # At exit or in a signal handler nobody can act on an exception; say what is left.
-            _log.warning(
-                "could not remove the containers of episode %s at %s (%r); run "
-                "`dlsched docker cleanup`",
-                episode,
-                endpoint_url(endpoint),
-                error,
-            )
-            continue
-        if removed:
-            _log.info("removed %d containers of episode %s", len(removed), episode)
-
-
-def _on_interrupt(signum: int, frame: FrameType | None) -> None:
-    """Remove every live episode's containers, then do what the previous handler did.
-
-    During a removal (this handler's, or one that ``close`` began) the signal only waits for its
-    end: interrupting it would leave containers running.
-    """
-    global _deferred_signal
-    if _removing:
-        if _deferred_signal is None:
-            _deferred_signal = (signum, frame)
-        _log.warning(
-            "%s: removing the episode's containers first; it takes effect when they are gone",
-            signal.Signals(signum).name,
-        )
-        return
-    for cleanup in list(_live_cleanups):
-        cleanup()
-    _live_cleanups.clear()
-    previous = _previous_handlers.get(signum, signal.SIG_DFL)
-    if callable(previous):
-        previous(signum, frame)
-    elif previous == signal.SIG_DFL:
-        # Die of the signal as the process would have without us.
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-
-
-def _track(cleanup: weakref.finalize[Any, Any]) -> None:
-    with _registry_lock:
-        _live_cleanups.add(cleanup)
-        if threading.current_thread() is not threading.main_thread():
-            return  # signal handlers can only be set from the main thread; atexit still runs
-        for signum in _INTERRUPT_SIGNALS:
-            current = signal.getsignal(signum)
-            # a signal the process ignores (nohup, `cmd &` in a script) must not end episodes
-            if current is not _on_interrupt and current is not signal.SIG_IGN:
-                _previous_handlers[signum] = current
-                signal.signal(signum, _on_interrupt)
-
-
-def _untrack(cleanup: weakref.finalize[Any, Any]) -> None:
-    with _registry_lock:
-        _live_cleanups.discard(cleanup)
-        if _live_cleanups or threading.current_thread() is not threading.main_thread():
-            return
-        for signum, previous in list(_previous_handlers.items()):
-            # Put back the handler we replaced, unless someone replaced ours since.
-            if signal.getsignal(signum) is _on_interrupt:
-                signal.signal(signum, previous)
-            del _previous_handlers[signum]
-
-
-# ---------------------------------------------------------------------- per-job records
-
-
-@dataclass
-class _Run:
-    """One container of a job (a migrated job has had several, one after another)."""
-
-    container_id: str
-    name: str
-    worker: int
-    started_s: float  # episode time at which it was started
-    output: ContainerOutput
-    cpu_file: CpuUsageFile | None  # None: measured through the engine's statistics
-    # CPU readings are timed by the clock of their source: episode seconds for cgroup files,
-    # the engine's Unix time for its statistics (a remote engine's clock may be off ours, but
-    # differences between its own timestamps are right).
-    window_start_at: float  # when the current usage window began (at start: the start)
-    window_start_cpu: float = 0.0
-    cpu_seconds: float = 0.0  # the last reading
-    cpu_usage: float = 0.0  # cores, over the last window that was long enough
-
-    def record(self, seconds: float, at: float, min_window_s: float) -> None:
-        """Take a reading of cumulative CPU-seconds at time ``at`` (the source's clock)."""
-        self.cpu_seconds = max(seconds, self.cpu_seconds)
-        span = at - self.window_start_at
-        if span >= min_window_s:
-            self.cpu_usage = (self.cpu_seconds - self.window_start_cpu) / span
-            self.window_start_at, self.window_start_cpu = at, self.cpu_seconds
-
-
-@dataclass
-class _Job:
-    """What the backend knows of one placed job."""
-
-    spec: JobSpec
-    worker: int
-    slot: int
-    limit: float  # as read back from the engine
-    quota_us: int  # the quota read back with it (-1: none), to skip updates that change nothing
-    runs: list[_Run] = field(default_factory=list)
-    state: JobState = JobState.RUNNING
-    completed_s: float | None = None
-
-    @property
-    def run(self) -> _Run:
-        return self.runs[-1]
-
-    @property
-    def cpu_seconds(self) -> float:
-        return sum(run.cpu_seconds for run in self.runs)
-
-    @property
-    def cpu_usage(self) -> float:
-        return self.run.cpu_usage if self.state is JobState.RUNNING else 0.0
-
-
-@dataclass(frozen=True)
-class _Engine:
-    """One worker's engine: its client and what it reported at reset."""
-
-    endpoint: str | None
-    client: docker.DockerClient
-    cores: float
-
-
-# ---------------------------------------------------------------------- the backend
 
 
 class DockerBackend(Backend):
@@ -435,10 +201,10 @@ class DockerBackend(Backend):
         self._threading: Threading = "stock" if workload_threading == "stock" else "tuned"
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._clients: dict[str | None, docker.DockerClient] = {}
-        self._engines: tuple[_Engine, ...] = ()
+        self._engines: tuple[Engine, ...] = ()
         self._specs: dict[str, JobSpec] = {}
         self._seeds: dict[str, int] = {}
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, Job] = {}
         self._episode: str | None = None
         self._cleanup: weakref.finalize[Any, Any] | None = None
         self._owner = ProcessOwner.current()
@@ -511,8 +277,8 @@ class DockerBackend(Backend):
         self._seeds = {job.job_id: int(rng.integers(2**31 - 1)) for job in jobs}
         self._jobs = {}
         self._episode = uuid.uuid4().hex
-        self._cleanup = weakref.finalize(self, _remove_episode, self._episode, _endpoints(scenario))
-        _track(self._cleanup)
+        self._cleanup = weakref.finalize(self, remove_episode, self._episode, _endpoints(scenario))
+        track(self._cleanup)
         self._clock_start = time.monotonic()
         self._epoch_start = time.time()
         self._time_s = 0.0
@@ -597,14 +363,14 @@ class DockerBackend(Backend):
 
     # ------------------------------------------------------------------ episode
 
-    def _engine(self, endpoint: str | None) -> _Engine:
+    def _engine(self, endpoint: str | None) -> Engine:
         client = self._clients.get(endpoint)
         if client is None:
             client = connect(endpoint, self._api_timeout_s)
             self._clients[endpoint] = client
         self._check_image(client, endpoint)
         cores = float(client.info()["NCPU"])
-        return _Engine(endpoint, client, cores)
+        return Engine(endpoint, client, cores)
 
     def _check_image(self, client: docker.DockerClient, endpoint: str | None) -> None:
         if self._image is None:
@@ -681,7 +447,7 @@ class DockerBackend(Backend):
                 run.output.close()
         if self._cleanup is not None:
             self._cleanup()  # a finalizer runs at most once, whoever calls it first
-            _untrack(self._cleanup)
+            untrack(self._cleanup)
             self._cleanup = None
         self._jobs = {}
 
@@ -704,7 +470,7 @@ class DockerBackend(Backend):
 
     # ------------------------------------------------------------------ actuation
 
-    def _placed(self, job_id: str) -> _Job:
+    def _placed(self, job_id: str) -> Job:
         try:
             return self._jobs[job_id]
         except KeyError:
@@ -747,7 +513,7 @@ class DockerBackend(Backend):
 
     def _command(self, job: JobSpec, start_iteration: int) -> list[str]:
         command = ["python", "-m", "dlsched_workloads", job.workload]
-        iterations = _total_iterations(job)
+        iterations = total_iterations(job)
         if iterations is not None:
             command += ["--iterations", str(iterations)]
         if start_iteration:
@@ -766,7 +532,7 @@ class DockerBackend(Backend):
         start_iteration: int,
         attempt: int,
         checkpoint: bytes | None = None,
-    ) -> tuple[_Run, tuple[float, int]]:
+    ) -> tuple[Run, tuple[float, int]]:
         """Start one container of ``spec``; the run and its limit and quota as read back.
 
         ``checkpoint``, a tar archive of :data:`CHECKPOINT_PATH`, is put into the container
@@ -812,7 +578,7 @@ class DockerBackend(Backend):
             ) from error
         output = ContainerOutput(stream, stream.close, name)
         cpu_file = self._cpu_file(container_id, inspected)
-        run = _Run(
+        run = Run(
             container_id=container_id,
             name=name,
             worker=worker,
@@ -847,11 +613,11 @@ class DockerBackend(Backend):
                 run, (read_back, quota) = self._start(spec, placement.worker, asked, 0, 0)
         if self._worker_lost(placement.worker):
             # placed on a host that is gone: the job fails there, as it would in a cluster
-            self._jobs[spec.job_id] = _Job(
+            self._jobs[spec.job_id] = Job(
                 spec, placement.worker, placement.slot, asked, -1, state=JobState.FAILED
             )
             return
-        job = _Job(
+        job = Job(
             spec=spec,
             worker=placement.worker,
             slot=placement.slot,
@@ -893,7 +659,7 @@ class DockerBackend(Backend):
         job.worker = placement.worker
         job.slot = placement.slot
 
-    def _checkpoint_of(self, job: _Job) -> bytes | None:
+    def _checkpoint_of(self, job: Job) -> bytes | None:
         """The tar archive of the checkpoint the job's stopped container saved, if it saved one."""
         run = job.run
         try:
@@ -938,7 +704,7 @@ class DockerBackend(Backend):
 
     # ------------------------------------------------------------------ measurement
 
-    def _stats_reading(self, run: _Run) -> tuple[float, float] | None:
+    def _stats_reading(self, run: Run) -> tuple[float, float] | None:
         """Cumulative CPU-seconds of a container and when the engine sampled them (Unix time).
 
         The engine answers a one-shot request at its next sampling tick (up to a second
@@ -954,7 +720,7 @@ class DockerBackend(Backend):
             return None  # an exited container reports zeros; its last reading stands
         return total / 1e9, _unix_time(stats["read"])
 
-    def _read_cpu(self, run: _Run) -> None:
+    def _read_cpu(self, run: Run) -> None:
         if run.cpu_file is not None:
             seconds = run.cpu_file.read_seconds()
             if seconds is not None:
@@ -1000,14 +766,14 @@ class DockerBackend(Backend):
                 self._finish(job, now)
         jobs = []
         for job in sorted(self._jobs.values(), key=lambda j: (j.spec.arrival_s, j.spec.job_id)):
-            jobs.append(self._job_telemetry(job, now))
+            jobs.append(job.telemetry(now))
         interval = now - self._time_s
         self._time_s = now
         return Telemetry(
             now, interval, self._worker_telemetry({j.job_id: j for j in jobs}), tuple(jobs)
         )
 
-    def _finish(self, job: _Job, now: float) -> None:
+    def _finish(self, job: Job, now: float) -> None:
         """Decide how an exited (or vanished) container ended: DONE or FAILED."""
         run = job.run
         client = self._engines[run.worker].client
@@ -1049,7 +815,7 @@ class DockerBackend(Backend):
             "" if exit_code is None else self._last_errors(run),
         )
 
-    def _last_errors(self, run: _Run) -> str:
+    def _last_errors(self, run: Run) -> str:
         with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
             tail = self._engines[run.worker].client.api.logs(
                 run.container_id, stdout=False, stderr=True, tail=5
@@ -1058,33 +824,6 @@ class DockerBackend(Backend):
             if text:
                 return f"; its last error output:\n{text}"
         return ""
-
-    def _job_telemetry(self, job: _Job, now: float) -> JobTelemetry:
-        spec = job.spec
-        progress = [run.output.progress() for run in job.runs]
-        latest = _latest(progress)
-        return JobTelemetry(
-            job_id=spec.job_id,
-            workload=spec.workload,
-            kind=spec.kind,
-            state=job.state,
-            worker=job.worker,
-            slot=job.slot,
-            arrival_s=spec.arrival_s,
-            age_s=now - spec.arrival_s,
-            limit=job.limit,
-            cpu_usage=job.cpu_usage,
-            cpu_seconds=job.cpu_seconds,
-            target_s=spec.target_s,
-            tolerance=spec.tolerance,
-            batches=latest.batches,
-            latency_s=latest.latency_s,
-            iterations=latest.iterations,
-            total_iterations=_total_iterations(spec),
-            loss=latest.loss,
-            completed_s=job.completed_s,
-            loss_targets=spec.loss_targets,
-        )
 
     def _worker_telemetry(self, jobs: Mapping[str, JobTelemetry]) -> tuple[WorkerTelemetry, ...]:
         return tuple(
@@ -1097,21 +836,6 @@ class DockerBackend(Backend):
         )
 
 
-def _latest(progress: Iterable[Progress]) -> Progress:
-    """One progress from a job's runs: the newest measurement of each kind."""
-    merged = Progress()
-    for item in progress:
-        merged = dataclasses.replace(
-            merged,
-            iterations=max(merged.iterations, item.iterations),
-            batches=max(merged.batches, item.batches),
-            loss=item.loss if item.loss is not None else merged.loss,
-            latency_s=item.latency_s if item.latency_s is not None else merged.latency_s,
-            total_iterations=item.total_iterations or merged.total_iterations,
-        )
-    return merged
-
-
 def _unix_time(timestamp: str) -> float:
     """Unix time of an engine timestamp (RFC 3339 with up to nanoseconds, ``Z``)."""
     return datetime.fromisoformat(timestamp).timestamp()
@@ -1120,13 +844,6 @@ def _unix_time(timestamp: str) -> float:
 def _endpoints(scenario: Scenario) -> tuple[str | None, ...]:
     """The distinct engine endpoints of a scenario's workers, in worker order."""
     return tuple(dict.fromkeys(worker.endpoint for worker in scenario.workers))
-
-
-def _total_iterations(job: JobSpec) -> int | None:
-    """The iterations a training job runs: its own, or its workload's default."""
-    if job.kind is not JobKind.TRAINING:
-        return None
-    return job.iterations if job.iterations is not None else WORKLOADS[job.workload].iterations
 
 
 def _exited(error: docker.errors.APIError) -> bool:
