@@ -3,7 +3,7 @@
 A placed job is a :class:`Job`: its spec, where it runs, the limit in force and its state. Each
 container it ran in (a migrated job has had several, one after another) is a :class:`Run`, with
 the job's output and CPU readings from that container; :meth:`Job.telemetry` merges them into
-what the backend reports. Each worker's engine is an :class:`Engine`.
+what the backend reports.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-
-import docker
 
 from dlsched.envs.docker.cgroup import CpuUsageFile
 from dlsched.envs.docker.container_output import ContainerOutput, Progress
@@ -101,15 +99,6 @@ class Job:
             completed_s=self.completed_s,
             loss_targets=spec.loss_targets,
         )
-
-
-@dataclass(frozen=True)
-class Engine:
-    """One worker's engine: its client and what it reported at reset."""
-
-    endpoint: str | None
-    client: docker.DockerClient
-    cores: float
 
 
 def total_iterations(job: JobSpec) -> int | None:
