@@ -139,18 +139,25 @@ def docker_engine():
 
 @pytest.fixture
 def containers_left_behind(docker_engine):
-    """A function listing the dlsched containers created since the test began and still there.
+    """A function listing the dlsched containers this process created since the test began and
+    still there.
 
     Other sessions may share the engine, and an earlier test may have failed with containers
-    up: a test answers for its own.
+    up: a test answers for its own. Only containers whose owner labels name this process count
+    (``dlsched.owner.host``, ``.pid``, ``.started``, as :class:`ProcessOwner` writes them), so
+    another pytest session's containers on the shared engine never do.
     """
-    label = {"label": "dlsched.managed"}
+    from dlsched.envs.docker.containers import LABEL_OWNER, MANAGED_FILTER
+    from dlsched.envs.owner import ProcessOwner
+
+    owner = ProcessOwner.current().as_labels(LABEL_OWNER)
+    mine = {"label": [MANAGED_FILTER, *(f"{key}={value}" for key, value in owner.items())]}
     before = {
-        c.id for c in docker_engine.containers.list(all=True, ignore_removed=True, filters=label)
+        c.id for c in docker_engine.containers.list(all=True, ignore_removed=True, filters=mine)
     }
 
     def left_behind() -> list[str]:
-        now = docker_engine.containers.list(all=True, ignore_removed=True, filters=label)
+        now = docker_engine.containers.list(all=True, ignore_removed=True, filters=mine)
         return [container.name for container in now if container.id not in before]
 
     return left_behind

@@ -18,7 +18,8 @@ import pytest
 from dlsched.envs.backend import Backend
 from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Placement
-from dlsched.envs.docker.backend import LABEL_EPISODE, DockerBackend
+from dlsched.envs.docker.backend import DockerBackend
+from dlsched.envs.docker.containers import LABEL_EPISODE
 from dlsched.envs.episode_batch import EpisodeBatch
 from dlsched.envs.errors import BackendError
 from dlsched.envs.scenarios.file_format import load_scenario

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from dlsched.envs.decision import Decision, Placement
-from dlsched.envs.docker import backend as docker_backend
 from dlsched.envs.docker import engine as docker_engine
+from dlsched.envs.docker import interruption
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.cgroup import (
     CgroupVersion,
@@ -32,6 +32,7 @@ from dlsched.envs.docker.cgroup import (
     parse_cpu_stat_usage,
 )
 from dlsched.envs.docker.container_output import ContainerOutput, JsonLineReader, Progress
+from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_JOB, LABEL_MANAGED, LABEL_WORKER
 from dlsched.envs.errors import (
     BackendError,
     DockerUnavailableError,
@@ -298,12 +299,12 @@ def test_interrupt_handler_cleans_up_then_chains_the_previous_handler():
     cleanup = weakref.finalize(owner, calls.append, "cleanup")
     original = signal.signal(signal.SIGTERM, previous)
     try:
-        docker_backend._track(cleanup)
-        assert signal.getsignal(signal.SIGTERM) is docker_backend._on_interrupt
+        interruption.track(cleanup)
+        assert signal.getsignal(signal.SIGTERM) is interruption._on_interrupt
         os.kill(os.getpid(), signal.SIGTERM)
         assert calls == ["cleanup", "previous"]
         assert not cleanup.alive
-        docker_backend._untrack(cleanup)
+        interruption.untrack(cleanup)
         assert signal.getsignal(signal.SIGTERM) is previous
     finally:
         signal.signal(signal.SIGTERM, original)
@@ -315,11 +316,11 @@ def test_sigint_cleans_up_and_still_raises_keyboard_interrupt():
     cleanup = weakref.finalize(owner, calls.append, "cleanup")
     original = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        docker_backend._track(cleanup)
+        interruption.track(cleanup)
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
         assert calls == ["cleanup"]
-        docker_backend._untrack(cleanup)
+        interruption.untrack(cleanup)
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, original)
@@ -338,9 +339,9 @@ def _on_this_engine(scenario: Scenario, client, **changes) -> Scenario:
 
 
 def _episode_containers(client, episode: str, job_id: str | None = None) -> list:
-    labels = [f"{docker_backend.LABEL_EPISODE}={episode}"]
+    labels = [f"{LABEL_EPISODE}={episode}"]
     if job_id is not None:
-        labels.append(f"{docker_backend.LABEL_JOB}={job_id}")
+        labels.append(f"{LABEL_JOB}={job_id}")
     return client.containers.list(all=True, ignore_removed=True, filters={"label": labels})
 
 
@@ -500,7 +501,7 @@ def test_migration_resumes_on_the_other_worker_from_the_iteration_reached(
         assert "--start-iteration" not in old_args
         resumed_at = int(new_args[new_args.index("--start-iteration") + 1])
         assert 5 <= resumed_at < 120
-        assert containers[1].labels[docker_backend.LABEL_WORKER] == "1"
+        assert containers[1].labels[LABEL_WORKER] == "1"
         # The model moved with the job: the new container goes on from the old one's loss,
         # not from an untrained model's.
         old_losses, new_losses = (_losses(container) for container in containers)
@@ -586,9 +587,9 @@ def test_unlabelled_container_keeps_its_limit_and_life(docker_engine, workload_i
         workload_image,
         ["python", "-c", "pass"],
         labels={
-            docker_backend.LABEL_MANAGED: "1",
-            docker_backend.LABEL_EPISODE: leftover_episode,
-            docker_backend.LABEL_JOB: "j00",
+            LABEL_MANAGED: "1",
+            LABEL_EPISODE: leftover_episode,
+            LABEL_JOB: "j00",
         },
         network_mode="none",
     )

@@ -26,14 +26,9 @@ import pytest
 from dlsched.baselines import make
 from dlsched.envs.decision import Decision, Migration, Placement
 from dlsched.envs.docker import local_engines as engines
-from dlsched.envs.docker.backend import (
-    LABEL_EPISODE,
-    LABEL_JOB,
-    LABEL_MANAGED,
-    LABEL_WORKER,
-    DockerBackend,
-)
+from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.confinement import assign_cpus, confine, release
+from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_JOB, LABEL_MANAGED, LABEL_WORKER
 from dlsched.envs.errors import BackendError
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobGroup, JobKind, Scenario, WorkerSpec

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from dlsched.envs.docker.backend import LABEL_EPISODE, LABEL_OWNER
+from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_OWNER
 from dlsched.envs.docker.engine import endpoint_url
 from dlsched.envs.scenarios.file_format import dump_scenario
 from dlsched.envs.scenarios.model import JobGroup, JobKind, Scenario, WorkerSpec

@@ -17,7 +17,7 @@ import pytest
 from mlflow import MlflowClient
 
 from dlsched.baselines import make
-from dlsched.envs.docker.backend import LABEL_OWNER
+from dlsched.envs.docker.containers import LABEL_OWNER
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.runs.bench.tracking import bench_tracking
 from dlsched.runs.cli import main

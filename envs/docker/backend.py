@@ -4,7 +4,8 @@ Every job runs in its own container of the workload image
 (``python -m dlsched_workloads <workload> ...``). The backend
 
 - starts containers with the labels ``dlsched.managed=1``, ``dlsched.episode=<uuid>`` and
-  ``dlsched.job=<job id>``, and lists, updates or removes only containers that carry them;
+  ``dlsched.job=<job id>`` (:mod:`dlsched.envs.docker.container_start`), and lists, updates or
+  removes only containers that carry them (:mod:`dlsched.envs.docker.containers`);
 - labels every container with its owner process (``dlsched.owner.host``, ``.pid``, ``.started``:
   :class:`~dlsched.envs.owner.ProcessOwner`), so that ``dlsched docker cleanup`` removes only the
   containers of processes that are gone, never those of a live episode;
@@ -19,15 +20,15 @@ Every job runs in its own container of the workload image
   (removed by someone else) is also an incident of the episode (:meth:`DockerBackend.incidents`),
   so that its figures are not trusted silently;
 - removes its containers on :meth:`~DockerBackend.close`, on the next
-  :meth:`~DockerBackend.reset`, at interpreter exit and on SIGINT/SIGTERM, one after another
-  (a thread pool refuses work at interpreter exit), and a signal that arrives during that
-  removal waits for its end. What a killed process leaves behind, ``dlsched docker cleanup``
-  removes;
+  :meth:`~DockerBackend.reset`, at interpreter exit and on SIGINT/SIGTERM
+  (:mod:`dlsched.envs.docker.interruption`), one after another (a thread pool refuses work at
+  interpreter exit), and a signal that arrives during that removal waits for its end. What a
+  killed process leaves behind, ``dlsched docker cleanup`` removes;
 - reports the jobs of an engine that stops answering mid-episode as ``FAILED`` (an incident of
   the episode) while the other engines' workers go on, as a cluster goes on without a lost host;
   when no engine of the episode answers any more, it raises
   :class:`~dlsched.envs.errors.EngineLostError`, naming the engine and ``dlsched docker
-  cleanup``.
+  cleanup`` (:mod:`dlsched.envs.docker.engine_connections`).
 
 Workers map to engines through ``scenario.workers[i].endpoint``: ``None`` is the engine
 docker-py finds from the environment (``DOCKER_HOST``, else the local socket); any other value is
@@ -40,22 +41,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import dataclasses
 import logging
 import math
-import os
-import posixpath
-import signal
-import threading
 import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any, ClassVar
 
 import docker
@@ -65,16 +58,14 @@ import requests
 
 from dlsched.envs.backend import Backend, BackendCapabilities
 from dlsched.envs.decision import Placement
-from dlsched.envs.docker.cgroup import DEFAULT_CGROUP_ROOT, CpuUsageFile, find_cpu_usage_file
-from dlsched.envs.docker.container_output import ContainerOutput, Progress
-from dlsched.envs.docker.engine import connect, endpoint_url
-from dlsched.envs.errors import (
-    ActionError,
-    BackendError,
-    EngineLostError,
-    ImageMissingError,
-    ScenarioError,
-)
+from dlsched.envs.docker.cgroup import DEFAULT_CGROUP_ROOT
+from dlsched.envs.docker.container_start import ContainerStarter
+from dlsched.envs.docker.containers import managed_containers
+from dlsched.envs.docker.engine import endpoint_url, unix_time
+from dlsched.envs.docker.engine_connections import EngineConnections
+from dlsched.envs.docker.interruption import remove_episode, track, untrack
+from dlsched.envs.docker.records import Job, Run
+from dlsched.envs.errors import ActionError, BackendError, EngineLostError, ScenarioError
 from dlsched.envs.owner import ProcessOwner
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
@@ -83,254 +74,10 @@ from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 
 _log = logging.getLogger(__name__)
 
-LABEL_MANAGED = "dlsched.managed"
-LABEL_EPISODE = "dlsched.episode"
-LABEL_JOB = "dlsched.job"
-LABEL_WORKER = "dlsched.worker"
-#: Prefix of the owner labels: ``dlsched.owner.host``, ``.pid``, ``.started``.
-LABEL_OWNER = "dlsched.owner"
-#: The label filter every query of the backend and of ``dlsched docker cleanup`` carries.
-MANAGED_FILTER = f"{LABEL_MANAGED}=1"
-
-#: Linux refuses CFS quotas below one millisecond per period.
-MIN_CPU_QUOTA_US = 1000
-#: Where a training container saves its state when stopped; a migration carries it over.
-CHECKPOINT_PATH = "/tmp/dlsched-checkpoint.pt"
 DEFAULT_CPU_PERIOD_US = 100_000
 
 #: Engine states in which a container's process still exists.
 _LIVE_STATES = frozenset({"created", "running", "paused", "restarting"})
-
-
-def managed_containers(
-    client: docker.DockerClient, episode: str | None = None
-) -> list[dict[str, Any]]:
-    """Summaries (as the engine lists them) of the containers dlsched manages.
-
-    Args:
-        client: the engine.
-        episode: only those of this episode; ``None`` for every episode.
-    """
-    labels = [MANAGED_FILTER]
-    if episode is not None:
-        labels.append(f"{LABEL_EPISODE}={episode}")
-    summaries: list[dict[str, Any]] = client.api.containers(all=True, filters={"label": labels})
-    return summaries
-
-
-def container_owner(summary: Mapping[str, Any]) -> ProcessOwner | None:
-    """The process that started a managed container (``None``: one of an older dlsched)."""
-    return ProcessOwner.from_labels(summary.get("Labels") or {}, LABEL_OWNER)
-
-
-def remove_containers(
-    client: docker.DockerClient, summaries: Sequence[Mapping[str, Any]]
-) -> list[Mapping[str, Any]]:
-    """Force-remove listed managed containers, by id; the summaries of those removed.
-
-    One after another: this runs at interpreter exit and in signal handlers, where a thread
-    pool refuses work. Each is killed first (the engine answers at once), so that none waits
-    for another's removal to stop running. One that disappears meanwhile is skipped.
-    """
-    for summary in summaries:
-        with contextlib.suppress(docker.errors.APIError):  # gone, or not running
-            client.api.kill(summary["Id"])
-    removed = []
-    for summary in summaries:
-        try:
-            client.api.remove_container(summary["Id"], force=True)
-        except docker.errors.NotFound:
-            continue
-        except docker.errors.APIError as error:
-            # "removal already in progress": another cleanup got there first.
-            if error.status_code == 409:
-                continue
-            raise
-        removed.append(summary)
-    return removed
-
-
-def remove_managed_containers(
-    client: docker.DockerClient, episode: str | None = None
-) -> list[Mapping[str, Any]]:
-    """Force-remove dlsched's containers (of one episode, or all); the summaries of those removed.
-
-    Each container is listed with the ``dlsched.managed=1`` filter and removed by id, so a
-    container without the label is never touched.
-    """
-    return remove_containers(client, managed_containers(client, episode))
-
-
-# ---------------------------------------------------------------------- interruption
-
-
-#: Cleanups of the episodes alive in this process, run on SIGINT/SIGTERM (and, through
-#: ``weakref.finalize``, at interpreter exit or when their backend is garbage-collected).
-_live_cleanups: set[weakref.finalize[Any, Any]] = set()
-_previous_handlers: dict[int, Any] = {}
-_INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_registry_lock = threading.Lock()
-#: Removals running in this process, and a signal that arrived during one: it is handled once
-#: the removal ends, because a removal cut short leaves containers running.
-_removing = 0
-_deferred_signal: tuple[int, FrameType | None] | None = None
-
-
-def _remove_episode(episode: str, endpoints: tuple[str | None, ...]) -> None:
-    """Remove an episode's containers from every engine it used, with fresh clients.
-
-    Fresh clients, because this may run inside a signal handler while the backend's own client
-    is in the middle of a call. A SIGINT or SIGTERM that arrives meanwhile is handled after it.
-    """
-    global _removing, _deferred_signal
-    _removing += 1
-    try:
-        _remove_from(episode, endpoints)
-    finally:
-        _removing -= 1
-    if _removing == 0 and _deferred_signal is not None:
-        deferred, _deferred_signal = _deferred_signal, None
-        _on_interrupt(*deferred)
-
-
-def _remove_from(episode: str, endpoints: tuple[str | None, ...]) -> None:
-    for endpoint in endpoints:
-        try:
-            client = connect(endpoint, timeout_s=30.0)
-            removed = remove_managed_containers(client, episode)
-            client.close()
-        except Exception as error:
-            # At exit or in a signal handler nobody can act on an exception; say what is left.
-            _log.warning(
-                "could not remove the containers of episode %s at %s (%r); run "
-                "`dlsched docker cleanup`",
-                episode,
-                endpoint_url(endpoint),
-                error,
-            )
-            continue
-        if removed:
-            _log.info("removed %d containers of episode %s", len(removed), episode)
-
-
-def _on_interrupt(signum: int, frame: FrameType | None) -> None:
-    """Remove every live episode's containers, then do what the previous handler did.
-
-    During a removal (this handler's, or one that ``close`` began) the signal only waits for its
-    end: interrupting it would leave containers running.
-    """
-    global _deferred_signal
-    if _removing:
-        if _deferred_signal is None:
-            _deferred_signal = (signum, frame)
-        _log.warning(
-            "%s: removing the episode's containers first; it takes effect when they are gone",
-            signal.Signals(signum).name,
-        )
-        return
-    for cleanup in list(_live_cleanups):
-        cleanup()
-    _live_cleanups.clear()
-    previous = _previous_handlers.get(signum, signal.SIG_DFL)
-    if callable(previous):
-        previous(signum, frame)
-    elif previous == signal.SIG_DFL:
-        # Die of the signal as the process would have without us.
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-
-
-def _track(cleanup: weakref.finalize[Any, Any]) -> None:
-    with _registry_lock:
-        _live_cleanups.add(cleanup)
-        if threading.current_thread() is not threading.main_thread():
-            return  # signal handlers can only be set from the main thread; atexit still runs
-        for signum in _INTERRUPT_SIGNALS:
-            current = signal.getsignal(signum)
-            # a signal the process ignores (nohup, `cmd &` in a script) must not end episodes
-            if current is not _on_interrupt and current is not signal.SIG_IGN:
-                _previous_handlers[signum] = current
-                signal.signal(signum, _on_interrupt)
-
-
-def _untrack(cleanup: weakref.finalize[Any, Any]) -> None:
-    with _registry_lock:
-        _live_cleanups.discard(cleanup)
-        if _live_cleanups or threading.current_thread() is not threading.main_thread():
-            return
-        for signum, previous in list(_previous_handlers.items()):
-            # Put back the handler we replaced, unless someone replaced ours since.
-            if signal.getsignal(signum) is _on_interrupt:
-                signal.signal(signum, previous)
-            del _previous_handlers[signum]
-
-
-# ---------------------------------------------------------------------- per-job records
-
-
-@dataclass
-class _Run:
-    """One container of a job (a migrated job has had several, one after another)."""
-
-    container_id: str
-    name: str
-    worker: int
-    started_s: float  # episode time at which it was started
-    output: ContainerOutput
-    cpu_file: CpuUsageFile | None  # None: measured through the engine's statistics
-    # CPU readings are timed by the clock of their source: episode seconds for cgroup files,
-    # the engine's Unix time for its statistics (a remote engine's clock may be off ours, but
-    # differences between its own timestamps are right).
-    window_start_at: float  # when the current usage window began (at start: the start)
-    window_start_cpu: float = 0.0
-    cpu_seconds: float = 0.0  # the last reading
-    cpu_usage: float = 0.0  # cores, over the last window that was long enough
-
-    def record(self, seconds: float, at: float, min_window_s: float) -> None:
-        """Take a reading of cumulative CPU-seconds at time ``at`` (the source's clock)."""
-        self.cpu_seconds = max(seconds, self.cpu_seconds)
-        span = at - self.window_start_at
-        if span >= min_window_s:
-            self.cpu_usage = (self.cpu_seconds - self.window_start_cpu) / span
-            self.window_start_at, self.window_start_cpu = at, self.cpu_seconds
-
-
-@dataclass
-class _Job:
-    """What the backend knows of one placed job."""
-
-    spec: JobSpec
-    worker: int
-    slot: int
-    limit: float  # as read back from the engine
-    quota_us: int  # the quota read back with it (-1: none), to skip updates that change nothing
-    runs: list[_Run] = field(default_factory=list)
-    state: JobState = JobState.RUNNING
-    completed_s: float | None = None
-
-    @property
-    def run(self) -> _Run:
-        return self.runs[-1]
-
-    @property
-    def cpu_seconds(self) -> float:
-        return sum(run.cpu_seconds for run in self.runs)
-
-    @property
-    def cpu_usage(self) -> float:
-        return self.run.cpu_usage if self.state is JobState.RUNNING else 0.0
-
-
-@dataclass(frozen=True)
-class _Engine:
-    """One worker's engine: its client and what it reported at reset."""
-
-    endpoint: str | None
-    client: docker.DockerClient
-    cores: float
-
-
-# ---------------------------------------------------------------------- the backend
 
 
 class DockerBackend(Backend):
@@ -346,7 +93,8 @@ class DockerBackend(Backend):
 
     A migration stops the job's container and starts a new one on the destination worker that
     resumes training at the last iteration the old one reported (``--start-iteration``), with
-    the model and optimizer state the old one saved when stopped (:data:`CHECKPOINT_PATH`,
+    the model and optimizer state the old one saved when stopped
+    (:data:`~dlsched.envs.docker.container_start.CHECKPOINT_PATH`,
     copied from the stopped container into the new one, so it works across engines). A job
     killed before it could save resumes its count from untrained weights, with a warning. The
     time this takes is real time the step pays, and the scenario's ``migration_cost_s`` (a
@@ -424,32 +172,32 @@ class DockerBackend(Backend):
             )
         self._image = image
         self._cpu_period_us = int(cpu_period_us)
-        self._use_cgroup_files = use_cgroup_files
-        self._cgroup_root = Path(cgroup_root)
-        self._network_mode = network_mode
-        self._api_timeout_s = float(api_timeout_s)
         self._output_grace_s = float(output_grace_s)
         self._stop_timeout_s = float(stop_timeout_s)
         self._min_usage_window_s = float(min_usage_window_s)
         self._actuation_threads = actuation_threads
         self._workload_threading = workload_threading
-        # The episode's, set at reset.
-        self._threading: Threading = "stock" if workload_threading == "stock" else "tuned"
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._clients: dict[str | None, docker.DockerClient] = {}
-        self._engines: tuple[_Engine, ...] = ()
+        # The parts below hold the clock and the incident list, never the backend itself: a
+        # backend dropped without close() is freed (and its finalizer run) at once.
+        self._clock = _EpisodeClock()
+        self._incidents: list[str] = []
+        self._engines = EngineConnections(
+            image, float(api_timeout_s), self._clock.now, self._incidents.append
+        )
+        self._starter = ContainerStarter(
+            self._engines,
+            self._clock.now,
+            ProcessOwner.current(),
+            self._cpu_period_us,
+            network_mode,
+            use_cgroup_files,
+            Path(cgroup_root),
+        )
         self._specs: dict[str, JobSpec] = {}
-        self._seeds: dict[str, int] = {}
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, Job] = {}
         self._episode: str | None = None
         self._cleanup: weakref.finalize[Any, Any] | None = None
-        self._owner = ProcessOwner.current()
-        self._incidents: list[str] = []
-        #: Engines of this episode that stopped answering: endpoint -> the error's type name.
-        self._lost: dict[str | None, str] = {}
-        self._lost_lock = threading.Lock()
-        self._clock_start = 0.0
-        self._epoch_start = 0.0
         self._time_s = 0.0
 
     # ------------------------------------------------------------------ properties
@@ -483,13 +231,8 @@ class DockerBackend(Backend):
             ImageMissingError: the workload image is not on a worker's engine.
         """
         self._end_episode()
-        self._threading = _episode_threading(self._workload_threading, scenario)
-        self._incidents = []
-        for endpoint in self._lost:  # reconnect: a lost engine may be back, or says it is not
-            lost_client = self._clients.pop(endpoint, None)
-            if lost_client is not None:
-                lost_client.close()
-        self._lost = {}
+        threading = _episode_threading(self._workload_threading, scenario)
+        self._incidents.clear()
         unknown = sorted({job.workload for job in jobs} - set(WORKLOADS))
         if unknown:
             raise ScenarioError(
@@ -498,8 +241,7 @@ class DockerBackend(Backend):
                 "backend, or use a scenario of those workloads (`dlsched scenarios` lists the "
                 "docker-* ones)"
             )
-        engines = {endpoint: self._engine(endpoint) for endpoint in _endpoints(scenario)}
-        self._engines = tuple(engines[worker.endpoint] for worker in scenario.workers)
+        self._engines.open([worker.endpoint for worker in scenario.workers])
         for index, (worker, engine) in enumerate(zip(scenario.workers, self._engines, strict=True)):
             if not math.isclose(worker.cores, engine.cores):
                 warnings.warn(
@@ -510,13 +252,13 @@ class DockerBackend(Backend):
                     stacklevel=2,
                 )
         self._specs = {job.job_id: job for job in jobs}
-        self._seeds = {job.job_id: int(rng.integers(2**31 - 1)) for job in jobs}
+        seeds = {job.job_id: int(rng.integers(2**31 - 1)) for job in jobs}
         self._jobs = {}
         self._episode = uuid.uuid4().hex
-        self._cleanup = weakref.finalize(self, _remove_episode, self._episode, _endpoints(scenario))
-        _track(self._cleanup)
-        self._clock_start = time.monotonic()
-        self._epoch_start = time.time()
+        self._starter.begin(self._episode, self.image, threading, seeds)
+        self._cleanup = weakref.finalize(self, remove_episode, self._episode, _endpoints(scenario))
+        track(self._cleanup)
+        self._clock.restart()
         self._time_s = 0.0
         return Telemetry(0.0, 0.0, self._worker_telemetry({}), ())
 
@@ -562,7 +304,8 @@ class DockerBackend(Backend):
                 for job_id, limit in limits.items()
                 if job_id not in placed_now
                 and self._jobs[job_id].state is JobState.RUNNING
-                and self._quota_us(self._jobs[job_id].worker, limit) != self._jobs[job_id].quota_us
+                and self._starter.quota_us(self._jobs[job_id].worker, limit)
+                != self._jobs[job_id].quota_us
             ]
             self._map(lambda change: self._set_limit(*change), changes)
 
@@ -593,89 +336,22 @@ class DockerBackend(Backend):
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        for client in self._clients.values():
-            client.close()
-        self._clients = {}
+        self._engines.close()
 
     # ------------------------------------------------------------------ episode
-
-    def _engine(self, endpoint: str | None) -> _Engine:
-        client = self._clients.get(endpoint)
-        if client is None:
-            client = connect(endpoint, self._api_timeout_s)
-            self._clients[endpoint] = client
-        self._check_image(client, endpoint)
-        cores = float(client.info()["NCPU"])
-        return _Engine(endpoint, client, cores)
-
-    def _check_image(self, client: docker.DockerClient, endpoint: str | None) -> None:
-        if self._image is None:
-            from dlsched.envs.docker.image import IMAGE_TAG, build_hint, image_present
-
-            if not image_present(client):
-                raise ImageMissingError(
-                    f"the workload image {IMAGE_TAG!r} is not on the engine at "
-                    f"{endpoint_url(endpoint)}; build it with `{build_hint()}`"
-                )
-            return
-        try:
-            client.images.get(self._image)
-        except docker.errors.ImageNotFound:
-            raise ImageMissingError(
-                f"the image {self._image!r} is not on the engine at {endpoint_url(endpoint)}; "
-                "build or load it there (dlsched's own: `dlsched image build --offline`)"
-            ) from None
 
     @contextlib.contextmanager
     def _engine_calls(self) -> Iterator[None]:
         """Engine calls after which an episode whose every engine is lost is an
-        :class:`EngineLostError` (one lost engine of several only fails its jobs)."""
+        :class:`EngineLostError`; its containers are then left to ``dlsched docker cleanup``."""
         try:
-            yield
-        except requests.exceptions.ConnectionError as error:
-            # a call outside any one engine's _answering: count every engine as lost
-            for engine in self._engines:
-                self._lose(engine.endpoint, error)
-        endpoints = {engine.endpoint for engine in self._engines}
-        if self._lost and endpoints <= set(self._lost):
-            engines = ", ".join(endpoint_url(endpoint) for endpoint in dict.fromkeys(endpoints))
+            with self._engines.calls(self._episode):
+                yield
+        except EngineLostError:
             if self._cleanup is not None:
                 # removing the containers would only fail again, and say so at length
                 self._cleanup.detach()
-            raise EngineLostError(
-                f"the Docker engine at {engines} stopped answering mid-episode "
-                f"({', '.join(sorted(set(self._lost.values())))}); episode {self._episode} is "
-                "lost, and its containers may still run there: when the engine is back, remove "
-                "them with `dlsched docker cleanup`"
-            ) from None
-
-    @contextlib.contextmanager
-    def _answering(self, endpoint: str | None) -> Iterator[None]:
-        """Calls to the engine at ``endpoint``; a lost connection marks it lost, not raised."""
-        try:
-            yield
-        except requests.exceptions.ConnectionError as error:
-            self._lose(endpoint, error)
-
-    def _lose(self, endpoint: str | None, error: BaseException) -> None:
-        """Count the engine at ``endpoint`` lost for the rest of the episode (once)."""
-        with self._lost_lock:
-            if endpoint in self._lost:
-                return
-            self._lost[endpoint] = type(error).__name__
-        workers = [i for i, engine in enumerate(self._engines) if engine.endpoint == endpoint]
-        message = (
-            f"the Docker engine at {endpoint_url(endpoint)} stopped answering at "
-            f"{self._now():.0f} s ({type(error).__name__}): the jobs of worker"
-            f"{'s' if len(workers) != 1 else ''} {', '.join(map(str, workers))} failed, and its "
-            "containers may still run there (`dlsched docker cleanup --endpoint "
-            f"{endpoint_url(endpoint)}` when it is back)"
-        )
-        self._incidents.append(message)
-        _log.warning("%s", message)
-
-    def _worker_lost(self, worker: int) -> bool:
-        return self._engines[worker].endpoint in self._lost
+            raise
 
     def _end_episode(self) -> None:
         for job in self._jobs.values():
@@ -683,7 +359,7 @@ class DockerBackend(Backend):
                 run.output.close()
         if self._cleanup is not None:
             self._cleanup()  # a finalizer runs at most once, whoever calls it first
-            _untrack(self._cleanup)
+            untrack(self._cleanup)
             self._cleanup = None
         self._jobs = {}
 
@@ -692,7 +368,7 @@ class DockerBackend(Backend):
             raise BackendError("the Docker backend has no episode; call reset() first")
 
     def _now(self) -> float:
-        return time.monotonic() - self._clock_start
+        return self._clock.now()
 
     def _map(self, function: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
         """``function`` over ``items`` in the thread pool; the first error is raised."""
@@ -706,7 +382,7 @@ class DockerBackend(Backend):
 
     # ------------------------------------------------------------------ actuation
 
-    def _placed(self, job_id: str) -> _Job:
+    def _placed(self, job_id: str) -> Job:
         try:
             return self._jobs[job_id]
         except KeyError:
@@ -731,129 +407,19 @@ class DockerBackend(Backend):
         if not new:
             self._placed(placement.job_id)
 
-    def _quota_us(self, worker: int, limit: float) -> int:
-        """The CFS quota of ``limit`` on ``worker``: -1 (none) at 1, else at least the minimum."""
-        if limit >= 1.0:
-            return -1
-        quota = round(limit * self._engines[worker].cores * self._cpu_period_us)
-        return max(quota, MIN_CPU_QUOTA_US)
-
-    def _in_force(self, worker: int, inspected: Mapping[str, Any]) -> tuple[float, int]:
-        """The limit (fraction of the worker) and quota (-1: none) an inspected container has."""
-        host_config = inspected["HostConfig"]
-        quota = int(host_config.get("CpuQuota") or 0)
-        period = int(host_config.get("CpuPeriod") or self._cpu_period_us)
-        if quota <= 0:
-            return 1.0, -1
-        return min(quota / (period * self._engines[worker].cores), 1.0), quota
-
-    def _command(self, job: JobSpec, start_iteration: int) -> list[str]:
-        command = ["python", "-m", "dlsched_workloads", job.workload]
-        iterations = _total_iterations(job)
-        if iterations is not None:
-            command += ["--iterations", str(iterations)]
-        if start_iteration:
-            command += ["--start-iteration", str(start_iteration)]
-        if job.kind is JobKind.TRAINING:
-            command += ["--checkpoint", CHECKPOINT_PATH]
-        if self._threading != "tuned":
-            command += ["--threading", self._threading]
-        return [*command, "--seed", str(self._seeds[job.job_id])]
-
-    def _start(
-        self,
-        spec: JobSpec,
-        worker: int,
-        limit: float,
-        start_iteration: int,
-        attempt: int,
-        checkpoint: bytes | None = None,
-    ) -> tuple[_Run, tuple[float, int]]:
-        """Start one container of ``spec``; the run and its limit and quota as read back.
-
-        ``checkpoint``, a tar archive of :data:`CHECKPOINT_PATH`, is put into the container
-        before it starts, so that the workload resumes from it.
-        """
-        assert self._episode is not None
-        client = self._engines[worker].client
-        name = f"dlsched-{self._episode[:8]}-{spec.job_id}" + (f"-m{attempt}" if attempt else "")
-        quota = self._quota_us(worker, limit)
-        host_config = client.api.create_host_config(
-            cpu_period=self._cpu_period_us,
-            cpu_quota=quota if quota > 0 else None,
-            network_mode=self._network_mode,
-        )
-        try:
-            created = client.api.create_container(
-                self.image,
-                command=self._command(spec, start_iteration),
-                name=name,
-                detach=True,
-                labels={
-                    LABEL_MANAGED: "1",
-                    LABEL_EPISODE: self._episode,
-                    LABEL_JOB: spec.job_id,
-                    LABEL_WORKER: str(worker),
-                    **self._owner.as_labels(LABEL_OWNER),
-                },
-                host_config=host_config,
-            )
-            container_id: str = created["Id"]
-            if checkpoint is not None:
-                client.api.put_archive(container_id, posixpath.dirname(CHECKPOINT_PATH), checkpoint)
-            client.api.start(container_id)
-            started_s = self._now()
-            inspected = client.api.inspect_container(container_id)
-            stream = client.api.logs(
-                container_id, stdout=True, stderr=False, stream=True, follow=True
-            )
-        except docker.errors.APIError as error:
-            raise BackendError(
-                f"the engine at {endpoint_url(self._engines[worker].endpoint)} could not start "
-                f"job {spec.job_id!r} ({spec.workload}) in container {name}: {error}"
-            ) from error
-        output = ContainerOutput(stream, stream.close, name)
-        cpu_file = self._cpu_file(container_id, inspected)
-        run = _Run(
-            container_id=container_id,
-            name=name,
-            worker=worker,
-            started_s=started_s,
-            output=output,
-            cpu_file=cpu_file,
-            window_start_at=(
-                started_s if cpu_file is not None else _unix_time(inspected["State"]["StartedAt"])
-            ),
-        )
-        return run, self._in_force(worker, inspected)
-
-    def _cpu_file(self, container_id: str, inspected: Mapping[str, Any]) -> CpuUsageFile | None:
-        if self._use_cgroup_files is False:
-            return None
-        pid = int(inspected["State"].get("Pid") or 0)
-        found = find_cpu_usage_file(container_id, pid or None, self._cgroup_root)
-        if found is None and self._use_cgroup_files and inspected["State"]["Running"]:
-            raise BackendError(
-                f"no cgroup CPU accounting file of container {container_id[:12]} under "
-                f"{self._cgroup_root}; the engine does not run on this host or uses another "
-                "cgroup layout. Pass use_cgroup_files=None (or False) to read the engine's "
-                "statistics instead"
-            )
-        return found
-
     def _place(self, placement: Placement, limit: float | None) -> None:
         spec = self._specs[placement.job_id]
         asked = 1.0 if limit is None else limit
-        if not self._worker_lost(placement.worker):
-            with self._answering(self._engines[placement.worker].endpoint):
-                run, (read_back, quota) = self._start(spec, placement.worker, asked, 0, 0)
-        if self._worker_lost(placement.worker):
+        if not self._engines.worker_lost(placement.worker):
+            with self._engines.answering(self._engines[placement.worker].endpoint):
+                run, (read_back, quota) = self._starter.start(spec, placement.worker, asked, 0, 0)
+        if self._engines.worker_lost(placement.worker):
             # placed on a host that is gone: the job fails there, as it would in a cluster
-            self._jobs[spec.job_id] = _Job(
+            self._jobs[spec.job_id] = Job(
                 spec, placement.worker, placement.slot, asked, -1, state=JobState.FAILED
             )
             return
-        job = _Job(
+        job = Job(
             spec=spec,
             worker=placement.worker,
             slot=placement.slot,
@@ -867,11 +433,11 @@ class DockerBackend(Backend):
         job = self._jobs[placement.job_id]
         if job.state is not JobState.RUNNING:
             return  # it finished or died since the decision; nothing is left to move
-        if self._worker_lost(placement.worker) or self._worker_lost(job.worker):
+        if self._engines.worker_lost(placement.worker) or self._engines.worker_lost(job.worker):
             return  # a lost engine's jobs fail at the next measurement; none moves to one
         old = job.run
         source = self._engines[old.worker]
-        with self._answering(source.endpoint):
+        with self._engines.answering(source.endpoint):
             self._read_cpu(old)
             # SIGTERM: the workload stops at the end of its current unit, so the count it last
             # reported is exactly the work done; SIGKILL after stop_timeout_s if it does not.
@@ -881,43 +447,24 @@ class DockerBackend(Backend):
             progress = old.output.progress()
             training = job.spec.kind is JobKind.TRAINING
             resume = progress.iterations if training else progress.batches
-            checkpoint = self._checkpoint_of(job) if training else None
-        if self._worker_lost(old.worker):
+            checkpoint = self._starter.checkpoint_of(job) if training else None
+        if self._engines.worker_lost(old.worker):
             return
-        with self._answering(self._engines[placement.worker].endpoint):
-            run, (job.limit, job.quota_us) = self._start(
+        with self._engines.answering(self._engines[placement.worker].endpoint):
+            run, (job.limit, job.quota_us) = self._starter.start(
                 job.spec, placement.worker, job.limit, resume, len(job.runs), checkpoint
             )
-        if self._worker_lost(placement.worker):
+        if self._engines.worker_lost(placement.worker):
             job.state = JobState.FAILED  # stopped on its engine, and its new one is gone
             return
         job.runs.append(run)
         job.worker = placement.worker
         job.slot = placement.slot
 
-    def _checkpoint_of(self, job: _Job) -> bytes | None:
-        """The tar archive of the checkpoint the job's stopped container saved, if it saved one."""
-        run = job.run
-        try:
-            chunks, _ = self._engines[run.worker].client.api.get_archive(
-                run.container_id, CHECKPOINT_PATH
-            )
-            return b"".join(chunks)
-        except docker.errors.APIError as error:
-            _log.warning(
-                "job %s (container %s) left no checkpoint at %s (%s); it resumes at its "
-                "iteration count from untrained weights",
-                job.spec.job_id,
-                run.name,
-                CHECKPOINT_PATH,
-                error,
-            )
-            return None
-
     def _set_limit(self, job_id: str, limit: float) -> None:
         job = self._jobs[job_id]
         client = self._engines[job.worker].client
-        quota = self._quota_us(job.worker, limit)
+        quota = self._starter.quota_us(job.worker, limit)
         endpoint = self._engines[job.worker].endpoint
         try:
             client.api.update_container(
@@ -925,7 +472,7 @@ class DockerBackend(Backend):
             )
             inspected = client.api.inspect_container(job.run.container_id)
         except requests.exceptions.ConnectionError as error:
-            self._lose(endpoint, error)  # its jobs fail at the next measurement
+            self._engines.lose(endpoint, error)  # its jobs fail at the next measurement
             return
         except docker.errors.NotFound:
             return  # it is gone: the next measurement reports it failed
@@ -936,11 +483,11 @@ class DockerBackend(Backend):
                 f"the engine refused limit {limit!r} (cpu_quota={quota}, "
                 f"cpu_period={self._cpu_period_us}) for job {job_id!r}: {error}"
             ) from error
-        job.limit, job.quota_us = self._in_force(job.worker, inspected)
+        job.limit, job.quota_us = self._starter.in_force(job.worker, inspected)
 
     # ------------------------------------------------------------------ measurement
 
-    def _stats_reading(self, run: _Run) -> tuple[float, float] | None:
+    def _stats_reading(self, run: Run) -> tuple[float, float] | None:
         """Cumulative CPU-seconds of a container and when the engine sampled them (Unix time).
 
         The engine answers a one-shot request at its next sampling tick (up to a second
@@ -954,15 +501,15 @@ class DockerBackend(Backend):
         total = stats.get("cpu_stats", {}).get("cpu_usage", {}).get("total_usage")
         if not total:
             return None  # an exited container reports zeros; its last reading stands
-        return total / 1e9, _unix_time(stats["read"])
+        return total / 1e9, unix_time(stats["read"])
 
-    def _read_cpu(self, run: _Run) -> None:
+    def _read_cpu(self, run: Run) -> None:
         if run.cpu_file is not None:
             seconds = run.cpu_file.read_seconds()
             if seconds is not None:
                 run.record(seconds, self._now(), self._min_usage_window_s)
             return
-        with self._answering(self._engines[run.worker].endpoint):
+        with self._engines.answering(self._engines[run.worker].endpoint):
             reading = self._stats_reading(run)
             if reading is not None:
                 run.record(*reading, self._min_usage_window_s)
@@ -971,11 +518,8 @@ class DockerBackend(Backend):
         """The state of every container of the episode, by id (one call per engine that
         answers; one that does not is lost)."""
         states: dict[str, str] = {}
-        engines = {engine.endpoint: engine.client for engine in self._engines}
-        for endpoint, client in engines.items():
-            if endpoint in self._lost:
-                continue
-            with self._answering(endpoint):
+        for endpoint, client in self._engines.clients().items():
+            with self._engines.answering(endpoint):
                 for summary in managed_containers(client, self._episode):
                     states[summary["Id"]] = summary["State"]
         return states
@@ -983,7 +527,7 @@ class DockerBackend(Backend):
     def _measure(self) -> Telemetry:
         states = self._engine_states()
         for job in self._jobs.values():
-            if job.state is JobState.RUNNING and self._worker_lost(job.worker):
+            if job.state is JobState.RUNNING and self._engines.worker_lost(job.worker):
                 job.state = JobState.FAILED  # its host is gone (an incident says so)
                 job.run.output.close()
         running = [job for job in self._jobs.values() if job.state is JobState.RUNNING]
@@ -995,21 +539,21 @@ class DockerBackend(Backend):
         self._map(self._read_cpu, [run for run in live if run.cpu_file is None])
         now = self._now()
         for job in running:
-            if self._worker_lost(job.worker):  # lost while its CPU was read
+            if self._engines.worker_lost(job.worker):  # lost while its CPU was read
                 job.state = JobState.FAILED
                 job.run.output.close()
             elif states.get(job.run.container_id) not in _LIVE_STATES:
                 self._finish(job, now)
         jobs = []
         for job in sorted(self._jobs.values(), key=lambda j: (j.spec.arrival_s, j.spec.job_id)):
-            jobs.append(self._job_telemetry(job, now))
+            jobs.append(job.telemetry(now))
         interval = now - self._time_s
         self._time_s = now
         return Telemetry(
             now, interval, self._worker_telemetry({j.job_id: j for j in jobs}), tuple(jobs)
         )
 
-    def _finish(self, job: _Job, now: float) -> None:
+    def _finish(self, job: Job, now: float) -> None:
         """Decide how an exited (or vanished) container ended: DONE or FAILED."""
         run = job.run
         client = self._engines[run.worker].client
@@ -1019,7 +563,7 @@ class DockerBackend(Backend):
         except docker.errors.NotFound:
             exit_code = None
         except requests.exceptions.ConnectionError as error:
-            self._lose(self._engines[run.worker].endpoint, error)
+            self._engines.lose(self._engines[run.worker].endpoint, error)
             job.state = JobState.FAILED
             run.output.close()
             return
@@ -1033,7 +577,9 @@ class DockerBackend(Backend):
             job.state = JobState.DONE
             # The workload's clock says when; bounded by what this host saw, in case the
             # engine's host keeps another time.
-            job.completed_s = min(max(progress.done_at - self._epoch_start, run.started_s), now)
+            job.completed_s = min(
+                max(progress.done_at - self._clock.epoch_start, run.started_s), now
+            )
             return
         job.state = JobState.FAILED
         if exit_code is None:
@@ -1051,7 +597,7 @@ class DockerBackend(Backend):
             "" if exit_code is None else self._last_errors(run),
         )
 
-    def _last_errors(self, run: _Run) -> str:
+    def _last_errors(self, run: Run) -> str:
         with contextlib.suppress(docker.errors.DockerException, requests.RequestException):
             tail = self._engines[run.worker].client.api.logs(
                 run.container_id, stdout=False, stderr=True, tail=5
@@ -1060,33 +606,6 @@ class DockerBackend(Backend):
             if text:
                 return f"; its last error output:\n{text}"
         return ""
-
-    def _job_telemetry(self, job: _Job, now: float) -> JobTelemetry:
-        spec = job.spec
-        progress = [run.output.progress() for run in job.runs]
-        latest = _latest(progress)
-        return JobTelemetry(
-            job_id=spec.job_id,
-            workload=spec.workload,
-            kind=spec.kind,
-            state=job.state,
-            worker=job.worker,
-            slot=job.slot,
-            arrival_s=spec.arrival_s,
-            age_s=now - spec.arrival_s,
-            limit=job.limit,
-            cpu_usage=job.cpu_usage,
-            cpu_seconds=job.cpu_seconds,
-            target_s=spec.target_s,
-            tolerance=spec.tolerance,
-            batches=latest.batches,
-            latency_s=latest.latency_s,
-            iterations=latest.iterations,
-            total_iterations=_total_iterations(spec),
-            loss=latest.loss,
-            completed_s=job.completed_s,
-            loss_targets=spec.loss_targets,
-        )
 
     def _worker_telemetry(self, jobs: Mapping[str, JobTelemetry]) -> tuple[WorkerTelemetry, ...]:
         return tuple(
@@ -1099,36 +618,26 @@ class DockerBackend(Backend):
         )
 
 
-def _latest(progress: Iterable[Progress]) -> Progress:
-    """One progress from a job's runs: the newest measurement of each kind."""
-    merged = Progress()
-    for item in progress:
-        merged = dataclasses.replace(
-            merged,
-            iterations=max(merged.iterations, item.iterations),
-            batches=max(merged.batches, item.batches),
-            loss=item.loss if item.loss is not None else merged.loss,
-            latency_s=item.latency_s if item.latency_s is not None else merged.latency_s,
-            total_iterations=item.total_iterations or merged.total_iterations,
-        )
-    return merged
+class _EpisodeClock:
+    """The episode's time: seconds since its reset (monotonic), and the Unix time it began."""
 
+    def __init__(self) -> None:
+        self._start = 0.0
+        self.epoch_start = 0.0
 
-def _unix_time(timestamp: str) -> float:
-    """Unix time of an engine timestamp (RFC 3339 with up to nanoseconds, ``Z``)."""
-    return datetime.fromisoformat(timestamp).timestamp()
+    def restart(self) -> None:
+        """Start the episode's time now."""
+        self._start = time.monotonic()
+        self.epoch_start = time.time()
+
+    def now(self) -> float:
+        """Seconds since :meth:`restart`."""
+        return time.monotonic() - self._start
 
 
 def _endpoints(scenario: Scenario) -> tuple[str | None, ...]:
     """The distinct engine endpoints of a scenario's workers, in worker order."""
     return tuple(dict.fromkeys(worker.endpoint for worker in scenario.workers))
-
-
-def _total_iterations(job: JobSpec) -> int | None:
-    """The iterations a training job runs: its own, or its workload's default."""
-    if job.kind is not JobKind.TRAINING:
-        return None
-    return job.iterations if job.iterations is not None else WORKLOADS[job.workload].iterations
 
 
 def _exited(error: docker.errors.APIError) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 import docker
 
-from dlsched.envs.docker.backend import (
+from dlsched.envs.docker.containers import (
     LABEL_EPISODE,
     LABEL_JOB,
     container_owner,

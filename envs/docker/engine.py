@@ -1,4 +1,4 @@
-"""Docker engines: where an endpoint points, and a client checked to answer.
+"""Docker engines: where an endpoint points, a client checked to answer, and their timestamps.
 
 Every part of dlsched that talks to an engine (the backend, the image build, calibration, the
 benchmarks, ``dlsched docker cleanup``) connects through :func:`connect`, so that an engine that
@@ -8,6 +8,7 @@ is missing or refuses this user is reported the same way everywhere.
 from __future__ import annotations
 
 import os
+from datetime import datetime
 
 import docker
 import docker.errors
@@ -65,6 +66,11 @@ def engine_cores(endpoint: str | None = None) -> float:
         return float(client.info()["NCPU"])
     finally:
         client.close()
+
+
+def unix_time(timestamp: str) -> float:
+    """Unix time of an engine timestamp (RFC 3339 with up to nanoseconds, ``Z``)."""
+    return datetime.fromisoformat(timestamp).timestamp()
 
 
 def _permission_denied(error: BaseException) -> bool:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlsched.envs.decision import Placement
-from dlsched.envs.docker.backend import LABEL_EPISODE, MANAGED_FILTER, DockerBackend
+from dlsched.envs.docker.backend import DockerBackend
+from dlsched.envs.docker.containers import LABEL_EPISODE, MANAGED_FILTER
 from dlsched.envs.docker.engine import connect, engine_cores
 from dlsched.envs.errors import DlschedError
 from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec

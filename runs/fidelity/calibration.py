@@ -27,7 +27,9 @@ engine's one-shot statistics otherwise. A measurement needs the host to itself
 other processes used during it is recorded (from ``/proc/stat``), a run that had company is
 measured again, and a calibration whose runs all had company is refused
 (:class:`~dlsched.envs.errors.HostBusyError`) unless forced. Containers carry
-``dlsched.managed=1`` and are removed after their run, also on interruption.
+``dlsched.managed=1`` and the labels of their owner process, as the Docker backend's do (so that
+``dlsched docker cleanup`` leaves a running calibration's containers alone); they are removed
+after their run, also on interruption.
 
 The contention term of the replay model is calibrated apart (:mod:`.contention`).
 """
@@ -59,6 +61,7 @@ from docker.models.containers import Container
 
 from dlsched.envs.docker.cgroup import CpuUsageFile, find_cpu_usage_file
 from dlsched.envs.docker.container_output import JsonLineReader
+from dlsched.envs.docker.containers import LABEL_OWNER
 from dlsched.envs.docker.engine import connect
 from dlsched.envs.docker.image import (
     IMAGE_TAG,
@@ -67,6 +70,7 @@ from dlsched.envs.docker.image import (
     image_present,
 )
 from dlsched.envs.errors import BackendError, HostBusyError, ImageMissingError, ProfileError
+from dlsched.envs.owner import ProcessOwner
 from dlsched.envs.replay.contention import load_contention
 from dlsched.envs.replay.profile import PROFILE_FORMAT, load_profile
 from dlsched.envs.workloads.catalog import WORKLOADS, WorkloadSpec
@@ -527,7 +531,11 @@ def _calibration_container(
             IMAGE_TAG,
             command,
             detach=True,
-            labels={MANAGED_LABEL: "1", CALIBRATION_LABEL: spec.name},
+            labels={
+                MANAGED_LABEL: "1",
+                CALIBRATION_LABEL: spec.name,
+                **ProcessOwner.current().as_labels(LABEL_OWNER),
+            },
             cpu_period=CPU_PERIOD_US if quota_us is not None else None,
             cpu_quota=quota_us,
             network_mode="none",

@@ -1,0 +1,123 @@
+"""What the Docker backend knows of each job of an episode, and the telemetry that says.
+
+A placed job is a :class:`Job`: its spec, where it runs, the limit in force and its state. Each
+container it ran in (a migrated job has had several, one after another) is a :class:`Run`, with
+the job's output and CPU readings from that container; :meth:`Job.telemetry` merges them into
+what the backend reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from dlsched.envs.docker.cgroup import CpuUsageFile
+from dlsched.envs.docker.container_output import ContainerOutput, Progress
+from dlsched.envs.scenarios.model import JobKind, JobSpec
+from dlsched.envs.telemetry import JobState, JobTelemetry
+from dlsched.envs.workloads.catalog import WORKLOADS
+
+
+@dataclass
+class Run:
+    """One container of a job (a migrated job has had several, one after another)."""
+
+    container_id: str
+    name: str
+    worker: int
+    started_s: float  # episode time at which it was started
+    output: ContainerOutput
+    cpu_file: CpuUsageFile | None  # None: measured through the engine's statistics
+    # CPU readings are timed by the clock of their source: episode seconds for cgroup files,
+    # the engine's Unix time for its statistics (a remote engine's clock may be off ours, but
+    # differences between its own timestamps are right).
+    window_start_at: float  # when the current usage window began (at start: the start)
+    window_start_cpu: float = 0.0
+    cpu_seconds: float = 0.0  # the last reading
+    cpu_usage: float = 0.0  # cores, over the last window that was long enough
+
+    def record(self, seconds: float, at: float, min_window_s: float) -> None:
+        """Take a reading of cumulative CPU-seconds at time ``at`` (the source's clock)."""
+        self.cpu_seconds = max(seconds, self.cpu_seconds)
+        span = at - self.window_start_at
+        if span >= min_window_s:
+            self.cpu_usage = (self.cpu_seconds - self.window_start_cpu) / span
+            self.window_start_at, self.window_start_cpu = at, self.cpu_seconds
+
+
+@dataclass
+class Job:
+    """What the backend knows of one placed job."""
+
+    spec: JobSpec
+    worker: int
+    slot: int
+    limit: float  # as read back from the engine
+    quota_us: int  # the quota read back with it (-1: none), to skip updates that change nothing
+    runs: list[Run] = field(default_factory=list)
+    state: JobState = JobState.RUNNING
+    completed_s: float | None = None
+
+    @property
+    def run(self) -> Run:
+        return self.runs[-1]
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(run.cpu_seconds for run in self.runs)
+
+    @property
+    def cpu_usage(self) -> float:
+        return self.run.cpu_usage if self.state is JobState.RUNNING else 0.0
+
+    def telemetry(self, now: float) -> JobTelemetry:
+        """What the job reports at episode time ``now``: its state, its CPU and its progress
+        over all its runs."""
+        spec = self.spec
+        progress = [run.output.progress() for run in self.runs]
+        latest = _latest(progress)
+        return JobTelemetry(
+            job_id=spec.job_id,
+            workload=spec.workload,
+            kind=spec.kind,
+            state=self.state,
+            worker=self.worker,
+            slot=self.slot,
+            arrival_s=spec.arrival_s,
+            age_s=now - spec.arrival_s,
+            limit=self.limit,
+            cpu_usage=self.cpu_usage,
+            cpu_seconds=self.cpu_seconds,
+            target_s=spec.target_s,
+            tolerance=spec.tolerance,
+            batches=latest.batches,
+            latency_s=latest.latency_s,
+            iterations=latest.iterations,
+            total_iterations=total_iterations(spec),
+            loss=latest.loss,
+            completed_s=self.completed_s,
+            loss_targets=spec.loss_targets,
+        )
+
+
+def total_iterations(job: JobSpec) -> int | None:
+    """The iterations a training job runs: its own, or its workload's default."""
+    if job.kind is not JobKind.TRAINING:
+        return None
+    return job.iterations if job.iterations is not None else WORKLOADS[job.workload].iterations
+
+
+def _latest(progress: Iterable[Progress]) -> Progress:
+    """One progress from a job's runs: the newest measurement of each kind."""
+    merged = Progress()
+    for item in progress:
+        merged = dataclasses.replace(
+            merged,
+            iterations=max(merged.iterations, item.iterations),
+            batches=max(merged.batches, item.batches),
+            loss=item.loss if item.loss is not None else merged.loss,
+            latency_s=item.latency_s if item.latency_s is not None else merged.latency_s,
+            total_iterations=item.total_iterations or merged.total_iterations,
+        )
+    return merged
