@@ -6,8 +6,8 @@ keep runnable fit its cores (measured on a 2-core host: 0.98 of the profiles' pr
 single-threaded jobs at equal limits). Beyond that a job makes less progress per CPU-second it
 gets: its threads are descheduled while their partners wait at a barrier (spinning, for stock
 framework jobs), and caches are shared. ``dlsched calibrate --contention`` measures it
-(:mod:`dlsched.runs.fidelity.contention`): 3 stock jobs on 2 cores make 0.30 of the progress
-their CPU would give them alone, 0.70 when one of them is favoured by limits.
+(:mod:`dlsched.runs.fidelity.contention_measurement`): 3 stock jobs on 2 cores make 0.30 of the
+progress their CPU would give them alone, 0.70 when one of them is favoured by limits.
 
 The model has two numbers per threading, an exponent and a bound scale, fitted from them:
 
@@ -424,8 +424,8 @@ def load_contention(directory: Path) -> ContentionModel:
 
     ``bound_scales`` is optional (1 for a threading it does not name). ``measurements`` holds
     what the exponents and bound scales were fitted to, as ``dlsched calibrate
-    --contention`` recorded it (:mod:`dlsched.runs.fidelity.contention` reads it; the replay
-    model does not).
+    --contention`` recorded it (``runs.fidelity.contention_grid.recorded_measurement`` reads
+    it; the replay model does not).
 
     Raises:
         ProfileError: the file is not valid JSON or a field is malformed; the message names the

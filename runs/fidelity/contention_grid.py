@@ -39,6 +39,7 @@ from dlsched.envs.replay.contention import (
     CONTENTION_FILE,
     Crowding,
     busy_and_quotas,
+    crowded,
     crowding,
     oversubscription,
     runnable_threads,
@@ -173,7 +174,7 @@ class ThreadingMeasurement:
             cores,
         )
         runnable = runnable_threads(busy, quotas, cores)
-        if runnable <= cores:
+        if not crowded(runnable, cores):
             return None
         return crowding(
             busy[None, :],
