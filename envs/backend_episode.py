@@ -17,6 +17,7 @@ import numpy as np
 
 from dlsched.envs.decision import Placement
 from dlsched.envs.episode_batch import (
+    HAS_ENDED,
     IS_ACTIVE,
     MIGRATING,
     PHASE_OF_STATE,
@@ -68,7 +69,7 @@ class BackendEpisode(EpisodeBatch):
         state = self.state
         state.describe(np.zeros(1, dtype=np.int64), [ordered])
         state.total[0, : len(ordered)] = [job.iterations or 0 for job in ordered]
-        self.specs[0] = ordered
+        self.set_jobs(0, ordered)
         self._column = {job.job_id: column for column, job in enumerate(ordered)}
         self._read(telemetry)
 
@@ -125,7 +126,10 @@ class BackendEpisode(EpisodeBatch):
         self.cores = np.array([worker.cores for worker in telemetry.workers], dtype=np.float64)
         for job in telemetry.jobs:
             column = self._column[job.job_id]
-            state.phase[0, column] = PHASE_OF_STATE[job.state]
+            phase = PHASE_OF_STATE[job.state]
+            if HAS_ENDED[phase] and not HAS_ENDED[state.phase[0, column]]:
+                self.ended_jobs += 1
+            state.phase[0, column] = phase
             state.worker[0, column] = job.worker if job.worker is not None else 0
             state.slot[0, column] = job.slot if job.slot is not None else 0
             state.limit[0, column] = job.limit

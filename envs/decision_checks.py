@@ -80,7 +80,7 @@ def action_limits(
             f"= {expected}"
         )
     bad = ~np.isfinite(array)
-    if bad.any():
+    if np.count_nonzero(bad):
         if episodes is None:
             where = np.flatnonzero(bad)
             raise ActionError(
@@ -93,10 +93,10 @@ def action_limits(
             f"{float(array[env, slot])!r} ({int(bad.sum())} non-finite in all); every entry "
             "must be a limit in [0, 1]"
         )
-    # An agent's raw output may leave the box; a typed Decision may not (it is refused).
-    # (np.clip's own wrapper costs more than the ufuncs it calls.)
-    limits = np.minimum(np.maximum(np.minimum(np.maximum(array, 0.0), 1.0), floor), 1.0)
-    return limits.reshape(-1, slots)
+    # An agent's raw output may leave the box; a typed Decision may not (it is refused). Clipped
+    # to the box then raised to the floor (in (0, 1]) is clamped to [floor, 1]. (np.clip's own
+    # wrapper costs more than the ufuncs it calls.)
+    return np.minimum(np.maximum(array, floor), 1.0).reshape(-1, slots)
 
 
 def decision_limits(

@@ -25,7 +25,7 @@ from typing import Any, Self
 import numpy as np
 
 from dlsched.envs.scenarios.model import JobSpec, Scenario
-from dlsched.envs.telemetry import JobState
+from dlsched.envs.telemetry import JobState, measurement_template
 
 # Where a job is in its life, finer than JobState; plain ints, as they index arrays.
 UNPLACED = 0  # not placed yet (it may not have arrived, or wait for a slot)
@@ -158,8 +158,11 @@ class EpisodeBatch(ABC):
         slots: slots per worker.
         cores: per worker, its cores.
         specs: per row, its jobs in column order (arrival, then id).
+        templates: per row, each job's measurement template
+            (:func:`~dlsched.envs.telemetry.measurement_template`).
         now: per row, the seconds since its episode started.
         state: every job's arrays.
+        ended_jobs: how many jobs have ended since the batch was made.
     """
 
     def __init__(self, scenario: Scenario, episodes: int, jobs: int | None = None) -> None:
@@ -170,8 +173,17 @@ class EpisodeBatch(ABC):
         self.slots = scenario.slots_per_worker
         self.cores = np.array([worker.cores for worker in scenario.workers], dtype=np.float64)
         self.specs: list[tuple[JobSpec, ...]] = [() for _ in range(episodes)]
+        self.templates: list[tuple[dict[str, Any], ...]] = [() for _ in range(episodes)]
         self.now = np.zeros(episodes)
         self.state = JobArrays.allocate(episodes, self.jobs)
+        #: How many jobs have ended (finished or failed) since the batch was made: the loop
+        #: frees slots only when it grows.
+        self.ended_jobs = 0
+
+    def set_jobs(self, row: int, jobs: tuple[JobSpec, ...]) -> None:
+        """Make ``jobs`` (in column order) row ``row``'s episode's."""
+        self.specs[row] = jobs
+        self.templates[row] = tuple(measurement_template(job) for job in jobs)
 
     @abstractmethod
     def reset_rows(
@@ -211,6 +223,12 @@ class EpisodeBatch(ABC):
 
         Precondition: ``seconds`` finite and ``>= 0``."""
 
+    def worker_cells(self, jobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ``jobs`` (a mask) by their flat index ``row * jobs + job``, in row and job order,
+        and each one's (episode, worker) cell ``row * workers + worker``."""
+        at = jobs.ravel().nonzero()[0]
+        return at, at // self.jobs * self.workers + self.state.worker.reshape(-1)[at]
+
     def per_worker(self, jobs: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
         """Per episode and worker, the sum of ``values`` (or the count) of the ``jobs`` (a mask)
         there, ``(episodes, workers)``.
@@ -218,8 +236,7 @@ class EpisodeBatch(ABC):
         One ``bincount`` over (episode, worker) cells: it adds each cell's values in job order,
         from 0.
         """
-        at = np.flatnonzero(jobs)
-        cells = at // self.jobs * self.workers + self.state.worker.reshape(-1)[at]
+        at, cells = self.worker_cells(jobs)
         weights = None if values is None else values.reshape(-1)[at]
         sums = np.bincount(cells, weights, minlength=self.episodes * self.workers)
         return sums.reshape(self.episodes, self.workers)

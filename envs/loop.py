@@ -70,9 +70,12 @@ class SchedulingLoop:
         self._first_loss = np.full((episodes, jobs), np.nan)
         self._measured_usage = np.zeros((episodes, jobs))
         self._counts_before = np.zeros((episodes, batch.workers), dtype=np.int64)
+        self._training = self.scenario.kind is JobKind.TRAINING
         # Whether a job may be pinned to a worker (placed as the placer's exception).
         self._pins = any(group.worker is not None for group in self.scenario.groups)
         self._columns: TelemetryColumns | None = None
+        self._ended_seen = 0  # the batch's ended_jobs when the loop last freed slots
+        self._rows = np.arange(episodes)[:, None]
 
     @property
     def columns(self) -> TelemetryColumns | None:
@@ -171,8 +174,8 @@ class SchedulingLoop:
                 raise
         # Limits go to the jobs the slots hold before any migration moves them.
         holding = live[:, None] & IS_ACTIVE[state.phase]
-        position = state.worker * batch.slots + state.slot
-        in_force = np.where(holding, np.take_along_axis(limits, position, axis=1), state.limit)
+        given = limits[self._rows, state.worker * batch.slots + state.slot]
+        in_force = np.where(holding, given, state.limit)
         batch.apply(in_force, moves)
         self._advance_step(live)
 
@@ -228,38 +231,16 @@ class SchedulingLoop:
         to the interval's end, where a job may take a slot another freed."""
         batch = self.batch
         state = batch.state
-        start = batch.now.copy()
-        end = start + self.scenario.interval_s
-        due = live[:, None] & self._pending & (state.arrival <= end[:, None])
-        stages = {
-            int(row): sorted(set(state.arrival[row][due[row]].tolist()))
-            for row in np.flatnonzero(due.any(axis=1))
-        }
-        moved = np.zeros(self.episodes, dtype=bool)
-        counts_moved = np.zeros_like(self._counts_before)
-        depth = max((len(times) for times in stages.values()), default=0)
-        for stage in range(depth):
-            arrival = np.full(self.episodes, np.nan)
-            for row, times in stages.items():
-                if stage < len(times):
-                    arrival[row] = times[stage]
-            with np.errstate(invalid="ignore"):
-                behind = arrival > batch.now
-            if behind.any():
-                batch.advance(behind, np.where(behind, arrival - batch.now, 0.0))
-                self._free_ended(behind)
-                moved |= behind
-                counts_moved[behind] = self._active_counts()[behind]
-            placements = {}
-            for row in np.flatnonzero(~np.isnan(arrival)).tolist():
-                view = counts_moved[row] if moved[row] else self._counts_before[row]
-                placements[row] = self._place_arrivals(row, float(arrival[row]), view.copy())
-            self._place(placements)
+        end = batch.now + self.scenario.interval_s
+        if np.count_nonzero(self._pending):
+            self._stop_at_arrivals(live, end)
         remaining = np.maximum(end - batch.now, 0.0)
         batch.advance(live, remaining)
         self._free_ended(live)
+        if not np.count_nonzero(self._pending):
+            return
         waiting = live[:, None] & self._pending & (state.arrival <= end[:, None] + ARRIVED_EPS)
-        if waiting.any():
+        if np.count_nonzero(waiting):
             counts = self._active_counts()
             placed = np.zeros(self.episodes, dtype=bool)
             placements = {}
@@ -270,6 +251,39 @@ class SchedulingLoop:
             if placed.any():
                 batch.advance(placed, np.zeros(self.episodes))
 
+    def _stop_at_arrivals(self, live: np.ndarray, end: np.ndarray) -> None:
+        """Let each live episode's time pass to each of its arrivals before ``end`` in turn, and
+        place the arrived jobs there (every episode's ``k``-th arrival time in one call)."""
+        batch = self.batch
+        state = batch.state
+        due = live[:, None] & self._pending & (state.arrival <= end[:, None])
+        if not np.count_nonzero(due):
+            return
+        stages = {
+            int(row): sorted(set(state.arrival[row][due[row]].tolist()))
+            for row in np.flatnonzero(due.any(axis=1))
+        }
+        moved = np.zeros(self.episodes, dtype=bool)
+        counts_moved = np.zeros_like(self._counts_before)
+        depth = max(len(times) for times in stages.values())
+        for stage in range(depth):
+            arrival = np.full(self.episodes, np.nan)
+            for row, times in stages.items():
+                if stage < len(times):
+                    arrival[row] = times[stage]
+            with np.errstate(invalid="ignore"):
+                behind = arrival > batch.now
+            if np.count_nonzero(behind):
+                batch.advance(behind, np.where(behind, arrival - batch.now, 0.0))
+                self._free_ended(behind)
+                moved |= behind
+                counts_moved[behind] = self._active_counts()[behind]
+            placements = {}
+            for row in np.flatnonzero(~np.isnan(arrival)).tolist():
+                view = counts_moved[row] if moved[row] else self._counts_before[row]
+                placements[row] = self._place_arrivals(row, float(arrival[row]), view.copy())
+            self._place(placements)
+
     # ------------------------------------------------------------------ slots
 
     def _free_slot(self, row: int, worker: int) -> int | None:
@@ -279,6 +293,9 @@ class SchedulingLoop:
 
     def _free_ended(self, rows: np.ndarray) -> None:
         """Free the slots of the jobs of ``rows`` that ended (finished or failed)."""
+        if self.batch.ended_jobs == self._ended_seen:
+            return
+        self._ended_seen = self.batch.ended_jobs
         state = self.batch.state
         row, job = np.nonzero(rows[:, None] & HAS_ENDED[state.phase])
         position = state.worker[row, job] * self.batch.slots + state.slot[row, job]
@@ -287,7 +304,7 @@ class SchedulingLoop:
 
     def _active_counts(self) -> np.ndarray:
         """Per episode and worker, its active jobs."""
-        return self.batch.per_worker(IS_ACTIVE[self.batch.state.phase]).astype(np.int64)
+        return self.batch.per_worker(IS_ACTIVE[self.batch.state.phase])
 
     def _place_arrivals(
         self, row: int, now_s: float, counts: np.ndarray
@@ -336,10 +353,9 @@ class SchedulingLoop:
         usage over its last advance), waiting ones included."""
         batch = self.batch
         state = batch.state
-        waiting = self._pending[row] & (state.arrival[row] <= batch.now[row] + ARRIVED_EPS)
+        waiting = self._pending & (state.arrival <= batch.now[:, None] + ARRIVED_EPS)
         usage = np.where(state.exists & (state.phase != UNPLACED), state.usage, 0.0)
-        columns = columns_of(batch, usage, self._first_loss, np.array([row]))
-        columns.waiting = waiting[None]
+        columns = columns_of(batch, usage, self._first_loss, waiting, rows=np.array([row]))
         return columns.telemetry(0)
 
     def _place(self, placements: Mapping[int, Sequence[tuple[int, int, int]]]) -> None:
@@ -359,27 +375,28 @@ class SchedulingLoop:
         over the whole span, waiting jobs added, first losses kept."""
         batch = self.batch
         state = batch.state
+        every = np.count_nonzero(rows) == len(rows)
         mask = rows[:, None]
         placed = state.exists & (state.phase != UNPLACED)
         if span_s > 0:
-            age = batch.now[:, None] - state.arrival
-            covered = np.minimum(span_s, age)
-            covered = np.where(covered == 0, span_s, covered)
+            # A job that arrived within the span is measured over its age (a padding column's
+            # age is -inf, and its usage 0).
+            covered = np.minimum(span_s, batch.now[:, None] - state.arrival)
+            covered[covered == 0] = span_s
             used = np.maximum(state.cpu_seconds - self._cpu_before, 0.0)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                usage = np.where(placed, used / covered, 0.0)
+            usage = np.where(placed, used / covered, 0.0)
         else:
             usage = np.where(placed, state.usage, 0.0)
-        previous = self._columns
-        self._measured_usage = np.where(mask, usage, self._measured_usage)
-        new_loss = mask & placed & ~np.isnan(state.loss) & np.isnan(self._first_loss)
-        self._first_loss[new_loss] = state.loss[new_loss]
-        columns = columns_of(batch, self._measured_usage, self._first_loss)
+        self._measured_usage = usage if every else np.where(mask, usage, self._measured_usage)
+        if self._training:
+            new_loss = mask & placed & ~np.isnan(state.loss) & np.isnan(self._first_loss)
+            self._first_loss[new_loss] = state.loss[new_loss]
         # An episode just reset has no telemetry before (the observation's rates start at 0).
-        columns.iterations_before = np.where(mask & (span_s == 0), 0, self._iterations_before)
-        columns.waiting = self._pending & (state.arrival <= batch.now[:, None] + ARRIVED_EPS)
-        columns.present = placed | columns.waiting
-        if previous is not None and not rows.all():
+        before = self._iterations_before if span_s > 0 else None
+        waiting = self._pending & (state.arrival <= batch.now[:, None] + ARRIVED_EPS)
+        columns = columns_of(batch, self._measured_usage, self._first_loss, waiting, before)
+        previous = self._columns
+        if previous is not None and not every:
             # Rows not measured now keep the columns they had.
             for field in dataclasses.fields(columns):
                 value = getattr(columns, field.name)
@@ -391,24 +408,31 @@ class SchedulingLoop:
                 batch.specs[row] if rows[row] else previous.specs[row]
                 for row in range(self.episodes)
             ]
+            columns.templates = [
+                batch.templates[row] if rows[row] else previous.templates[row]
+                for row in range(self.episodes)
+            ]
         self._columns = columns
-        self._cpu_before = np.where(mask, state.cpu_seconds, self._cpu_before)
-        self._iterations_before = np.where(mask, columns.iterations, self._iterations_before)
-        self._counts_before = np.where(mask, columns.worker_jobs, self._counts_before)
+        if every:
+            self._cpu_before = state.cpu_seconds.copy()
+            self._iterations_before = columns.iterations
+            self._counts_before = columns.worker_jobs
+        else:
+            self._cpu_before = np.where(mask, state.cpu_seconds, self._cpu_before)
+            self._iterations_before = np.where(mask, columns.iterations, self._iterations_before)
+            self._counts_before = np.where(mask, columns.worker_jobs, self._counts_before)
         return columns
 
     def ends(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per row, whether its episode terminated (a training episode whose jobs all arrived
         and ended) or was truncated (its horizon reached), among the ``live`` rows."""
+        horizon = self.batch.now >= self.scenario.horizon_s - 1e-9
+        if not self._training:  # services run until the horizon
+            return np.zeros(self.episodes, dtype=bool), live & horizon
         state = self.batch.state
-        if self.scenario.kind is JobKind.TRAINING:
-            finished = (~state.exists | HAS_ENDED[state.phase]).all(axis=1)
-            terminated = live & ~self._pending.any(axis=1) & finished
-        else:
-            terminated = np.zeros(self.episodes, dtype=bool)
-        horizon = self.scenario.horizon_s - 1e-9
-        truncated = live & ~terminated & (self.batch.now >= horizon)
-        return terminated, truncated
+        finished = (~state.exists | HAS_ENDED[state.phase]).all(axis=1)
+        terminated = live & ~self._pending.any(axis=1) & finished
+        return terminated, live & ~terminated & horizon
 
     def telemetry(self, row: int) -> Telemetry:
         """Episode ``row``'s newest telemetry as a typed snapshot (built on each call)."""

@@ -76,7 +76,7 @@ def encode(columns: TelemetryColumns, layout: ObservationLayout, horizon_s: floa
     rows_total = layout.workers * layout.slots_per_worker
     # The active jobs by their flat index in the (episodes, jobs) columns: gathering by one
     # index costs a third of gathering by two.
-    at = np.flatnonzero(columns.active)
+    at = columns.active.ravel().nonzero()[0]
     row = at // columns.active.shape[1]
 
     def of(column: np.ndarray) -> np.ndarray:
@@ -87,54 +87,61 @@ def encode(columns: TelemetryColumns, layout: ObservationLayout, horizon_s: floa
     on_worker = row * layout.workers + worker
     worker_cores = columns.cores[worker]
     # One row of features per active job, in FEATURES' order, then one scatter into the slots
-    # (not one scatter per feature); a feature a job lacks is 0, as in an empty slot.
+    # (not one scatter per feature). A feature a job lacks (a latency before its first batch, a
+    # target of a training job) computes to NaN here and is 0 below, as in an empty slot.
     values = np.zeros((len(row), len(FEATURES)))
-
-    def put(name: str, column: np.ndarray, where: np.ndarray | None = None) -> None:
-        index = _FEATURE_INDEX[name]
-        if where is None:
-            values[:, index] = column
-        else:  # elsewhere the value stays (0, or what an earlier put wrote)
-            values[:, index] = np.where(where, column, values[:, index])
-
-    put("active", np.ones(len(row)))
-    put("migrating", of(columns.migrating).astype(np.float64))
-    put("limit", of(columns.limit))
-    put("cpu_usage", of(columns.cpu_usage) / worker_cores)
-    put("age", of(columns.age_s) / horizon_s)
-    put("worker_usage", columns.worker_usage.reshape(-1)[on_worker] / worker_cores)
-    put("worker_jobs", columns.worker_jobs.reshape(-1)[on_worker] / layout.slots_per_worker)
+    values[:, _ACTIVE] = 1.0
+    values[:, _MIGRATING] = of(columns.migrating)
+    values[:, _LIMIT] = of(columns.limit)
+    values[:, _CPU_USAGE] = of(columns.cpu_usage) / worker_cores
+    values[:, _AGE] = of(columns.age_s) / horizon_s
+    values[:, _WORKER_USAGE] = columns.worker_usage.reshape(-1)[on_worker] / worker_cores
+    values[:, _WORKER_JOBS] = columns.worker_jobs.reshape(-1)[on_worker] / layout.slots_per_worker
     target = of(columns.target_s)
     latency = of(columns.latency_s)
-    has_target = ~np.isnan(target)
-    put("target", target / TARGET_SCALE_S, has_target)
+    values[:, _TARGET] = target / TARGET_SCALE_S
+    values[:, _LATENCY_RATIO] = latency / target / LATENCY_RATIO_CAP
     better, satisfied, worse = (of(mask) for mask in columns.qoe())
-    measured = has_target & ~np.isnan(latency)
-    put("measured", np.ones(len(row)), measured)
-    put("latency_ratio", latency / target / LATENCY_RATIO_CAP, measured)
-    put("class_g", better.astype(np.float64), measured)
-    put("class_s", satisfied.astype(np.float64), measured)
-    put("class_b", worse.astype(np.float64), measured)
-    total = of(columns.total_iterations).astype(np.float64)
-    training = total > 0
-    if training.any():
+    values[:, _CLASS_G] = better
+    values[:, _CLASS_S] = satisfied
+    values[:, _CLASS_B] = worse
+    values[:, _MEASURED] = better | satisfied | worse  # every measured job is in one set
+    if columns.training:
+        total = of(columns.total_iterations).astype(np.float64)
+        training = total > 0
         done = of(columns.iterations)
         gained = done - of(columns.iterations_before)
+        loss = of(columns.loss)
+        has_loss = training & ~np.isnan(loss)
         with np.errstate(divide="ignore", invalid="ignore"):
-            put("progress", done / total, training)
-            put("progress_rate", gained / total * RATE_SCALE, training)
-            loss = of(columns.loss)
+            values[:, _PROGRESS] = np.where(training, done / total, 0.0)
+            values[:, _PROGRESS_RATE] = np.where(training, gained / total * RATE_SCALE, 0.0)
             first = of(columns.first_loss)
             first = np.where(np.isnan(first), loss, first)
             ratio = np.where(first > 0, loss / first, 1.0)
-        has_loss = training & ~np.isnan(loss)
-        put("measured", np.ones(len(row)), has_loss)
-        put("loss_ratio", ratio / LOSS_RATIO_CAP, has_loss)
-    observation = np.zeros((episodes, rows_total, len(FEATURES)))
+            values[:, _LOSS_RATIO] = np.where(has_loss, ratio / LOSS_RATIO_CAP, 0.0)
+        values[:, _MEASURED] = np.where(has_loss, 1.0, values[:, _MEASURED])
+    values[np.isnan(values)] = 0.0
+    np.minimum(np.maximum(values, 0.0, out=values), 1.0, out=values)
+    observation = np.zeros((episodes, rows_total, len(FEATURES)), dtype=np.float32)
     observation.reshape(-1, len(FEATURES))[row * rows_total + position] = values
-    np.clip(observation, 0.0, 1.0, out=observation)
-    return observation.astype(np.float32)
+    return observation
 
 
-#: Column of each feature in the observation.
-_FEATURE_INDEX = {name: index for index, name in enumerate(FEATURES)}
+# Column of each feature in the observation.
+_ACTIVE = FEATURES.index("active")
+_MIGRATING = FEATURES.index("migrating")
+_LIMIT = FEATURES.index("limit")
+_CPU_USAGE = FEATURES.index("cpu_usage")
+_MEASURED = FEATURES.index("measured")
+_LATENCY_RATIO = FEATURES.index("latency_ratio")
+_TARGET = FEATURES.index("target")
+_CLASS_G = FEATURES.index("class_g")
+_CLASS_S = FEATURES.index("class_s")
+_CLASS_B = FEATURES.index("class_b")
+_PROGRESS = FEATURES.index("progress")
+_PROGRESS_RATE = FEATURES.index("progress_rate")
+_LOSS_RATIO = FEATURES.index("loss_ratio")
+_AGE = FEATURES.index("age")
+_WORKER_USAGE = FEATURES.index("worker_usage")
+_WORKER_JOBS = FEATURES.index("worker_jobs")

@@ -28,13 +28,13 @@ ColumnReward = Callable[[TelemetryColumns], np.ndarray]
 
 def satisfied(columns: TelemetryColumns) -> np.ndarray:
     """The number of active inference jobs in S, DQoES's key metric (journal, Section V-A)."""
-    return columns.satisfied_count().astype(np.float64)
+    return columns.satisfied_count.astype(np.float64)
 
 
 def satisfied_fraction(columns: TelemetryColumns) -> np.ndarray:
     """Satisfied jobs as a fraction of the active inference jobs (0 when none is active)."""
     active = columns.active.sum(axis=1)
-    satisfied = columns.satisfied_count()
+    satisfied = columns.satisfied_count
     return np.where(active > 0, satisfied / np.maximum(active, 1), 0.0)
 
 

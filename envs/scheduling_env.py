@@ -212,7 +212,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def _info(self, columns: TelemetryColumns, telemetry: Telemetry) -> dict[str, Any]:
         return {
             "telemetry": telemetry,
-            "satisfied": int(columns.satisfied_count()[0]),
+            "satisfied": int(columns.satisfied_count[0]),
             "active": int(columns.active[0].sum()),
             "time_s": telemetry.time_s,
         }

@@ -284,7 +284,7 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         restarting = self._ended.copy() if next_step else np.zeros(self.num_envs, dtype=bool)
         live = ~restarting
         self._loop.step(limits, migrations, live)
-        if restarting.any():
+        if np.count_nonzero(restarting):
             self._reset_rows(restarting, [None] * self.num_envs)
         columns = self._loop.measure(live, self.scenario.interval_s)
         rewards = np.where(live, self._rewards(columns, live), 0.0)
@@ -294,7 +294,7 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         ended = terminated | truncated
         if next_step:
             self._ended = ended
-        elif ended.any():
+        elif np.count_nonzero(ended):
             final_obs = np.empty(self.num_envs, dtype=object)
             final_info = np.empty(self.num_envs, dtype=object)
             for row in np.flatnonzero(ended).tolist():
@@ -312,7 +312,7 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         return observations, rewards.astype(np.float64), terminated, truncated, infos
 
     def _rewards(self, columns: TelemetryColumns, live: np.ndarray) -> np.ndarray:
-        if not live.any():
+        if not np.count_nonzero(live):
             return np.zeros(self.num_envs)
         if self._reward is not None:
             return self._reward(columns)
@@ -349,7 +349,7 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     def _infos(self, columns: TelemetryColumns) -> dict[str, Any]:
         everyone = np.ones(self.num_envs, dtype=bool)
         infos: dict[str, Any] = {
-            "satisfied": columns.satisfied_count(),
+            "satisfied": columns.satisfied_count.copy(),
             "_satisfied": everyone,
             "active": columns.active.sum(axis=1),
             "_active": everyone.copy(),

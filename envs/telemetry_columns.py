@@ -14,6 +14,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from dlsched.envs.telemetry import (
     JobTelemetry,
     Telemetry,
     WorkerTelemetry,
+    measurement_template,
     waiting_job,
 )
 
@@ -42,10 +44,12 @@ class TelemetryColumns:
     workers), in the units of :class:`~dlsched.envs.telemetry.JobTelemetry`.
 
     Attributes:
+        training: the jobs train (else they serve).
         time_s: per episode, its time (s since it started).
         interval_s: the seconds a step covers.
         cores: per worker, its cores.
         specs: per episode, its jobs in column order.
+        templates: per episode, each job's measurement template.
         phase: where each job is in its life (:mod:`dlsched.envs.episode_batch`'s phases).
         present: the job has arrived (placed or waiting), so it is in the telemetry.
         waiting: arrived, no slot yet.
@@ -72,10 +76,12 @@ class TelemetryColumns:
         worker_jobs: per worker, its active jobs.
     """
 
+    training: bool
     time_s: np.ndarray
     interval_s: float
     cores: np.ndarray
     specs: Sequence[tuple[JobSpec, ...]]
+    templates: Sequence[tuple[dict[str, Any], ...]]
     phase: np.ndarray
     present: np.ndarray
     waiting: np.ndarray
@@ -104,10 +110,12 @@ class TelemetryColumns:
     @property
     def measured(self) -> np.ndarray:
         """Active inference jobs with a latency (those in one of DQoES's sets)."""
-        return self.active & ~np.isnan(self.latency_s) & ~np.isnan(self.target_s)
+        better, satisfied, worse = self.qoe()
+        return better | satisfied | worse
 
     def qoe(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Masks of DQoES's sets G, S and B among the measured jobs (``JobTelemetry.qoe_class``).
+        """Masks of DQoES's sets G, S and B among the active jobs with a latency
+        (``JobTelemetry.qoe_class``).
 
         Computed once (the reward, the observation and the info all read them): a step's
         columns are not changed once read.
@@ -116,16 +124,19 @@ class TelemetryColumns:
 
     @functools.cached_property
     def _qoe_sets(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        measured = self.measured
-        with np.errstate(invalid="ignore"):
-            quality = self.target_s - self.latency_s
-            band = self.tolerance * self.target_s
-            better = measured & (quality > band)
-            worse = measured & (quality < -band)
-        return better, measured & ~better & ~worse, worse
+        # A job without a latency (or a target) has a NaN quality, which no comparison holds:
+        # it is in no set.
+        quality = self.target_s - self.latency_s
+        band = self.tolerance * self.target_s
+        better = self.active & (quality > band)
+        worse = self.active & (quality < -band)
+        satisfied = self.active & (quality <= band) & (quality >= -band)
+        return better, satisfied, worse
 
+    @functools.cached_property
     def satisfied_count(self) -> np.ndarray:
-        """Per episode, active jobs in S (``info["satisfied"]``)."""
+        """Per episode, active jobs in S (``info["satisfied"]``); the reward and the info both
+        read it."""
         return self.qoe()[1].sum(axis=1)
 
     def telemetry(self, row: int) -> Telemetry:
@@ -146,41 +157,36 @@ class TelemetryColumns:
         loss = self.loss[row].tolist()
         completed = self.completed_s[row].tolist()
         total = self.total_iterations[row].tolist()
-        isnan = math.isnan
+        specs = self.specs[row]
+        state_of = STATE_OF_PHASE
         jobs = []
-        for job, spec in enumerate(self.specs[row]):
+        for job, template in enumerate(self.templates[row]):
             if phase[job] == UNPLACED:
                 if waiting[job]:
-                    jobs.append(waiting_job(spec, now))
+                    jobs.append(waiting_job(specs[job], now))
                 continue
-            training = spec.kind is JobKind.TRAINING
-            # Every field, in the dataclass's order (see JobTelemetry.from_fields).
-            jobs.append(
-                JobTelemetry.from_fields(
-                    {
-                        "job_id": spec.job_id,
-                        "workload": spec.workload,
-                        "kind": spec.kind,
-                        "state": STATE_OF_PHASE[phase[job]],
-                        "worker": worker[job],
-                        "slot": slot[job],
-                        "arrival_s": spec.arrival_s,
-                        "age_s": now - spec.arrival_s,
-                        "limit": limit[job],
-                        "cpu_usage": usage[job],
-                        "cpu_seconds": cpu_seconds[job],
-                        "target_s": spec.target_s,
-                        "tolerance": spec.tolerance,
-                        "batches": 0 if training else units[job],
-                        "latency_s": None if isnan(latency[job]) else latency[job],
-                        "iterations": units[job] if training else 0,
-                        "total_iterations": total[job] if training else None,
-                        "loss": None if isnan(loss[job]) else loss[job],
-                        "completed_s": None if isnan(completed[job]) else completed[job],
-                        "loss_targets": spec.loss_targets,
-                    }
-                )
-            )
+            fields = template.copy()
+            fields["state"] = state_of[phase[job]]
+            fields["worker"] = worker[job]
+            fields["slot"] = slot[job]
+            fields["age_s"] = now - fields["arrival_s"]
+            fields["limit"] = limit[job]
+            fields["cpu_usage"] = usage[job]
+            fields["cpu_seconds"] = cpu_seconds[job]
+            if self.training:
+                fields["iterations"] = units[job]
+                fields["total_iterations"] = total[job]
+            else:
+                fields["batches"] = units[job]
+            # NaN (no measurement yet) is the only value unequal to itself: it reads None.
+            latency_s, loss_s, completed_s = latency[job], loss[job], completed[job]
+            if latency_s == latency_s:
+                fields["latency_s"] = latency_s
+            if loss_s == loss_s:
+                fields["loss"] = loss_s
+            if completed_s == completed_s:
+                fields["completed_s"] = completed_s
+            jobs.append(JobTelemetry.from_fields(fields))
         cores = self.cores.tolist()
         worker_usage = self.worker_usage[row].tolist()
         workers = tuple(WorkerTelemetry(w, cores[w], worker_usage[w]) for w in range(len(cores)))
@@ -218,10 +224,12 @@ class TelemetryColumns:
             for job in jobs
         ]
         return cls(
+            training=any(training),
             time_s=np.array([now.time_s]),
             interval_s=now.interval_s,
             cores=np.array([w.cores for w in now.workers]),
             specs=[tuple(spec)],
+            templates=[tuple(measurement_template(job) for job in spec)],
             phase=phase,
             present=column([True] * len(jobs), False, bool),
             waiting=waiting,
@@ -254,7 +262,12 @@ class TelemetryColumns:
 
 
 def columns_of(
-    batch: EpisodeBatch, usage: np.ndarray, first_loss: np.ndarray, rows: np.ndarray | None = None
+    batch: EpisodeBatch,
+    usage: np.ndarray,
+    first_loss: np.ndarray,
+    waiting: np.ndarray | None = None,
+    iterations_before: np.ndarray | None = None,
+    rows: np.ndarray | None = None,
 ) -> TelemetryColumns:
     """The columns of ``batch`` as it is now, of ``rows`` (indices) or of every episode.
 
@@ -262,33 +275,40 @@ def columns_of(
         batch: the episodes.
         usage: ``(episodes, jobs)``, the CPU usage to report per job (the caller's measure).
         first_loss: ``(episodes, jobs)``, each job's first reported loss (NaN: none yet).
+        waiting: ``(episodes, jobs)``, the jobs that arrived and wait for a slot; ``None``: none.
+        iterations_before: ``(episodes, jobs)``, each job's iterations at the measurement
+            before; ``None``: 0 (none before).
         rows: the episodes to take, or ``None`` for all.
-
-    Returns:
-        Columns in which no job waits and nothing was measured before (``iterations_before``
-        0); the caller sets those it knows.
     """
     state = batch.state
     active_all = state.exists & IS_ACTIVE[state.phase]
-    worker_usage = batch.per_worker(active_all, usage)
-    worker_jobs = batch.per_worker(active_all).astype(np.int64)
+    at, cells = batch.worker_cells(active_all)
+    size = batch.episodes * batch.workers
+    shape = (batch.episodes, batch.workers)
+    worker_usage = np.bincount(cells, usage.reshape(-1)[at], minlength=size).reshape(shape)
+    worker_jobs = np.bincount(cells, minlength=size).reshape(shape)
     pick = slice(None) if rows is None else rows
     # Copies: the batch changes its arrays in place when time passes.
     phase = state.phase[pick].copy()
     exists = state.exists[pick]
+    placed = exists & (phase != UNPLACED)
     active = active_all[pick]
     training = batch.scenario.kind is JobKind.TRAINING
     units = state.units[pick].copy()
-    total = state.total[pick].copy()
+    zeros = np.zeros(units.shape, dtype=np.int64)
     now = batch.now[pick].copy()
     return TelemetryColumns(
+        training=training,
         time_s=now,
         interval_s=batch.scenario.interval_s,
         cores=batch.cores,
         specs=list(batch.specs) if rows is None else [batch.specs[int(row)] for row in rows],
+        templates=list(batch.templates)
+        if rows is None
+        else [batch.templates[int(row)] for row in rows],
         phase=phase,
-        present=exists & (phase != UNPLACED),
-        waiting=np.zeros_like(exists),
+        present=placed if waiting is None else placed | waiting[pick],
+        waiting=np.zeros(placed.shape, dtype=bool) if waiting is None else waiting[pick],
         active=active,
         migrating=active & (phase == MIGRATING),
         done=exists & (phase == DONE),
@@ -302,9 +322,9 @@ def columns_of(
         tolerance=state.tolerance[pick].copy(),
         units=units,
         latency_s=state.latency[pick].copy(),
-        iterations=units if training else np.zeros_like(units),
-        iterations_before=np.zeros_like(units),
-        total_iterations=total if training else np.zeros_like(total),
+        iterations=units if training else zeros,
+        iterations_before=zeros if iterations_before is None else iterations_before[pick],
+        total_iterations=state.total[pick].copy() if training else zeros,
         loss=state.loss[pick].copy(),
         first_loss=first_loss[pick].copy(),
         completed_s=state.completed[pick].copy(),

@@ -31,7 +31,9 @@ migration cost, and a job that finishes frees its cores at the instant it finish
 therefore lags the limits as a real service's does (docs/replay-model.md).
 
 Each row runs to its own next event, and an :meth:`~ReplayEngine.advance` loops until every row
-has reached its end; only rows whose shares changed (``stale``) are allocated again.
+has reached its end; only rows whose shares changed (``stale``) are allocated again. (Whether a
+mask has any set entry is asked as ``np.count_nonzero``: ``mask.any()`` costs four times as much
+on the small arrays of a single environment, several times an event.)
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ __all__ = ["ReplayEngine"]
 
 #: Work (in units) within which a unit counts as complete; absorbs the rounding of solved times.
 WORK_EPS = 1e-9
+#: Offsets of the bounds a completion looks at first, after the units done.
+_HEAD_RANGE = np.arange(HEAD)[None, :]
 #: The order of an episode's jobs (its columns): by arrival, then id.
 _ARRIVAL_ORDER = operator.attrgetter("arrival_s", "job_id")
 
@@ -99,6 +103,10 @@ class ReplayEngine(EpisodeBatch):
         )
         #: Rows whose shares changed since their last allocation: only theirs are recomputed.
         self.stale = np.ones(episodes, dtype=bool)
+        # Kept so that most events look at no array for them: whether any job starts up on the
+        # CPU, and the earliest end of a start-up or migration pause (inf: none).
+        self._any_booting = False
+        self._next_resume = math.inf
 
     # ------------------------------------------------------------------ episodes
 
@@ -134,7 +142,7 @@ class ReplayEngine(EpisodeBatch):
         self.physics.reset(reset)
         self.units_of_work.reset_rows(reset.tolist(), rngs)
         for row, ordered in zip(reset.tolist(), ordered_rows, strict=True):
-            self.specs[row] = ordered
+            self.set_jobs(row, ordered)
         every = [job for ordered in ordered_rows for job in ordered]
         profile_of = np.array([self.table.index[job.workload] for job in every], dtype=np.int64)
         state.total[at] = [total for row in totals for total in row]
@@ -152,6 +160,7 @@ class ReplayEngine(EpisodeBatch):
             getattr(physics, name)[at] = getattr(table, name)[profile_of]
         self.now[reset] = 0.0
         self.stale[reset] = True
+        self._paused_or_booting_changed()
 
     # ------------------------------------------------------------------ actuation
 
@@ -184,6 +193,7 @@ class ReplayEngine(EpisodeBatch):
         first, last = self.units_of_work.draw(rows, jobs, profile_of, state.total[rows, jobs])
         physics.next_bound[rows, jobs] = first
         physics.final_bound[rows, jobs] = last
+        self._paused_or_booting_changed()
 
     def apply(self, limits: np.ndarray, migrations: Sequence[Move]) -> None:
         """Put ``limits`` in force, then move the jobs of ``migrations`` (each pauses for the
@@ -204,6 +214,13 @@ class ReplayEngine(EpisodeBatch):
                 # the CPU (booting) has no end time, and goes on after the pause (_wake).
                 resume = max(resume, float(physics.resume_s[row, job]))
             physics.resume_s[row, job] = resume
+        if migrations:
+            self._paused_or_booting_changed()
+
+    def _paused_or_booting_changed(self) -> None:
+        """Note anew whether a job starts up on the CPU and when the next pause ends."""
+        self._any_booting = bool(np.count_nonzero(self.state.phase == BOOTING))
+        self._next_resume = float(self.physics.resume_s.min())
 
     # ------------------------------------------------------------------ time
 
@@ -215,14 +232,16 @@ class ReplayEngine(EpisodeBatch):
             seconds: per row, seconds to let pass (finite, >= 0); ignored where ``rows`` is not.
         """
         state = self.state
-        end = np.where(rows, self.now + seconds, self.now)
+        every = np.count_nonzero(rows) == len(rows)
+        end = self.now + seconds if every else np.where(rows, self.now + seconds, self.now)
         cpu_before = state.cpu_seconds.copy()
         self._wake(rows)
-        moving = rows & (self.now < end)
-        # Jobs keep their worker and slot while time passes: their cells are found once.
-        cells = state.worker * self.slots + state.slot
-        while moving.any():
-            if self.stale.any():
+        moving = self.now < end if every else rows & (self.now < end)
+        cells = None  # jobs keep their worker and slot while time passes: found once, if needed
+        while np.count_nonzero(moving):
+            if np.count_nonzero(self.stale):
+                if cells is None:
+                    cells = state.worker * self.slots + state.slot
                 stale = np.flatnonzero(self.stale)
                 allocate(stale, cells, state, self.physics, self.table, self.cores, self.slots)
                 self.stale[:] = False
@@ -231,9 +250,11 @@ class ReplayEngine(EpisodeBatch):
             self.now = np.where(moving, until, self.now)
             self._wake(moving)
             moving &= self.now < end
-        self.now = np.where(rows, end, self.now)
-        timed = rows & (seconds > 0)
-        if timed.any():
+        self.now = end if every else np.where(rows, end, self.now)
+        timed = seconds > 0 if every else rows & (seconds > 0)
+        if np.count_nonzero(timed) == len(timed):
+            state.usage = (state.cpu_seconds - cpu_before) / seconds[:, None]
+        elif np.count_nonzero(timed):
             spent = (state.cpu_seconds - cpu_before)[timed]
             state.usage[timed] = spent / seconds[timed][:, None]
 
@@ -242,19 +263,24 @@ class ReplayEngine(EpisodeBatch):
         state, physics = self.state, self.physics
         mask = rows[:, None]
         phase = state.phase
-        booting = phase == BOOTING
-        if booting.any():
-            booted = mask & booting & (physics.startup_left <= WORK_EPS)
-            self.stale |= booted.any(axis=1)
-            physics.startup_left[booted] = 0.0
-            physics.unit_start[booted] = np.broadcast_to(self.now[:, None], booted.shape)[booted]
-            phase[booted] = RUNNING
+        if self._any_booting:
+            booted = mask & (phase == BOOTING) & (physics.startup_left <= WORK_EPS)
+            if np.count_nonzero(booted):
+                self.stale |= booted.any(axis=1)
+                physics.startup_left[booted] = 0.0
+                physics.unit_start[booted] = np.broadcast_to(self.now[:, None], booted.shape)[
+                    booted
+                ]
+                phase[booted] = RUNNING
+                self._any_booting = bool(np.count_nonzero(phase == BOOTING))
         # Only a starting or migrating job has a resume time (others have inf): most calls
-        # find none due and lay out nothing more.
-        if not (rows & (physics.resume_s.min(axis=1) <= self.now)).any():
+        # find none due and look at no array.
+        if self._next_resume == math.inf or self._next_resume > self.now.max():
             return
         paused = (phase == STARTING) | (phase == MIGRATING)
         waking = mask & paused & (physics.resume_s <= self.now[:, None])
+        if not np.count_nonzero(waking):
+            return
         self.stale |= waking.any(axis=1)
         # A job migrated while it was starting up on the CPU finishes its start-up after.
         rebooting = waking & (physics.startup_left > 0)
@@ -264,20 +290,23 @@ class ReplayEngine(EpisodeBatch):
         phase[resumed] = RUNNING
         phase[rebooting] = BOOTING
         physics.resume_s[waking] = math.inf
+        self._paused_or_booting_changed()
 
     def _next_event(self, end: np.ndarray, moving: np.ndarray) -> np.ndarray:
         """Per row, the earliest time before its end at which the shares change."""
         state, physics = self.state, self.physics
-        until = np.minimum(end, physics.resume_s.min(axis=1))
-        booting = (state.phase == BOOTING) & (physics.share > 0)
-        if booting.any():
+        until = (
+            end if self._next_resume == math.inf else np.minimum(end, physics.resume_s.min(axis=1))
+        )
+        booting = (state.phase == BOOTING) & (physics.share > 0) if self._any_booting else None
+        if booting is not None and np.count_nonzero(booting):
             left = np.full(physics.share.shape, math.inf)
             left[booting] = physics.startup_left[booting] / physics.share[booting]
             left = left.min(axis=1)
             until = np.minimum(until, np.where(booting.any(axis=1), self.now + left, math.inf))
         if self.training:
             finishing = (state.phase == RUNNING) & (physics.rate > 0)
-            if finishing.any():
+            if np.count_nonzero(finishing):
                 remaining = np.full(physics.rate.shape, math.inf)
                 remaining[finishing] = (
                     physics.final_bound[finishing] - physics.work[finishing]
@@ -295,11 +324,11 @@ class ReplayEngine(EpisodeBatch):
         work_before = physics.work.copy()
         state.cpu_seconds += physics.share * span
         physics.work += physics.rate * span
-        booting = state.phase == BOOTING
-        if booting.any():
+        if self._any_booting:
+            booting = state.phase == BOOTING
             physics.startup_left[booting] -= (physics.share * span)[booting]
         crossed = moving[:, None] & (physics.work >= physics.next_bound - WORK_EPS)
-        if crossed.any():
+        if np.count_nonzero(crossed):
             self._complete(crossed, work_before, until)
 
     # ------------------------------------------------------------------ units
@@ -312,19 +341,22 @@ class ReplayEngine(EpisodeBatch):
         arrays: a gather or a scatter by one index costs a third of one by two.
         """
         state, physics, work = self.state, self.physics, self.units_of_work
-        cells = np.flatnonzero(crossed)
+        cells = crossed.ravel().nonzero()[0]
         rows = cells // self.jobs
         windows = work.bound_window.reshape(-1, WINDOW)
         threshold = (physics.work.reshape(-1)[cells] + WORK_EPS)[:, None]
-        # The bounds ascend: the count in the whole window is the count in its head unless every
-        # bound of the head was reached (a job that completed many units: look further).
-        count = (windows[cells, :HEAD] <= threshold).sum(axis=1)
-        far = count == HEAD
-        if far.any():
-            count[far] = (windows[cells[far]] <= threshold[far]).sum(axis=1)
         start = work.window_start.reshape(-1)[cells]
-        completed = start + count
         first_new = state.units.reshape(-1)[cells]
+        # The bounds ascend and those of the units done were reached: the count in the whole
+        # window is theirs and the count in the HEAD bounds after them, unless every one of
+        # those was reached (a job that completed many units at once: count them all).
+        done = first_new - start
+        ahead = windows[cells[:, None], done[:, None] + _HEAD_RANGE]
+        count = done + (ahead <= threshold).sum(axis=1)
+        far = count == done + HEAD
+        if np.count_nonzero(far):
+            count[far] = (windows[cells[far]] <= threshold[far]).sum(axis=1)
+        completed = start + count
         # A window that ends before the last unit completed, or that lacks the unit before a
         # service's last one when it needs it, leaves the job to the per-job path.
         short = count >= WINDOW
@@ -346,6 +378,7 @@ class ReplayEngine(EpisodeBatch):
             ]
             finished = completed >= state.total.reshape(-1)[cells]
             done = cells[finished]
+            self.ended_jobs += len(done)
             self.stale[done // self.jobs] = True
             state.phase.reshape(-1)[done] = DONE
             state.completed.reshape(-1)[done] = end_s[finished]
@@ -368,7 +401,8 @@ class ReplayEngine(EpisodeBatch):
             unit_start[cells] = finish
             physics.next_bound.reshape(-1)[cells] = windows[cells, completed - start]
         low = (completed - start > WINDOW // 2) & (state.phase.reshape(-1)[cells] != DONE)
-        refill += zip(rows[low].tolist(), (cells[low] % self.jobs).tolist(), strict=True)
+        if np.count_nonzero(low):
+            refill += zip(rows[low].tolist(), (cells[low] % self.jobs).tolist(), strict=True)
         work.refill(refill, state.units, physics.profile_of)
 
     def _complete_units(self, row: int, job: int, work_before: float, until: np.ndarray) -> None:
@@ -385,6 +419,7 @@ class ReplayEngine(EpisodeBatch):
         if self.training:
             state.loss[row, job] = self.units_of_work.loss(row, job, completed)
             if completed >= len(bounds):
+                self.ended_jobs += 1
                 self.stale[row] = True
                 state.phase[row, job] = DONE
                 state.completed[row, job] = end_s
