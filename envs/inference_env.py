@@ -9,7 +9,16 @@ from dlsched.envs.scheduling_env import SchedulingEnv
 from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 
 
-class InferenceEnv(SchedulingEnv):
+class _InferenceKind:
+    """The kind and defaults of dlsched/Inference-v0, single and batched."""
+
+    kind: ClassVar[JobKind] = JobKind.INFERENCE
+    env_id: ClassVar[str] = "dlsched/Inference-v0"
+    default_scenario: ClassVar[str] = "dqoes-varied-burst"
+    default_reward: ClassVar[str] = "satisfied"
+
+
+class InferenceEnv(_InferenceKind, SchedulingEnv):
     """Set the CPU limit of every inference container so that as many as possible meet their
     latency targets, as DQoES does (journal version, Sections III-IV).
 
@@ -63,17 +72,7 @@ class InferenceEnv(SchedulingEnv):
     - v0: initial version.
     """
 
-    kind: ClassVar[JobKind] = JobKind.INFERENCE
-    env_id: ClassVar[str] = "dlsched/Inference-v0"
-    default_scenario: ClassVar[str] = "dqoes-varied-burst"
-    default_reward: ClassVar[str] = "satisfied"
 
-
-class InferenceVectorEnv(SchedulingVectorEnv):
+class InferenceVectorEnv(_InferenceKind, SchedulingVectorEnv):
     """``dlsched/Inference-v0`` batched: ``num_envs`` episodes of :class:`InferenceEnv` at once (see
     :mod:`dlsched.envs.scheduling_vector_env`)."""
-
-    kind: ClassVar[JobKind] = JobKind.INFERENCE
-    env_id: ClassVar[str] = "dlsched/Inference-v0"
-    default_scenario: ClassVar[str] = "dqoes-varied-burst"
-    default_reward: ClassVar[str] = "satisfied"

@@ -9,7 +9,16 @@ from dlsched.envs.scheduling_env import SchedulingEnv
 from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 
 
-class TrainingEnv(SchedulingEnv):
+class _TrainingKind:
+    """The kind and defaults of dlsched/Training-v0, single and batched."""
+
+    kind: ClassVar[JobKind] = JobKind.TRAINING
+    env_id: ClassVar[str] = "dlsched/Training-v0"
+    default_scenario: ClassVar[str] = "flowcon-10-random"
+    default_reward: ClassVar[str] = "active_jobs"
+
+
+class TrainingEnv(_TrainingKind, SchedulingEnv):
     """Set the CPU limit of every training container so that jobs complete as early as possible,
     as FlowCon (journal, Section 4) and SpeCon do.
 
@@ -47,17 +56,7 @@ class TrainingEnv(SchedulingEnv):
     - v0: initial version.
     """
 
-    kind: ClassVar[JobKind] = JobKind.TRAINING
-    env_id: ClassVar[str] = "dlsched/Training-v0"
-    default_scenario: ClassVar[str] = "flowcon-10-random"
-    default_reward: ClassVar[str] = "active_jobs"
 
-
-class TrainingVectorEnv(SchedulingVectorEnv):
+class TrainingVectorEnv(_TrainingKind, SchedulingVectorEnv):
     """``dlsched/Training-v0`` batched: ``num_envs`` episodes of :class:`TrainingEnv` at once (see
     :mod:`dlsched.envs.scheduling_vector_env`)."""
-
-    kind: ClassVar[JobKind] = JobKind.TRAINING
-    env_id: ClassVar[str] = "dlsched/Training-v0"
-    default_scenario: ClassVar[str] = "flowcon-10-random"
-    default_reward: ClassVar[str] = "active_jobs"

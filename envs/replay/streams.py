@@ -1,14 +1,15 @@
 """The state ``np.random.default_rng(seed)`` starts in, for many seeds at once.
 
-Every job of the replay model draws its noise from ``np.random.default_rng(seed)``, its seed
-drawn from its episode's generator when it is placed (:mod:`.backend`). Building that generator
-costs about 10 us (``SeedSequence`` coerces and hashes the seed in Python-level code, then
-``PCG64`` seeds itself from it), several times what a service then draws from it; a batched
-reset of 256 episodes of 10 jobs spent a fifth of its time there. :func:`pcg64_states` computes
-the same starting states for a whole array of seeds with numpy's own algorithm (``SeedSequence``'s
-hash on 32-bit words, vectorised, then ``PCG64``'s seeding step), so that the batched model sets
-one generator's state per job instead of building a generator per job: the same streams, the
-same numbers. ``tests/test_replay_streams.py`` holds them equal to ``default_rng``'s.
+Every job of the replay engine draws its noise from ``np.random.default_rng(seed)``, its seed
+drawn from its episode's generator when it is placed (:mod:`.unit_work`), so that one seed is one
+episode whatever else the batch holds. Building that generator costs about 10 us
+(``SeedSequence`` coerces and hashes the seed in Python-level code, then ``PCG64`` seeds itself
+from it), several times what a service then draws from it; a batched reset of 256 episodes of
+10 jobs spent a fifth of its time there. :func:`pcg64_states` computes the same starting states
+for a whole array of seeds with numpy's own algorithm (``SeedSequence``'s hash on 32-bit words,
+vectorised, then ``PCG64``'s seeding step), so that the engine sets one generator's state per job
+instead of building a generator per job: the same streams, the same numbers.
+``tests/test_replay_streams.py`` holds them equal to ``default_rng``'s.
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ def _hash_matches_numpy() -> bool:
     """Whether the numpy installed seeds its generators as :func:`_hashed_states` does.
 
     Checked once per process on a few seeds (about a millisecond): a numpy that ever changed
-    its seeding would otherwise give the batched model other streams than the single one's,
-    silently; it then builds the generators, slower and right.
+    its seeding would otherwise give other episodes for a seed than it gave before (and than
+    a host episode's recorded jobs), silently; it then builds the generators, slower and right.
     """
     seeds = np.array([0, 1, 2**32 - 1, 2**32, 2**63 - 1, *range(7, 7 + _HASHED_FROM)])
     return _hashed_states(seeds) == _built_states(seeds)
