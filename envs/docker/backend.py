@@ -270,19 +270,14 @@ class DockerBackend(Backend):
     ) -> None:
         """Start placed jobs, move migrating ones, then set limits, reading each back.
 
-        Engine calls run in parallel. A limit for a job that has finished or failed is ignored;
-        one for a job that was never placed is an error.
+        Engine calls run in parallel. The limits are checked by the caller (see
+        :class:`~dlsched.envs.backend.Backend`); a limit for a job that has finished or failed is
+        ignored, one for a job that was never placed is an error.
 
         Raises:
-            ActionError: an unknown or already placed job, a bad worker, a bad limit.
+            ActionError: an unknown or already placed job, a bad worker.
         """
         self._require_episode()
-        for job_id, limit in limits.items():
-            if not (math.isfinite(limit) and limit >= 0):
-                raise ActionError(
-                    f"limit of job {job_id!r} is {limit!r}; expected a fraction of a worker in "
-                    "[0, 1] (above 1 means no cap)"
-                )
         for placement in placements:
             self._check_placement(placement, new=True)
         for migration in migrations:
