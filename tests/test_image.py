@@ -36,7 +36,7 @@ from dlsched.envs.replay.profile import load_profile
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.events import BatchEvent, DoneEvent, IterationEvent, parse_event
 from dlsched.runs import cli
-from dlsched.runs.fidelity.calibration import CALIBRATION_LABEL, measure_run
+from dlsched.runs.fidelity.calibration_measurement import CALIBRATION_LABEL, measure_run
 
 # --- identity and errors ---
 

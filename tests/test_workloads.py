@@ -47,15 +47,14 @@ from dlsched.envs.workloads.models import MODEL_BUILDERS
 from dlsched.envs.workloads.stopping import StopRequest
 from dlsched.envs.workloads.training import MinibatchSampler, run_training
 from dlsched.runs import cli
-from dlsched.runs.fidelity.calibration import (
-    HostDescription,
-    LimitRun,
-    build_profile,
+from dlsched.runs.fidelity.calibration_fit import (
     demand_cores,
     loss_curve,
     monotone_rates,
     throughput_points,
 )
+from dlsched.runs.fidelity.calibration_measurement import HostDescription, LimitRun
+from dlsched.runs.fidelity.calibration_profile import build_profile
 from dlsched.runs.fidelity.quiet_host import host_busy_seconds
 
 TRAINING = sorted(name for name, spec in WORKLOADS.items() if spec.kind == "training")

@@ -23,9 +23,9 @@ from dlsched.runs.fidelity.calibration import (
     DEFAULT_OUTPUT_DIR,
     PARTS,
     CalibrationSettings,
-    HostDescription,
     calibrate,
 )
+from dlsched.runs.fidelity.calibration_measurement import HostDescription
 from dlsched.runs.fidelity.contention_fit import write_contention
 from dlsched.runs.fidelity.contention_measurement import (
     DEFAULT_JOB_COUNTS,

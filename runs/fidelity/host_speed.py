@@ -44,7 +44,8 @@ from dlsched.envs.replay.profile import load_profile_set, profile_set_directory
 from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import Threading
-from dlsched.runs.fidelity.calibration import HostDescription, plural, significant
+from dlsched.runs.fidelity.calibration_measurement import HostDescription
+from dlsched.runs.fidelity.calibration_profile import plural, significant
 from dlsched.runs.fidelity.contention_grid import JobSample
 from dlsched.runs.fidelity.contention_measurement import (
     ENDLESS_ITERATIONS,

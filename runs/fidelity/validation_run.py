@@ -33,7 +33,7 @@ from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.workloads.cpu_quota import Threading
 from dlsched.policies.policy import Policy
 from dlsched.runs.evaluation.records import EpisodeResult
-from dlsched.runs.fidelity.calibration import HostDescription
+from dlsched.runs.fidelity.calibration_measurement import HostDescription
 from dlsched.runs.fidelity.host_speed import (
     HOST_SPEED_FILE,
     HostSpeed,
