@@ -35,7 +35,8 @@ from dlsched.baselines.parameters import check_number
 from dlsched.envs.decision import Decision
 from dlsched.envs.errors import PolicyError
 from dlsched.envs.placement import Placer
-from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set
+from dlsched.envs.replay.profile import load_profile_set
+from dlsched.envs.replay.workload_profile import WorkloadProfile
 from dlsched.envs.scenarios.model import JobKind, JobSpec
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry
 

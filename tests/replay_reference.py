@@ -26,8 +26,9 @@ from dlsched.envs.replay.contention import (
     job_efficiencies,
     runnable_threads,
 )
-from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set, load_set_contention
+from dlsched.envs.replay.profile import load_profile_set, load_set_contention
 from dlsched.envs.replay.sharing import water_fill
+from dlsched.envs.replay.workload_profile import WorkloadProfile
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 

@@ -17,12 +17,12 @@ from dlsched.envs.errors import ProfileError, UnknownNameError
 from dlsched.envs.replay.backend import ReplayBackend
 from dlsched.envs.replay.profile import (
     PROFILES_DIR,
-    WorkUnit,
     load_profile,
     load_profile_set,
     profile_names,
     profile_set_names,
 )
+from dlsched.envs.replay.workload_profile import WorkUnit
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario, WorkerSpec
 from dlsched.envs.telemetry import JobState
 

@@ -1,17 +1,12 @@
-"""Workload profiles: what the replay backend knows of a workload, read from versioned JSON files.
+"""Profile files and profile sets: reading and checking versioned JSON, and finding the sets.
 
-A profile says how fast a workload progresses on the CPU it gets (units per second against cores,
-linear between the recorded points, 0 at 0 cores, flat above its demand), how much CPU it can use
-when nothing caps it, how much each unit's work varies from run to run, how long it takes to
-start, and, for training, its default length and its loss curve. It also says how the workload
-sizes its thread pool (``tuned`` or ``stock``, :mod:`dlsched.envs.workloads.cpu_quota`), which
-decides what it loses to contention (:mod:`.contention`). Every profile carries its provenance:
-measured on which host, how and when, or derived from which paper figure.
+A profile file, ``<workload>.json``, holds one :class:`~.workload_profile.WorkloadProfile`; its
+format is documented on :func:`load_profile`, which reports every malformed field at once.
 
 Profile sets are folders of ``<workload>.json`` files, with the set's contention model in
 ``contention.json`` beside them. Shipped sets live in ``dlsched/envs/replay/profiles/<set>/`` and
 are named by the folder (``paper``, ``measured``); a path to any folder of profile files works too
-(a set calibrated on the user's own host). The file format is documented on :func:`load_profile`.
+(a set calibrated on the user's own host).
 """
 
 from __future__ import annotations
@@ -21,15 +16,20 @@ import functools
 import json
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
-from typing import Any, overload
-
-import numpy as np
+from typing import Any
 
 from dlsched.envs.errors import ProfileError, UnknownNameError
 from dlsched.envs.replay.contention import CONTENTION_FILE, ContentionModel, load_contention
+from dlsched.envs.replay.workload_profile import (
+    UNIT_OF_KIND,
+    LossCurve,
+    MeasuringHost,
+    Provenance,
+    Throughput,
+    WorkloadProfile,
+    WorkUnit,
+)
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 
@@ -41,214 +41,6 @@ READABLE_FORMATS = (1, 2)
 
 #: Where the shipped profile sets live.
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
-
-
-class WorkUnit(StrEnum):
-    """What one unit of progress is: an inference batch or a training iteration."""
-
-    BATCH = "batch"
-    ITERATION = "iteration"
-
-
-#: The unit each kind of job progresses in.
-UNIT_OF_KIND: Mapping[JobKind, WorkUnit] = {
-    JobKind.INFERENCE: WorkUnit.BATCH,
-    JobKind.TRAINING: WorkUnit.ITERATION,
-}
-
-
-@dataclass(frozen=True)
-class Throughput:
-    """Units per second against the cores a job gets, as recorded points.
-
-    Attributes:
-        cores: strictly increasing positive core counts.
-        units_per_s: the throughput at each of them, non-negative and non-decreasing.
-    """
-
-    cores: tuple[float, ...]
-    units_per_s: tuple[float, ...]
-
-    @overload
-    def at(self, cores: float) -> float: ...
-
-    @overload
-    def at(self, cores: np.ndarray) -> np.ndarray: ...
-
-    def at(self, cores: float | np.ndarray) -> float | np.ndarray:
-        """Throughput at ``cores``: linear between points, from 0 at 0 cores, flat after the last.
-
-        Args:
-            cores: cores a job gets, a number or an array of them.
-        """
-        values = np.interp(cores, (0.0, *self.cores), (0.0, *self.units_per_s))
-        return values if isinstance(cores, np.ndarray) else float(values)
-
-
-@dataclass(frozen=True)
-class LossCurve:
-    """The loss a training job reports against the iterations it has done.
-
-    Attributes:
-        iterations: strictly increasing, non-negative iteration counts.
-        loss: the loss at each of them (finite).
-    """
-
-    iterations: tuple[float, ...]
-    loss: tuple[float, ...]
-
-    @overload
-    def at(self, iterations: float) -> float: ...
-
-    @overload
-    def at(self, iterations: np.ndarray) -> np.ndarray: ...
-
-    def at(self, iterations: float | np.ndarray) -> float | np.ndarray:
-        """Loss after ``iterations``: linear between points, flat outside them.
-
-        Args:
-            iterations: iterations done, a number or an array of them.
-        """
-        values = np.interp(iterations, self.iterations, self.loss)
-        return values if isinstance(iterations, np.ndarray) else float(values)
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where a profile's numbers come from.
-
-    Attributes:
-        source: the host measurement or the paper (section, figure) they come from.
-        method: how they were obtained (recording tool, or "derived from published figures").
-        host: the machine they describe (CPU model and cores).
-        date: when, ``YYYY-MM-DD``.
-        derivation: how each number was obtained, in one line (details may live next to the
-            files, as ``DERIVATION.md`` does for the ``paper`` set).
-    """
-
-    source: str
-    method: str
-    host: str
-    date: str
-    derivation: str
-
-
-@dataclass(frozen=True)
-class MeasuringHost:
-    """The machine a measured profile describes, as ``dlsched validate`` compares it.
-
-    Attributes:
-        cpu_model: the processor, as ``/proc/cpuinfo`` names it.
-        cores: the cores the engine reported.
-    """
-
-    cpu_model: str
-    cores: int
-
-    def describe(self) -> str:
-        return f"{self.cpu_model}, {self.cores} cores"
-
-
-@dataclass(frozen=True)
-class WorkloadProfile:
-    """What the replay backend knows of one workload.
-
-    Attributes:
-        workload: the workload's name (the file is ``<workload>.json``).
-        kind: inference or training.
-        unit: batch (inference) or iteration (training).
-        batch_size: images per batch (inference) or samples per iteration (training).
-        demand_cores: cores it keeps busy when uncapped and alone on a large enough worker.
-        throughput: units per second against cores.
-        noise_cv: coefficient of variation of each unit's work between runs.
-        startup_s: seconds from container start to the start of its first unit.
-        iterations: default iterations of a training job; ``None`` for inference.
-        loss_curve: loss against iterations for training; ``None`` for inference.
-        provenance: where the numbers come from.
-        threading: how the workload sized its thread pool when it was measured (or, for a
-            derived profile, how the paper's jobs ran): ``tuned`` or ``stock``.
-        measured_on: the machine it was measured on; ``None`` for a profile derived from a
-            paper.
-        contention_exponent: how much this workload loses when a worker's runnable threads
-            exceed its cores (:mod:`.contention`): its progress is ``R ** -a`` of what its CPU
-            gives it alone. ``None`` takes the set's exponent for its threading
-            (``contention.json``). Workloads differ: a service whose threads spend a batch in
-            long convolutions barely loses, a small model's training step meets a barrier every
-            few milliseconds and loses most.
-        contention_floor: the share of its solo progress this workload keeps however crowded
-            the worker: its efficiency is ``f + (1 - f) R ** -a`` (:mod:`.contention`). Stock
-            jobs level off there (their threads still meet at barriers now and then);
-            ``None`` is 0, the plain power law.
-        efficiency_beside_startup: the share of its solo progress this workload keeps at the
-            cores it gets while another job starts on its worker and the worker's threads do
-            not fit its cores. Measured: an uncapped stock training keeps about a quarter beside
-            one single-threaded start-up, far less than the start-up's one runnable thread
-            explains (:mod:`.contention`). ``None``: no effect beyond the contention curve.
-        startup_cpu_s: CPU-seconds the job uses during its start-up (the interpreter, torch and
-            its data loading), measured alone. The start-up then competes for CPU: it keeps
-            ``startup_cpu_s / startup_s`` cores busy and ends once they are delivered, so a busy
-            worker starts jobs more slowly. ``None``: start-up takes ``startup_s`` and no CPU.
-    """
-
-    workload: str
-    kind: JobKind
-    unit: WorkUnit
-    batch_size: int
-    demand_cores: float
-    throughput: Throughput
-    noise_cv: float
-    startup_s: float
-    provenance: Provenance
-    iterations: int | None = None
-    loss_curve: LossCurve | None = None
-    threading: Threading = "tuned"
-    measured_on: MeasuringHost | None = None
-    contention_exponent: float | None = None
-    contention_floor: float | None = None
-    efficiency_beside_startup: float | None = None
-    startup_cpu_s: float | None = None
-
-    @overload
-    def units_per_s(self, cores: float) -> float: ...
-
-    @overload
-    def units_per_s(self, cores: np.ndarray) -> np.ndarray: ...
-
-    def units_per_s(self, cores: float | np.ndarray) -> float | np.ndarray:
-        """Units per second on ``cores`` (CPU above the demand brings nothing).
-
-        Args:
-            cores: cores the job gets, a number or an array of them.
-        """
-        return self.throughput.at(np.minimum(cores, self.demand_cores))
-
-    def unit_seconds(self, cores: float) -> float:
-        """Seconds one unit of average work takes on ``cores`` (``inf`` at no throughput).
-
-        Args:
-            cores: cores the job gets.
-        """
-        rate = float(self.units_per_s(float(cores)))
-        return 1.0 / rate if rate > 0 else math.inf
-
-    def loss_at(self, iterations: float | np.ndarray) -> float | np.ndarray:
-        """The loss curve at ``iterations``.
-
-        Args:
-            iterations: iterations done, a number or an array of them.
-
-        Raises:
-            ProfileError: the profile is an inference one and has no loss curve.
-        """
-        if self.loss_curve is None:
-            raise ProfileError(
-                f"workload {self.workload!r} is an {self.kind.value} profile and has no "
-                "loss_curve; only training profiles report a loss"
-            )
-        return self.loss_curve.at(iterations)
-
-
-# ---------------------------------------------------------------------------------- loading
 
 
 class _FieldReader:
@@ -431,9 +223,51 @@ def load_profile(path: str | Path) -> WorkloadProfile:
 
 
 def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
+    """The profile ``data`` describes, every field checked and every problem raised at once."""
     reader = _FieldReader(data)
     reader.unknown_fields(data, _TOP_FIELDS)
+    version, threading = _format_and_threading(reader, data)
+    measured_on = _measured_on(reader, data.get("measured_on"))
+    workload = _workload_name(reader, data, path)
+    kind, unit = _kind_and_unit(reader, data)
+    batch_size, demand, noise_cv, startup_s = _required_numbers(reader, data)
+    contention_exponent, contention_floor, beside_startup, startup_cpu_s = _optional_numbers(
+        reader, data, version, startup_s
+    )
+    throughput = _throughput(reader)
+    iterations, loss_curve = _training_fields(reader, data, kind)
+    provenance = _provenance(reader)
 
+    if reader.problems:
+        listing = "\n  ".join(reader.problems)
+        raise ProfileError(f"profile file {path} is malformed:\n  {listing}")
+    # Every field was checked above; the asserts only narrow the types for the checker.
+    assert workload is not None and kind is not None and unit is not None
+    assert batch_size is not None and demand is not None and noise_cv is not None
+    assert startup_s is not None and throughput is not None and provenance is not None
+    return WorkloadProfile(
+        workload=workload,
+        kind=kind,
+        unit=unit,
+        batch_size=int(batch_size),
+        demand_cores=demand,
+        throughput=throughput,
+        noise_cv=noise_cv,
+        startup_s=startup_s,
+        provenance=provenance,
+        iterations=iterations,
+        loss_curve=loss_curve,
+        threading=threading,
+        measured_on=measured_on,
+        contention_exponent=contention_exponent,
+        contention_floor=contention_floor,
+        efficiency_beside_startup=beside_startup,
+        startup_cpu_s=startup_cpu_s,
+    )
+
+
+def _format_and_threading(reader: _FieldReader, data: Mapping[str, Any]) -> tuple[Any, Threading]:
+    """The file's format version and its workload's threading (``tuned`` in format 1)."""
     version = reader.raw(data, "format")
     if "format" in data and version not in READABLE_FORMATS:
         reader.problem(
@@ -442,9 +276,7 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
 
     threading: Threading = "tuned"
     if version == 1:
-        for field in ("threading", "measured_on"):
-            if field in data:
-                reader.problem(field, data[field], "no such field in format 1 (write format 2)")
+        _reject_in_format_1(reader, data, ("threading", "measured_on"))
     elif version == PROFILE_FORMAT:
         threading_value = reader.raw(data, "threading")
         if "threading" in data:
@@ -452,15 +284,33 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
                 threading = threading_value
             else:
                 reader.problem("threading", threading_value, f"one of {list(THREADINGS)}")
-    measured_on = _measured_on(reader, data.get("measured_on"))
+    return version, threading
 
+
+def _reject_in_format_1(
+    reader: _FieldReader, data: Mapping[str, Any], fields: tuple[str, ...]
+) -> None:
+    """A problem for each of ``fields`` that a format 1 file holds (format 2 added them)."""
+    for field in fields:
+        if field in data:
+            reader.problem(field, data[field], "no such field in format 1 (write format 2)")
+
+
+def _workload_name(reader: _FieldReader, data: Mapping[str, Any], path: Path) -> str | None:
+    """The workload's name, which the file's name must repeat."""
     workload = reader.text(data, "workload")
     if workload is not None and workload != path.stem:
         reader.problems.append(
             f"workload: {workload!r} and the file name {path.stem!r} do not match: "
             f"{workload} != {path.stem}; rename the file or the workload"
         )
+    return workload
 
+
+def _kind_and_unit(
+    reader: _FieldReader, data: Mapping[str, Any]
+) -> tuple[JobKind | None, WorkUnit | None]:
+    """The job kind and the unit it progresses in, which must suit each other."""
     kind: JobKind | None = None
     kind_value = reader.raw(data, "kind")
     if "kind" in data:
@@ -481,13 +331,27 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
             f"unit: {unit.value!r} does not suit kind {kind.value!r}; a {kind.value} profile "
             f"counts in {UNIT_OF_KIND[kind].value!r} units"
         )
+    return kind, unit
 
+
+def _required_numbers(
+    reader: _FieldReader, data: Mapping[str, Any]
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """``batch_size``, ``demand_cores``, ``noise_cv`` and ``startup_s``, which every profile has."""
     batch_size = reader.number(
         data, "batch_size", lambda v: v >= 1 and v == int(v), "a whole number >= 1"
     )
     demand = reader.number(data, "demand_cores", lambda v: v > 0, "a number of cores > 0")
     noise_cv = reader.number(data, "noise_cv", lambda v: 0 <= v < 1, "a number in [0, 1)")
     startup_s = reader.number(data, "startup_s", lambda v: v >= 0, "a number of seconds >= 0")
+    return batch_size, demand, noise_cv, startup_s
+
+
+def _optional_numbers(
+    reader: _FieldReader, data: Mapping[str, Any], version: Any, startup_s: float | None
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """``contention_exponent``, ``contention_floor``, ``efficiency_beside_startup`` and
+    ``startup_cpu_s``: numbers format 2 added, each ``None`` when the file leaves it out."""
     contention_exponent = None
     if "contention_exponent" in data:
         contention_exponent = reader.number(
@@ -511,16 +375,22 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
             "startup_cpu_s", startup_cpu_s, "0 when startup_s is 0 (no start-up, no CPU for it)"
         )
     if version == 1:
-        for field in (
-            "contention_exponent",
-            "contention_floor",
-            "efficiency_beside_startup",
-            "startup_cpu_s",
-        ):
-            if field in data:
-                reader.problem(field, data[field], "no such field in format 1 (write format 2)")
+        _reject_in_format_1(
+            reader,
+            data,
+            (
+                "contention_exponent",
+                "contention_floor",
+                "efficiency_beside_startup",
+                "startup_cpu_s",
+            ),
+        )
+    return contention_exponent, contention_floor, beside_startup, startup_cpu_s
 
-    throughput_points = reader.points(
+
+def _throughput(reader: _FieldReader) -> Throughput | None:
+    """The throughput curve: cores strictly increasing, rates never falling."""
+    points = reader.points(
         "throughput",
         "cores",
         "units_per_s",
@@ -529,7 +399,13 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
         "units per second >= 0, non-decreasing (more CPU is never slower)",
         lambda value, previous: value >= 0 and (previous is None or value >= previous),
     )
+    return None if points is None else Throughput(*points)
 
+
+def _training_fields(
+    reader: _FieldReader, data: Mapping[str, Any], kind: JobKind | None
+) -> tuple[int | None, LossCurve | None]:
+    """A training profile's ``iterations`` and ``loss_curve``, which an inference one lacks."""
     iterations: int | None = None
     loss_curve: LossCurve | None = None
     if kind is JobKind.TRAINING:
@@ -555,44 +431,22 @@ def _parse(path: Path, data: Mapping[str, Any]) -> WorkloadProfile:
         for field in ("iterations", "loss_curve"):
             if field in data:
                 reader.problem(field, data[field], "no such field in an inference profile")
+    return iterations, loss_curve
 
-    provenance: Provenance | None = None
+
+def _provenance(reader: _FieldReader) -> Provenance | None:
+    """Where the numbers come from: every field a non-empty text, the date ``YYYY-MM-DD``."""
     provenance_data = reader.section("provenance")
-    if provenance_data is not None:
-        reader.unknown_fields(provenance_data, set(_PROVENANCE_FIELDS), "provenance.")
-        texts = [reader.text(provenance_data, field, "provenance.") for field in _PROVENANCE_FIELDS]
-        date = texts[3]
-        if date is not None and not _is_iso_date(date):
-            reader.problem("provenance.date", date, "a date YYYY-MM-DD")
-        if all(value is not None for value in texts):
-            provenance = Provenance(*(str(value) for value in texts))
-
-    if reader.problems:
-        listing = "\n  ".join(reader.problems)
-        raise ProfileError(f"profile file {path} is malformed:\n  {listing}")
-    # Every field was checked above; the asserts only narrow the types for the checker.
-    assert workload is not None and kind is not None and unit is not None
-    assert batch_size is not None and demand is not None and noise_cv is not None
-    assert startup_s is not None and throughput_points is not None and provenance is not None
-    return WorkloadProfile(
-        workload=workload,
-        kind=kind,
-        unit=unit,
-        batch_size=int(batch_size),
-        demand_cores=demand,
-        throughput=Throughput(*throughput_points),
-        noise_cv=noise_cv,
-        startup_s=startup_s,
-        provenance=provenance,
-        iterations=iterations,
-        loss_curve=loss_curve,
-        threading=threading,
-        measured_on=measured_on,
-        contention_exponent=contention_exponent,
-        contention_floor=contention_floor,
-        efficiency_beside_startup=beside_startup,
-        startup_cpu_s=startup_cpu_s,
-    )
+    if provenance_data is None:
+        return None
+    reader.unknown_fields(provenance_data, set(_PROVENANCE_FIELDS), "provenance.")
+    texts = [reader.text(provenance_data, field, "provenance.") for field in _PROVENANCE_FIELDS]
+    date = texts[3]
+    if date is not None and not _is_iso_date(date):
+        reader.problem("provenance.date", date, "a date YYYY-MM-DD")
+    if all(value is not None for value in texts):
+        return Provenance(*(str(value) for value in texts))
+    return None
 
 
 def _measured_on(reader: _FieldReader, value: Any) -> MeasuringHost | None:

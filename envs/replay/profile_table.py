@@ -16,7 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from dlsched.envs.errors import ScenarioError, UnknownNameError
-from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set, load_set_contention
+from dlsched.envs.replay.profile import load_profile_set, load_set_contention
+from dlsched.envs.replay.workload_profile import WorkloadProfile
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 
 

@@ -36,7 +36,7 @@ from dlsched.envs.decision import Placement
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.engine import connect
 from dlsched.envs.errors import BackendError, HostBusyError
-from dlsched.envs.replay.profile import WorkloadProfile
+from dlsched.envs.replay.workload_profile import WorkloadProfile
 from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
 from dlsched.envs.telemetry import JobState, Telemetry
 from dlsched.envs.workloads.catalog import WORKLOADS

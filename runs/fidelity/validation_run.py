@@ -28,7 +28,8 @@ from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
 from dlsched.envs.docker.engine import connect as connect_engine
 from dlsched.envs.errors import BackendError, TrackingError
-from dlsched.envs.replay.profile import WorkloadProfile, load_profile_set
+from dlsched.envs.replay.profile import load_profile_set
+from dlsched.envs.replay.workload_profile import WorkloadProfile
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.workloads.cpu_quota import Threading
 from dlsched.policies.policy import Policy
