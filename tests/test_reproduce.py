@@ -31,7 +31,8 @@ from dlsched.runs.evaluation import (
 )
 from dlsched.runs.reproduce import runner
 from dlsched.runs.reproduce.baselines_report import report
-from dlsched.runs.reproduce.claims import CLAIMS_FILE, ClaimsError, load_claims
+from dlsched.runs.reproduce.claims import ClaimsError
+from dlsched.runs.reproduce.claims_loader import CLAIMS_FILE, load_claims
 from dlsched.runs.reproduce.statistics import STATISTICS, EpisodePair
 from dlsched.runs.reproduce.verdict import Direction, Expectation, Verdict, judge
 from dlsched.runs.tracking.target import ENV_VAR

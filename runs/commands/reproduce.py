@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dlsched.runs.commands.argument_types import output_folder, positive_int, seed, tracking_uri
 from dlsched.runs.parser import ListOption
-from dlsched.runs.reproduce.claims import CLAIMS_FILE, load_claims
+from dlsched.runs.reproduce.claims_loader import CLAIMS_FILE, load_claims
 from dlsched.runs.reproduce.runner import DEFAULT_EXPERIMENT, Options
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 

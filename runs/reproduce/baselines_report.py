@@ -17,7 +17,8 @@ from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.evaluation.metrics import METRIC_SPECS, EpisodeMetrics
 from dlsched.runs.evaluation.summaries import Estimate, estimate
-from dlsched.runs.reproduce.claims import ClaimsFile, load_claims
+from dlsched.runs.reproduce.claims import ClaimsFile
+from dlsched.runs.reproduce.claims_loader import load_claims
 from dlsched.runs.reproduce.runner import EpisodeKey, run_episodes, run_key
 from dlsched.runs.reproduce.statistics import STATISTICS, EpisodePair
 

@@ -218,7 +218,7 @@ def reproduce(
     """Run every claim of ``claims`` (and its readings and investigations) and judge it.
 
     Args:
-        claims: the claims (see :func:`~dlsched.runs.reproduce.claims.load_claims`).
+        claims: the claims (see :func:`~dlsched.runs.reproduce.claims_loader.load_claims`).
         options: backend, seeds, readings (default: :class:`Options`'s defaults).
         progress: show a progress bar of the episodes on stderr.
         run: how one episode is run (default: :func:`run_key`).
