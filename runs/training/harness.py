@@ -54,7 +54,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
-from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
+from stable_baselines3.common.vec_env import VecEnv, VecFrameStack, VecNormalize
 
 from dlsched.envs.errors import PolicyError, TrackingError
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
@@ -339,9 +339,41 @@ def _learn(
     tracking: TrainingTracking | None,
     progress: bool,
 ) -> TrainingResult:
+    """Train on ``scenarios``, validating on ``eval_scenarios``; the models land in ``folder``."""
     torch.set_num_threads(config.torch_threads)
+    card = _model_card(config, scenarios, tracking)
+    venv = _training_env(config, scenarios)
+    interruption: KeyboardInterrupt | None = None
+    try:
+        normalizer = slot_normalizer(venv, _gamma(config), config.normalize_reward)
+        model = _build_model(config, normalizer)
+        model.set_logger(_logger(folder, tracking))
+        bar = ProgressBar(config.timesteps, enabled=progress)
+        callbacks: list[BaseCallback] = [bar]
+        if card.kind is JobKind.INFERENCE:
+            callbacks.append(RolloutQoE())
+        validation = _validation(config, eval_scenarios, card, normalizer, folder, bar)
+        if validation is not None:
+            callbacks.append(validation)
+        interruption = _run_learning(model, config, callbacks, bar, validation)
+        save_model(model, normalizer, card, folder / FINAL_MODEL_DIR)
+        model.logger.close()
+    finally:
+        try:
+            venv.close()
+        except (EOFError, OSError):
+            # Ctrl-C reaches subprocess environments too, and they may be gone already
+            if interruption is None:
+                raise
+    return _training_result(training_id, folder, model, validation, tracking, interruption)
+
+
+def _model_card(
+    config: TrainingConfig, scenarios: Sequence[Scenario], tracking: TrainingTracking | None
+) -> ModelCard:
+    """What the saved model says of how it was trained and what it controls."""
     kind = scenarios[0].kind
-    card = ModelCard(
+    return ModelCard(
         algo=config.algo,
         kind=kind,
         layout=layout_of(scenarios[0]),
@@ -353,6 +385,10 @@ def _learn(
         run_id=tracking.run_id if tracking is not None else None,
         dlsched_version=dlsched_version(),
     )
+
+
+def _training_env(config: TrainingConfig, scenarios: Sequence[Scenario]) -> VecEnv:
+    """The ``n_envs`` training environments, vectorised, their observations stacked if asked."""
     venv = make_vec_env(
         scenarios,
         config.n_envs,
@@ -365,63 +401,87 @@ def _learn(
     )
     if config.frame_stack > 1:
         venv = VecFrameStack(venv, config.frame_stack, channels_order="last")
-    interruption: KeyboardInterrupt | None = None
-    try:
-        normalizer = slot_normalizer(venv, _gamma(config), config.normalize_reward)
-        model = _build_model(config, normalizer)
-        writers: list[KVWriter] = [CSVOutputFormat(str(folder / PROGRESS_FILE))]
-        if tracking is not None:
-            writers.append(
-                MlflowKVWriter(
-                    tracking.client,
-                    tracking.run_id,
-                    on_failure=lambda failure: print(
-                        f"warning: {failure}. Training goes on; every value is in "
-                        f"{folder / PROGRESS_FILE}: upload it when the store answers with "
-                        f"`dlsched runs sync {folder.resolve()}`",
-                        file=sys.stderr,
-                    ),
-                )
-            )
-        model.set_logger(Logger(str(folder), writers))
-        bar = ProgressBar(config.timesteps, enabled=progress)
-        callbacks: list[BaseCallback] = [bar]
-        if kind is JobKind.INFERENCE:
-            callbacks.append(RolloutQoE())
-        validation = None
-        if config.eval_every:
-            validation = Validation(
-                eval_scenarios,
-                config.validation_seeds,
-                config.eval_every,
-                config.patience,
-                card,
-                normalizer,
-                folder / BEST_MODEL_DIR,
-                config.backend,
-                report=lambda record: bar.note(
-                    f"validation {record.score:.3f}{' (best)' if record.improved else ''}"
+    return venv
+
+
+def _logger(folder: Path, tracking: TrainingTracking | None) -> Logger:
+    """SB3's logger: the progress file in ``folder``, and the run's metrics when tracked."""
+    writers: list[KVWriter] = [CSVOutputFormat(str(folder / PROGRESS_FILE))]
+    if tracking is not None:
+        writers.append(
+            MlflowKVWriter(
+                tracking.client,
+                tracking.run_id,
+                on_failure=lambda failure: print(
+                    f"warning: {failure}. Training goes on; every value is in "
+                    f"{folder / PROGRESS_FILE}: upload it when the store answers with "
+                    f"`dlsched runs sync {folder.resolve()}`",
+                    file=sys.stderr,
                 ),
             )
-            callbacks.append(validation)
-        try:
-            model.learn(total_timesteps=config.timesteps, callback=CallbackList(callbacks))
-        except KeyboardInterrupt as stopped:
-            interruption = stopped  # keep the work: save and log it as at a normal end
-            bar.close()
-        if interruption is None and validation is not None and not validation.stopped_early:
-            last = validation.records[-1].timesteps if validation.records else -1
-            if last != model.num_timesteps:
-                validation.validate()  # the last model may be the best
-        save_model(model, normalizer, card, folder / FINAL_MODEL_DIR)
-        model.logger.close()
-    finally:
-        try:
-            venv.close()
-        except (EOFError, OSError):
-            # Ctrl-C reaches subprocess environments too, and they may be gone already
-            if interruption is None:
-                raise
+        )
+    return Logger(str(folder), writers)
+
+
+def _validation(
+    config: TrainingConfig,
+    eval_scenarios: Sequence[Scenario],
+    card: ModelCard,
+    normalizer: VecNormalize,
+    folder: Path,
+    bar: ProgressBar,
+) -> Validation | None:
+    """The callback that validates every ``eval_every`` timesteps; ``None`` when that is 0."""
+    if not config.eval_every:
+        return None
+    return Validation(
+        eval_scenarios,
+        config.validation_seeds,
+        config.eval_every,
+        config.patience,
+        card,
+        normalizer,
+        folder / BEST_MODEL_DIR,
+        config.backend,
+        report=lambda record: bar.note(
+            f"validation {record.score:.3f}{' (best)' if record.improved else ''}"
+        ),
+    )
+
+
+def _run_learning(
+    model: BaseAlgorithm,
+    config: TrainingConfig,
+    callbacks: list[BaseCallback],
+    bar: ProgressBar,
+    validation: Validation | None,
+) -> KeyboardInterrupt | None:
+    """Learn for ``config.timesteps``, then validate the last model unless it just was.
+
+    Returns:
+        The interruption that stopped learning (its work is kept), ``None`` at a normal end.
+    """
+    try:
+        model.learn(total_timesteps=config.timesteps, callback=CallbackList(callbacks))
+    except KeyboardInterrupt as stopped:
+        bar.close()
+        return stopped  # keep the work: save and log it as at a normal end
+    if validation is not None and not validation.stopped_early:
+        last = validation.records[-1].timesteps if validation.records else -1
+        if last != model.num_timesteps:
+            validation.validate()  # the last model may be the best
+    return None
+
+
+def _training_result(
+    training_id: str,
+    folder: Path,
+    model: BaseAlgorithm,
+    validation: Validation | None,
+    tracking: TrainingTracking | None,
+    interruption: KeyboardInterrupt | None,
+) -> TrainingResult:
+    """The result of a training that learned into ``folder``, its validation history written."""
     best_folder = folder / BEST_MODEL_DIR
     model_folder = (
         best_folder if validation is not None and best_folder.is_dir() else folder / FINAL_MODEL_DIR
