@@ -9,27 +9,25 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from dlsched.envs.errors import ArgumentError
+
+N = TypeVar("N", int, float)
 
 
 def positive_int(text: str) -> int:
     """An argparse type: a whole number of at least 1."""
-    value = _whole_number(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not positive; expected 1 or more")
-    return value
+    return _whole_number(text, 1, "{} is not positive; expected 1 or more")
 
 
 def seed(text: str) -> int:
     """An argparse type: a seed, a whole number of at least 0 (Gymnasium's seeds)."""
-    value = _whole_number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(
-            f"{value} is negative; expected a seed, a whole number >= 0 (e.g. --seed 0)"
-        )
-    return value
+    return _whole_number(
+        text, 0, "{} is negative; expected a seed, a whole number >= 0 (e.g. --seed 0)"
+    )
 
 
 def tracking_uri(text: str) -> str:
@@ -108,21 +106,52 @@ def _check_creatable(folder: Path, text: str) -> None:
         )
 
 
-def _whole_number(text: str) -> int:
+def _whole_number(text: str, least: int, too_small: str) -> int:
+    """The whole number ``text`` spells, at least ``least``.
+
+    Raises:
+        argparse.ArgumentTypeError: not a whole number, or ``too_small`` (its ``{}`` the number)
+            for one below ``least``.
+    """
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(too_small.format(value))
+    return value
+
+
+def number_list(
+    text: str, number: Callable[[str], N], unreadable: str, *, skip_empty: bool = False
+) -> tuple[N, ...]:
+    """The comma-separated numbers of ``text``, each read by ``number`` (``int``, ``float``),
+    for an argparse type to check further.
+
+    Args:
+        text: the option's value.
+        number: reads one item; a ``ValueError`` is an item that is not a number.
+        unreadable: the refusal when an item is not a number.
+        skip_empty: pass over empty items (``1,,2``) rather than refuse them.
+
+    Raises:
+        argparse.ArgumentTypeError: ``unreadable``.
+    """
+    parts = [part for part in text.split(",") if part.strip() or not skip_empty]
+    try:
+        return tuple(number(part) for part in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(unreadable) from None
 
 
 def positive_ints(text: str) -> tuple[int, ...]:
     """An argparse type: a comma-separated list of whole numbers of at least 1."""
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a list of whole numbers; expected e.g. 1,16,256"
-        ) from None
+    values = number_list(
+        text,
+        int,
+        f"{text!r} is not a list of whole numbers; expected e.g. 1,16,256",
+        skip_empty=True,
+    )
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected one or more whole numbers of at least 1, e.g. 1,16,256"

@@ -14,11 +14,12 @@ import argparse
 from dlsched.baselines.registry import baseline_class, defaults, names
 from dlsched.policies.pretrained import pretrained_cards
 from dlsched.runs.commands.argument_types import positive_int
+from dlsched.runs.commands.options import Subcommands
 from dlsched.runs.parser import ListOption, deprecated_alias
 from dlsched.runs.reproduce.baselines_report import format_report, report
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``dlsched baselines`` (and ``dlsched baselines report``) to the CLI."""
     parser = subparsers.add_parser(
         "baselines",

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
+from typing import Any
 
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import THREADINGS
@@ -24,23 +25,21 @@ from dlsched.runs.bench.replay import (
     measure_vector_speed,
 )
 from dlsched.runs.bench.replay import DEFAULT_SCENARIO as REPLAY_SCENARIO
-from dlsched.runs.commands.argument_types import (
-    positive_float,
-    positive_int,
-    positive_ints,
-    tracking_uri,
-)
+from dlsched.runs.commands.argument_types import positive_float, positive_int, positive_ints
+from dlsched.runs.commands.options import Subcommands, add_command_with_actions, add_tracking_uri
 from dlsched.runs.parser import ListOption
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``dlsched bench`` and its benchmarks to the CLI."""
-    parser = subparsers.add_parser(
+    benchmarks = add_command_with_actions(
+        subparsers,
         "bench",
-        help="measure the speed of parts of dlsched on this machine",
-        description="Measure the speed of parts of dlsched on this machine.",
+        "measure the speed of parts of dlsched on this machine",
+        "Measure the speed of parts of dlsched on this machine.",
+        dest="benchmark",
+        metavar="BENCHMARK",
     )
-    benchmarks = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     _register_docker(benchmarks)
     _register_tracking(benchmarks)
     _register_replay(benchmarks)
@@ -49,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_mix(benchmarks)
 
 
-def _register_docker(benchmarks: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _register_docker(benchmarks: Subcommands) -> None:
     parser = benchmarks.add_parser(
         "docker",
         help="telemetry and actuation time per step of the Docker backend",
@@ -73,26 +72,17 @@ def _register_docker(benchmarks: argparse._SubParsersAction[argparse.ArgumentPar
         default="resnet-svc",
         help="the service the containers run (default: resnet-svc)",
     )
-    parser.add_argument(
-        "--endpoint", metavar="URL", help="engine URL (default: DOCKER_HOST or the local socket)"
-    )
-    parser.add_argument(
-        "--image", metavar="TAG", help="the workload image (default: dlsched's own)"
-    )
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    _add_engine_options(parser, image_help="the workload image (default: dlsched's own)")
     parser.set_defaults(handler=run_docker)
 
 
 def run_docker(args: argparse.Namespace) -> int:
     """Run the Docker benchmark as ``args`` say; print the figures; the exit code (0)."""
     result = bench_docker(args.containers, args.steps, args.workload, args.endpoint, args.image)
-    print(json.dumps(asdict(result), indent=2) if args.json else result.report())
-    return 0
+    return _print_figures(result, args.json)
 
 
-def _register_tracking(
-    benchmarks: argparse._SubParsersAction[argparse.ArgumentParser],
-) -> None:
+def _register_tracking(benchmarks: Subcommands) -> None:
     """Add ``dlsched bench tracking`` to the ``bench`` subcommands."""
     parser = benchmarks.add_parser(
         "tracking",
@@ -113,11 +103,7 @@ def _register_tracking(
         help=f"repeatable or comma-separated ({','.join(TRACKING_POLICIES)})",
     )
     parser.add_argument("--episodes", type=positive_int, default=3, help="seeds per policy (3)")
-    parser.add_argument(
-        "--tracking-uri",
-        type=tracking_uri,
-        help="the store to time (default: a new sqlite file in a temp folder)",
-    )
+    add_tracking_uri(parser, help="the store to time (default: a new sqlite file in a temp folder)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.set_defaults(handler=run_tracking)
 
@@ -128,11 +114,10 @@ def run_tracking(args: argparse.Namespace) -> int:
 
     policies = tuple(args.policy)
     result = bench_tracking(args.scenario, policies, args.episodes, args.tracking_uri)
-    print(json.dumps(asdict(result), indent=2) if args.json else result.report())
-    return 0
+    return _print_figures(result, args.json)
 
 
-def _register_replay(benchmarks: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _register_replay(benchmarks: Subcommands) -> None:
     """Add ``dlsched bench replay`` to the ``bench`` subcommands."""
     parser = benchmarks.add_parser(
         "replay",
@@ -203,7 +188,7 @@ def run_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _register_training(benchmarks: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _register_training(benchmarks: Subcommands) -> None:
     """Add ``dlsched bench train`` to the ``bench`` subcommands."""
     parser = benchmarks.add_parser(
         "train",
@@ -239,9 +224,7 @@ def run_training(args: argparse.Namespace) -> int:
     return 0
 
 
-def _register_contention(
-    benchmarks: argparse._SubParsersAction[argparse.ArgumentParser],
-) -> None:
+def _register_contention(benchmarks: Subcommands) -> None:
     """Add ``dlsched bench contention`` to the ``bench`` subcommands."""
     parser = benchmarks.add_parser(
         "contention",
@@ -282,11 +265,10 @@ def run_contention(args: argparse.Namespace) -> int:
         args.endpoint,
         args.image,
     )
-    print(json.dumps(asdict(result), indent=2) if args.json else result.report())
-    return 0
+    return _print_figures(result, args.json)
 
 
-def _register_mix(benchmarks: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _register_mix(benchmarks: Subcommands) -> None:
     """Add ``dlsched bench mix`` to the ``bench`` subcommands."""
     parser = benchmarks.add_parser(
         "mix",
@@ -332,15 +314,24 @@ def run_mix(args: argparse.Namespace) -> int:
         args.image,
         say=lambda message: print(f"[mix] {message}", file=sys.stderr, flush=True),
     )
-    print(json.dumps(asdict(result), indent=2) if args.json else result.report())
+    return _print_figures(result, args.json)
+
+
+def _print_figures(result: Any, as_json: bool) -> int:
+    """Print a benchmark's ``result`` (a dataclass with a ``report()``): its fields as JSON, or
+    its report; the exit code (0)."""
+    print(json.dumps(asdict(result), indent=2) if as_json else result.report())
     return 0
 
 
-def _add_engine_options(parser: argparse.ArgumentParser) -> None:
+def _add_engine_options(
+    parser: argparse.ArgumentParser,
+    image_help: str = "the workload image (default: dlsched's)",
+) -> None:
     """The options of a benchmark that runs workloads on an engine: which engine and image, and
     JSON output."""
     parser.add_argument(
         "--endpoint", metavar="URL", help="engine URL (default: DOCKER_HOST or the local socket)"
     )
-    parser.add_argument("--image", metavar="TAG", help="the workload image (default: dlsched's)")
+    parser.add_argument("--image", metavar="TAG", help=image_help)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")

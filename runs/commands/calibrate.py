@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from collections.abc import Collection
 
 from dlsched.envs.docker.engine import connect
 from dlsched.envs.errors import UnknownNameError
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
-from dlsched.runs.commands.argument_types import output_folder
+from dlsched.runs.commands.argument_types import number_list, output_folder
+from dlsched.runs.commands.options import Subcommands
 from dlsched.runs.fidelity.calibration import (
     DEFAULT_LIMITS,
     DEFAULT_OUTPUT_DIR,
@@ -57,7 +58,7 @@ Every run waits for a quiet host (no other container, other processes using at m
 """
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``calibrate`` to the ``dlsched`` parser."""
     parser = subparsers.add_parser(
         "calibrate",
@@ -161,37 +162,40 @@ def register(subparsers: Any) -> None:
 
 
 def _workload_list(text: str) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    if names == ("all",):
+    if _names(text) == ("all",):
         return tuple(sorted(WORKLOADS))
-    for name in names:
-        if name not in WORKLOADS:
-            raise argparse.ArgumentTypeError(str(UnknownNameError("workload", name, WORKLOADS)))
-    if not names:
-        raise argparse.ArgumentTypeError("no workload given; expected e.g. mlp-digits,vgg-svc")
-    return names
+    return _known_names(text, "workload", WORKLOADS, "e.g. mlp-digits,vgg-svc")
 
 
 def _threading_list(text: str) -> tuple[Threading, ...]:
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    chosen: list[Threading] = []
-    for name in names:
-        if name not in THREADINGS:
-            raise argparse.ArgumentTypeError(str(UnknownNameError("threading", name, THREADINGS)))
-        chosen.append("stock" if name == "stock" else "tuned")
-    if not chosen:
-        raise argparse.ArgumentTypeError("no threading given; expected tuned, stock or both")
-    return tuple(chosen)
+    names = _known_names(text, "threading", THREADINGS, "tuned, stock or both")
+    return tuple("stock" if name == "stock" else "tuned" for name in names)
 
 
 def _part_list(text: str) -> tuple[str, ...]:
-    parts = tuple(part.strip() for part in text.split(",") if part.strip())
-    for part in parts:
-        if part not in PARTS:
-            raise argparse.ArgumentTypeError(str(UnknownNameError("part", part, PARTS)))
-    if not parts:
-        raise argparse.ArgumentTypeError(f"no part given; expected some of {', '.join(PARTS)}")
+    parts = _known_names(text, "part", PARTS, f"some of {', '.join(PARTS)}")
     return tuple(part for part in PARTS if part in parts)
+
+
+def _known_names(text: str, kind: str, known: Collection[str], expected: str) -> tuple[str, ...]:
+    """The comma-separated names of ``text``: one or more, each one of ``known``.
+
+    Raises:
+        argparse.ArgumentTypeError: a name of no ``kind`` known (with the closest name), or no
+            name (``expected`` says what is).
+    """
+    names = _names(text)
+    for name in names:
+        if name not in known:
+            raise argparse.ArgumentTypeError(str(UnknownNameError(kind, name, known)))
+    if not names:
+        raise argparse.ArgumentTypeError(f"no {kind} given; expected {expected}")
+    return names
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """The comma-separated names of ``text``, stripped, empty ones left out."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
 
 
 def _positive_seconds(text: str) -> float:
@@ -205,12 +209,9 @@ def _positive_seconds(text: str) -> float:
 
 
 def _limit_list(text: str) -> tuple[float, ...]:
-    try:
-        limits = tuple(float(part) for part in text.split(","))
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(
-            f"limits {text!r} are not comma-separated numbers; expected e.g. 0.25,0.5,1.0"
-        ) from error
+    limits = number_list(
+        text, float, f"limits {text!r} are not comma-separated numbers; expected e.g. 0.25,0.5,1.0"
+    )
     for limit in limits:
         if not 0 < limit <= 1:
             raise argparse.ArgumentTypeError(
@@ -220,12 +221,9 @@ def _limit_list(text: str) -> tuple[float, ...]:
 
 
 def _count_list(text: str) -> tuple[int, ...]:
-    try:
-        counts = tuple(int(part) for part in text.split(","))
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(
-            f"job counts {text!r} are not comma-separated whole numbers; expected e.g. 2,3,4"
-        ) from error
+    counts = number_list(
+        text, int, f"job counts {text!r} are not comma-separated whole numbers; expected e.g. 2,3,4"
+    )
     if not counts or min(counts) < 2:
         raise argparse.ArgumentTypeError(
             f"job counts {text!r}: each must be at least 2 (contention needs company)"

@@ -13,7 +13,8 @@ import sys
 from datetime import UTC, datetime
 
 from dlsched.envs.errors import OutputError, TrackingError
-from dlsched.runs.commands.argument_types import image_file, tracking_uri
+from dlsched.runs.commands.argument_types import image_file
+from dlsched.runs.commands.options import Subcommands, add_tracking_uri
 from dlsched.runs.tracking.compare import (
     FORMATS,
     compare_stored,
@@ -25,7 +26,7 @@ from dlsched.runs.tracking.compare import (
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``dlsched compare`` to the CLI."""
     parser = subparsers.add_parser(
         "compare",
@@ -40,12 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--experiment", help="only this MLflow experiment")
     parser.add_argument("--scenario", help="only this scenario (by name)")
     parser.add_argument("--format", choices=FORMATS, default="table", help="(table)")
-    parser.add_argument(
-        "--tracking-uri",
-        type=tracking_uri,
-        help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
-        "(default sqlite:///mlflow.db, a file in the working directory)",
-    )
+    add_tracking_uri(parser)
     parser.add_argument(
         "--plot",
         type=image_file,

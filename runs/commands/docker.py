@@ -17,17 +17,18 @@ import argparse
 from dlsched.envs.docker.cleanup import cleanup
 from dlsched.envs.docker.engine import connect, endpoint_url
 from dlsched.runs.commands.argument_types import positive_int
+from dlsched.runs.commands.options import Subcommands, add_command_with_actions
 from dlsched.runs.parser import ListOption
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``dlsched docker`` (with its ``cleanup`` subcommand) to the CLI."""
-    parser = subparsers.add_parser(
+    actions = add_command_with_actions(
+        subparsers,
         "docker",
-        help="manage the containers of the Docker backend",
-        description="Manage the containers the Docker backend starts.",
+        "manage the containers of the Docker backend",
+        "Manage the containers the Docker backend starts.",
     )
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     command = actions.add_parser(
         "cleanup",
         help="remove the containers that killed runs left behind",
@@ -64,20 +65,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     _register_engines(actions)
 
 
-def _register_engines(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    engines = actions.add_parser(
+def _register_engines(actions: Subcommands) -> None:
+    steps = add_command_with_actions(
+        actions,
         "engines",
-        help="start or stop extra local engines that stand for the hosts of a cluster",
-        description=(
-            "Start (up) or stop (down) extra Docker engines on this machine, engine-1 ... "
-            "engine-N, each with its own socket (unix:///run/dlsched/engines/engine-<i>/"
-            "docker.sock: the endpoint a cluster scenario's workers name), data root, exec root "
-            "and pid file, no network, and CPUs of its own; the workload image is copied into "
-            "each from the machine's engine. down stops only engines that up started, and "
-            "removes only what up made. Needs root."
-        ),
+        "start or stop extra local engines that stand for the hosts of a cluster",
+        "Start (up) or stop (down) extra Docker engines on this machine, engine-1 ... engine-N, "
+        "each with its own socket (unix:///run/dlsched/engines/engine-<i>/docker.sock: the "
+        "endpoint a cluster scenario's workers name), data root, exec root and pid file, no "
+        "network, and CPUs of its own; the workload image is copied into each from the "
+        "machine's engine. down stops only engines that up started, and removes only what up "
+        "made. Needs root.",
+        dest="engines_action",
+        metavar="up|down",
     )
-    steps = engines.add_subparsers(dest="engines_action", required=True, metavar="up|down")
     start = steps.add_parser(
         "up",
         help="start engines 1..N (those not running already) and load the image into each",

@@ -20,14 +20,13 @@ from dlsched.envs.errors import BackendError, PolicyError
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.policies.policy import ParamValue
-from dlsched.runs.commands.argument_types import (
-    local_records_folder,
-    output_folder,
-    positive_int,
-    seed,
-    tracking_uri,
+from dlsched.runs.commands.argument_types import local_records_folder
+from dlsched.runs.commands.options import (
+    Subcommands,
+    add_episodes,
+    add_evaluation_outputs,
+    add_policies,
 )
-from dlsched.runs.parser import ListOption
 from dlsched.runs.policy_specs import build_policies
 from dlsched.runs.tracking.compare import ScenarioComparison, render_table
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
     from dlsched.runs.tracking.tracked_evaluation import EvaluationLocation
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``dlsched evaluate`` to the CLI."""
     parser = subparsers.add_parser(
         "evaluate",
@@ -53,27 +52,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--scenario", required=True, help="a shipped scenario's name or a scenario YAML path"
     )
-    parser.add_argument(
-        "--policy",
-        required=True,
-        action=ListOption,
-        metavar="P[,P...]",
-        help="policies, repeatable or comma-separated: baseline names (e.g. default,dqoes), "
-        "trained model paths (model.zip or its folder), runs:/<run id>/model or "
+    add_policies(
+        parser,
+        policy_help="policies, repeatable or comma-separated: baseline names (e.g. "
+        "default,dqoes), trained model paths (model.zip or its folder), runs:/<run id>/model or "
         "models:/<name>/<version> URIs, shipped models (pretrained:<name>; `dlsched baselines` "
         "lists them)",
+        set_example="dqoes.alpha=0.2",
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="POLICY.PARAM=VALUE",
-        help="set a policy parameter (repeatable), e.g. --set dqoes.alpha=0.2",
-    )
-    parser.add_argument(
-        "--episodes", type=positive_int, default=5, help="episodes (seeds) per policy (5)"
-    )
-    parser.add_argument("--seed", type=seed, default=0, help="seed of the first episode (0)")
+    add_episodes(parser, default=5, episodes_help="episodes (seeds) per policy (5)")
     parser.add_argument("--backend", choices=BACKENDS, default="replay", help="(replay)")
     parser.add_argument(
         "--workload-threading",
@@ -81,25 +68,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="docker backend: how the workloads size their thread pools; tuned (the default) "
         "follows the quota, stock runs them as unmodified framework jobs",
     )
-    parser.add_argument("--json", action="store_true", help="print only JSON on stdout")
-    parser.add_argument(
-        "--tracking-uri",
-        type=tracking_uri,
-        help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
-        "(default sqlite:///mlflow.db, a file in the working directory)",
-    )
-    parser.add_argument(
-        "--experiment", help="MLflow experiment name (default: the scenario's name)"
-    )
-    parser.add_argument(
-        "--out",
-        type=output_folder,
-        help=f"folder of the local episode records ({DEFAULT_OUT}/<evaluation id>/...)",
-    )
-    parser.add_argument(
-        "--no-tracking",
-        action="store_true",
-        help="neither MLflow nor local records: only print the summary",
+    add_evaluation_outputs(
+        parser,
+        records_help=f"folder of the local episode records ({DEFAULT_OUT}/<evaluation id>/...)",
+        no_tracking_help="neither MLflow nor local records: only print the summary",
     )
     parser.add_argument(
         "--no-plots",

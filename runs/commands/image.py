@@ -29,17 +29,19 @@ from dlsched.envs.docker.image import (
     build_image,
     image_present,
 )
+from dlsched.runs.commands.options import Subcommands, add_command_with_actions
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``image`` and its subcommands to the ``dlsched`` parser."""
-    parser = subparsers.add_parser(
+    actions = add_command_with_actions(
+        subparsers,
         "image",
-        help="build or inspect the workload image of the Docker backend",
-        description=__doc__,
+        "build or inspect the workload image of the Docker backend",
+        __doc__,
+        dest="image_command",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    actions = parser.add_subparsers(dest="image_command", required=True, metavar="ACTION")
 
     build = actions.add_parser("build", help="build the workload image (offline by default)")
     method = build.add_mutually_exclusive_group()

@@ -10,7 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from dlsched.runs.commands.argument_types import output_folder, positive_int, seed, tracking_uri
+from dlsched.runs.commands.argument_types import output_folder
+from dlsched.runs.commands.options import Subcommands, add_episodes, add_tracking_uri
 from dlsched.runs.parser import ListOption
 from dlsched.runs.reproduce.claims_loader import CLAIMS_FILE, load_claims
 from dlsched.runs.reproduce.runner import DEFAULT_EXPERIMENT, Options
@@ -19,7 +20,7 @@ from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 BACKENDS = ("replay", "docker")
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``dlsched reproduce`` to the CLI."""
     parser = subparsers.add_parser(
         "reproduce",
@@ -56,12 +57,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="replay",
         help="replay (every claim), or docker (the claims' host-scale twins) (replay)",
     )
-    parser.add_argument(
-        "--episodes",
-        type=positive_int,
-        help="episodes (seeds) per claim (default: each claim's own, 10 on replay)",
+    add_episodes(
+        parser,
+        default=None,
+        episodes_help="episodes (seeds) per claim (default: each claim's own, 10 on replay)",
     )
-    parser.add_argument("--seed", type=seed, default=0, help="seed of the first episode (0)")
     parser.add_argument(
         "--readings",
         action=argparse.BooleanOptionalAction,
@@ -75,12 +75,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=DEFAULT_OUT,
         help=f"parent folder of the report ({DEFAULT_OUT}/reproduce-<backend>-<time>/)",
     )
-    parser.add_argument(
-        "--tracking-uri",
-        type=tracking_uri,
-        help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
-        "(default sqlite:///mlflow.db, a file in the working directory)",
-    )
+    add_tracking_uri(parser)
     parser.add_argument(
         "--experiment", default=DEFAULT_EXPERIMENT, help=f"MLflow experiment ({DEFAULT_EXPERIMENT})"
     )

@@ -12,17 +12,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from dlsched.runs.commands.argument_types import tracking_uri
+from dlsched.runs.commands.options import Subcommands, add_command_with_actions, add_tracking_uri
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``dlsched runs`` (``repair``, ``sync``) to the CLI."""
-    parser = subparsers.add_parser(
+    actions = add_command_with_actions(
+        subparsers,
         "runs",
-        help="repair runs left RUNNING, upload episodes a store missed",
-        description="Keep a tracking store whole after crashes and outages.",
+        "repair runs left RUNNING, upload episodes a store missed",
+        "Keep a tracking store whole after crashes and outages.",
     )
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     repair = actions.add_parser(
         "repair",
         help="mark KILLED the runs whose process is gone",
@@ -33,12 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     repair.add_argument("--dry-run", action="store_true", help="list them, change nothing")
-    repair.add_argument(
-        "--tracking-uri",
-        type=tracking_uri,
-        help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
-        "(default sqlite:///mlflow.db, a file in the working directory)",
-    )
+    add_tracking_uri(repair)
     repair.set_defaults(handler=run_repair)
     sync = actions.add_parser(
         "sync",

@@ -21,6 +21,7 @@ from dlsched.envs.scenarios.file_format import (
 )
 from dlsched.envs.scenarios.model import IntRange, Scenario
 from dlsched.envs.scenarios.schema import scenario_json_schema_text
+from dlsched.runs.commands.options import Subcommands
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class ScenarioSummary:
         return f"{self.min_jobs}-{self.max_jobs}"
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``dlsched scenarios`` to the CLI."""
     parser = subparsers.add_parser(
         "scenarios",

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -15,7 +16,8 @@ from dlsched.envs.backends import BACKENDS
 from dlsched.envs.errors import ArgumentError, PolicyError, TrackingError
 from dlsched.envs.rewards import REWARDS
 from dlsched.policies.agent_actions import ActionMode
-from dlsched.runs.commands.argument_types import output_folder, seed, tracking_uri
+from dlsched.runs.commands.argument_types import output_folder, seed
+from dlsched.runs.commands.options import Subcommands, add_tracking_uri
 from dlsched.runs.parser import ListOption
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 from dlsched.runs.training.config import (
@@ -63,7 +65,7 @@ RLLIB_ONLY: Mapping[str, object] = {
 }
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``dlsched train`` to the CLI."""
     defaults = _SB3_DEFAULTS
     parser = subparsers.add_parser(
@@ -76,6 +78,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "runs:/<run_id>/model`."
         ),
     )
+    # an option that sets the TrainingConfig field of its name, by default the field's default
+    sb3_option = functools.partial(_add_config_option, parser, defaults)
     parser.add_argument(
         "--engine",
         choices=ENGINES,
@@ -108,34 +112,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="validation scenarios, repeatable or comma-separated (default: the training "
         "scenarios)",
     )
-    parser.add_argument(
-        "--eval-every",
-        type=int,
-        default=defaults.eval_every,
-        help="timesteps between validations, 0 for none (%(default)s)",
-    )
-    parser.add_argument(
-        "--eval-episodes",
-        type=int,
-        default=defaults.eval_episodes,
-        help="held-out seeds per validation scenario (%(default)s)",
-    )
-    parser.add_argument(
-        "--patience",
-        type=int,
-        default=defaults.patience,
-        help="validations without improvement that stop training, 0 for never (%(default)s)",
+    sb3_option("--eval-every", "timesteps between validations, 0 for none", type=int)
+    sb3_option("--eval-episodes", "held-out seeds per validation scenario", type=int)
+    sb3_option(
+        "--patience", "validations without improvement that stop training, 0 for never", type=int
     )
     parser.add_argument(
         "--reward", choices=tuple(REWARDS), help="reward (default: the environment's)"
     )
     parser.add_argument("--backend", choices=BACKENDS, default=defaults.backend, help="(replay)")
-    parser.add_argument(
+    sb3_option(
         "--network",
+        "slot: one network shared by every slot (ppo, a2c); mlp: SB3's MLP; auto: slot when "
+        "possible",
         choices=NETWORKS,
-        default=defaults.network,
-        help="slot: one network shared by every slot (ppo, a2c); mlp: SB3's MLP; "
-        "auto: slot when possible (%(default)s)",
     )
     parser.add_argument(
         "--net-arch",
@@ -143,67 +133,40 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="W,W",
         help="hidden layer widths (%(default)s)",
     )
-    parser.add_argument(
+    sb3_option(
         "--actions",
+        "how an action becomes a limit: absolute sets the limit; relative scales the limit in "
+        "force by up to --max-step per interval; usage scales the job's last CPU usage by up to "
+        "--max-step, as DQoES moves limits",
         choices=[mode.value for mode in ActionMode],
-        default=defaults.actions.value,
-        help="how an action becomes a limit: absolute sets the limit; relative scales the limit "
-        "in force by up to --max-step per interval; usage scales the job's last CPU usage by up "
-        "to --max-step, as DQoES moves limits (%(default)s)",
     )
-    parser.add_argument(
-        "--max-step",
-        type=float,
-        default=defaults.max_step,
-        help="largest factor of one relative action (%(default)s)",
-    )
-    parser.add_argument(
-        "--frame-stack",
-        type=int,
-        default=defaults.frame_stack,
-        help="consecutive observations the agent sees at once (%(default)s)",
-    )
+    sb3_option("--max-step", "largest factor of one relative action", type=float)
+    sb3_option("--frame-stack", "consecutive observations the agent sees at once", type=int)
     parser.add_argument(
         "--slot-agents",
         action="store_true",
         help="every slot is an agent of one shared policy, rewarded for its own job too "
         "(timesteps count slot steps)",
     )
-    parser.add_argument(
+    sb3_option(
         "--own-weight",
+        "with --slot-agents, the weight of an agent's own job in its reward",
         type=float,
-        default=defaults.own_weight,
-        help="with --slot-agents, the weight of an agent's own job in its reward (%(default)s)",
     )
-    parser.add_argument(
-        "--hp",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an argument of the SB3 algorithm (repeatable), e.g. --hp learning_rate=3e-4",
-    )
-    parser.add_argument(
-        "--policy-kwarg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an argument of the agent's policy (repeatable), e.g. --policy-kwarg log_std_init=-1",
-    )
+    _add_settings_option(parser, "--hp", "the SB3 algorithm", "learning_rate=3e-4")
+    _add_settings_option(parser, "--policy-kwarg", "the agent's policy", "log_std_init=-1")
     parser.add_argument(
         "--no-reward-normalization",
         action="store_true",
         help="train on raw rewards (default: scaled by the running deviation of returns)",
     )
-    parser.add_argument(
+    sb3_option(
         "--vec-env",
+        "how the environments are stepped: batched (replay: one natively batched environment), "
+        "dummy (one after the other in this process, the path before the batched one), subproc "
+        "(one process each), auto (batched on replay with one scenario, else dummy on replay "
+        "and subproc on Docker)",
         choices=[kind.value for kind in VecEnvKind],
-        default=defaults.vec_env.value,
-        help=(
-            "how the environments are stepped: batched (replay: one natively batched "
-            "environment), dummy (one after the other in this process, the path before the "
-            "batched one), subproc (one process each), auto (batched on replay with one "
-            "scenario, else dummy on replay and subproc on Docker) (%(default)s)"
-        ),
     )
     parser.add_argument(
         "--torch-threads", type=int, default=defaults.torch_threads, help="(%(default)s)"
@@ -215,12 +178,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the Ray cluster to train on (HOST:6379, ray://HOST:10001, or auto on one of its "
         "machines; default: a Ray started on 127.0.0.1 for this training)",
     )
-    rllib.add_argument(
+    _add_config_option(
+        rllib,
+        RLLIB_DEFAULTS,
         "--env-runners",
+        "Ray actors that sample, each with --n-envs episodes; 0 samples in this process",
         type=int,
-        default=RLLIB_DEFAULTS.env_runners,
-        help="Ray actors that sample, each with --n-envs episodes; 0 samples in this process "
-        "(%(default)s)",
     )
     rllib.add_argument(
         "--num-cpus",
@@ -228,12 +191,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=RLLIB_DEFAULTS.num_cpus,
         help="CPUs of the local Ray (%(default)s; ignored with --ray-address)",
     )
-    parser.add_argument(
-        "--tracking-uri",
-        type=tracking_uri,
-        help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
-        "(default sqlite:///mlflow.db, a file in the working directory)",
-    )
+    add_tracking_uri(parser)
     parser.add_argument("--experiment", help="MLflow experiment (default <scenario>-training)")
     parser.add_argument(
         "--register-as",
@@ -252,6 +210,36 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run)
+
+
+def _add_config_option(
+    parser: argparse._ActionsContainer,
+    config: TrainingConfig | RllibConfig,
+    flag: str,
+    help: str,
+    **settings: Any,
+) -> None:
+    """Add ``flag`` (``settings``: its other ``add_argument`` settings), which sets ``config``'s
+    field of the same name (``--eval-every``: ``eval_every``): its default is the field's value
+    there (an enum's value), said in brackets after ``help``."""
+    default = getattr(config, flag.removeprefix("--").replace("-", "_"))
+    parser.add_argument(
+        flag, default=getattr(default, "value", default), help=f"{help} (%(default)s)", **settings
+    )
+
+
+def _add_settings_option(
+    parser: argparse.ArgumentParser, flag: str, what: str, example: str
+) -> None:
+    """Add ``flag KEY=VALUE``, repeatable: an argument of ``what``, which :func:`parse_settings`
+    reads (``example`` one)."""
+    parser.add_argument(
+        flag,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"an argument of {what} (repeatable), e.g. {flag} {example}",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,23 +13,22 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dlsched.envs.errors import BackendError, PolicyError
 from dlsched.envs.replay.profile import profile_set_names
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
-from dlsched.runs.commands.argument_types import (
-    local_records_folder,
-    output_folder,
-    positive_int,
-    seed,
-    tracking_uri,
-)
+from dlsched.runs.commands.argument_types import local_records_folder
 from dlsched.runs.commands.evaluate import parse_settings
+from dlsched.runs.commands.options import (
+    Subcommands,
+    add_episodes,
+    add_evaluation_outputs,
+    add_policies,
+)
 from dlsched.runs.fidelity.validation_report import render_report, report_data
 from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_validation
-from dlsched.runs.parser import ListOption
 from dlsched.runs.policy_specs import build_policies
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 
@@ -52,7 +51,7 @@ run it on a quiet host, one validation at a time.
 """
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subcommands) -> None:
     """Add ``dlsched validate`` to the CLI."""
     parser = subparsers.add_parser(
         "validate",
@@ -65,20 +64,11 @@ def register(subparsers: Any) -> None:
         required=True,
         help="a host-scale scenario's name (e.g. docker-training-4) or a scenario YAML path",
     )
-    parser.add_argument(
-        "--policy",
-        required=True,
-        action=ListOption,
-        metavar="P[,P...]",
-        help="policies, repeatable or comma-separated: baseline names, model paths, runs:/ or "
-        "models:/ URIs",
-    )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="POLICY.PARAM=VALUE",
-        help="set a policy parameter (repeatable), e.g. --set flowcon.itval_s=10",
+    add_policies(
+        parser,
+        policy_help="policies, repeatable or comma-separated: baseline names, model paths, "
+        "runs:/ or models:/ URIs",
+        set_example="flowcon.itval_s=10",
     )
     parser.add_argument(
         "--held-out",
@@ -87,10 +77,7 @@ def register(subparsers: Any) -> None:
         help="policies that calibration did not see, as --policy names them or by their names "
         "(a model's is printed in the report); their jobs' errors are reported apart",
     )
-    parser.add_argument(
-        "--episodes", type=positive_int, default=2, help="episodes (seeds) per policy (2)"
-    )
-    parser.add_argument("--seed", type=seed, default=0, help="seed of the first episode (0)")
+    add_episodes(parser, default=2, episodes_help="episodes (seeds) per policy (2)")
     parser.add_argument(
         "--workload-threading",
         choices=THREADINGS,
@@ -118,23 +105,10 @@ def register(subparsers: Any) -> None:
         "geometric mean of the two probes, and the report warns if they differ by more than a "
         "tenth",
     )
-    parser.add_argument("--json", action="store_true", help="print only JSON on stdout")
-    parser.add_argument(
-        "--tracking-uri",
-        type=tracking_uri,
-        help="MLflow tracking URI, used when MLFLOW_TRACKING_URI is unset "
-        "(default sqlite:///mlflow.db, a file in the working directory)",
-    )
-    parser.add_argument(
-        "--experiment", help="MLflow experiment name (default: the scenario's name)"
-    )
-    parser.add_argument(
-        "--out",
-        type=output_folder,
-        help=f"folder of the local records ({DEFAULT_OUT}/<id>/...)",
-    )
-    parser.add_argument(
-        "--no-tracking", action="store_true", help="record nothing: only print the report"
+    add_evaluation_outputs(
+        parser,
+        records_help=f"folder of the local records ({DEFAULT_OUT}/<id>/...)",
+        no_tracking_help="record nothing: only print the report",
     )
     parser.add_argument("--no-plots", action="store_true", help="draw and log no plots")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
