@@ -5,6 +5,9 @@
   fails it when DLSCHED_REQUIRE_DOCKER=1) and ``workload_image`` (the workload image, built
   offline once per session or reused; its tag), ``local_engines`` (two more engines on this
   machine, for cluster episodes). Mark tests that use them ``@pytest.mark.docker``.
+- cli: ``evaluated_labels`` (``dlsched evaluate`` on one untracked episode).
+- reliability: ``python_process``, ``dlsched_process`` and ``episode_process`` (children stopped
+  with real signals), ``default_sigint``.
 """
 
 # --- mlflow ---
@@ -13,6 +16,9 @@
 # self-contained.
 
 import pytest
+
+# helper modules of the tests whose asserts pytest explains as it does a test's
+pytest.register_assert_rewrite("docker_helpers")
 
 
 @pytest.fixture(scope="session")
@@ -205,6 +211,32 @@ def local_engines(docker_engine, workload_image):
             engines.stop(start.engine)
 
 
+# --- cli ---
+
+
+@pytest.fixture
+def evaluated_labels(capsys):
+    """Run ``dlsched evaluate`` on one untracked episode: ``evaluate(scenario, policy, uri) ->
+    labels``, the labels of the policies it summarised (``policy`` a spec such as a model's
+    URI, resolved through tracking URI ``uri``). The test fails with its stderr unless it exits
+    with 0."""
+    import json
+
+    from dlsched.runs.cli import main
+
+    def evaluate(scenario, policy, uri):
+        code = main([
+            "evaluate", "--scenario", str(scenario), "--policy", policy, "--episodes", "1",
+            "--tracking-uri", uri, "--no-tracking", "--no-progress", "--json",
+        ])  # fmt: skip
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        (summary,) = json.loads(out)["scenarios"]
+        return [summarised["label"] for summarised in summary["policies"]]
+
+    return evaluate
+
+
 # --- reliability ---
 # dlsched commands run as a user runs them: separate processes, stopped with real signals.
 # ``dlsched_process`` starts one; every process still running at the end of the test is killed.
@@ -229,29 +261,26 @@ def default_sigint():
 
 
 @pytest.fixture
-def dlsched_process():
-    """Start ``dlsched ARGS`` in its own process: ``start(args, cwd, env=None) -> Popen``.
+def python_process():
+    """Start ``python ARGS`` in its own process, SIGINT at its default action: ``start(args,
+    **popen) -> Popen`` (``popen``: more ``subprocess.Popen`` settings, ``cwd``, ``env``...).
 
-    stdout and stderr are pipes (text); ``env`` adds to this process's environment (without
-    ``MLFLOW_TRACKING_URI``, so that each test says where it tracks).
+    stdout and stderr are pipes (text). Every process still running at the end of the test is
+    killed.
     """
-    import os
     import subprocess
     import sys
 
     started = []
 
-    def start(args, cwd, env=None):
-        environment = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-        environment.update(env or {})
+    def start(args, **popen):
         process = subprocess.Popen(
-            [sys.executable, "-m", "dlsched.runs.cli", *map(str, args)],
-            cwd=cwd,
-            env=environment,
+            [sys.executable, *map(str, args)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             preexec_fn=_default_sigint,
+            **popen,
         )
         started.append(process)
         return process
@@ -261,3 +290,36 @@ def dlsched_process():
         if process.poll() is None:
             process.kill()
         process.communicate()
+
+
+@pytest.fixture
+def dlsched_process(python_process):
+    """Start ``dlsched ARGS`` in its own process: ``start(args, cwd, env=None) -> Popen``.
+
+    stdout and stderr are pipes (text); ``env`` adds to this process's environment (without
+    ``MLFLOW_TRACKING_URI``, so that each test says where it tracks).
+    """
+    import os
+
+    def start(args, cwd, env=None):
+        environment = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+        environment.update(env or {})
+        return python_process(["-m", "dlsched.runs.cli", *args], cwd=cwd, env=environment)
+
+    return start
+
+
+@pytest.fixture
+def episode_process(python_process):
+    """Run a Python program that starts an episode and prints its id first (as
+    ``docker_helpers.interrupted_episode_script`` writes one): ``start(script) -> (Popen,
+    episode)``. The test fails with the program's stderr if it printed no id.
+    """
+
+    def start(script):
+        process = python_process(["-c", script])
+        episode = process.stdout.readline().strip()
+        assert episode, process.stderr.read()
+        return process, episode
+
+    return start

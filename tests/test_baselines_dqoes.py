@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from telemetry_factories import inference_job
 
 from dlsched.baselines.dqoes import (
     Container,
@@ -12,7 +15,6 @@ from dlsched.baselines.dqoes import (
     classify,
     performance_management,
 )
-from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 
 TOL = 1e-9
@@ -193,28 +195,18 @@ def test_listener_first_round_only_records() -> None:
 
 
 def service(
-    job_id: str,
-    *,
-    target: float,
-    latency: float | None,
-    usage: float,
-    limit: float = 1.0,
-    state: JobState = JobState.RUNNING,
+    job_id: str, *, target: float, latency: float | None, usage: float, **fields: Any
 ) -> JobTelemetry:
-    return JobTelemetry(
-        job_id=job_id,
-        workload="resnet50",
-        kind=JobKind.INFERENCE,
-        state=state,
-        worker=0,
-        slot=int(job_id[1:]),
-        arrival_s=0.0,
+    """A service 100 s old that used ``usage`` cores all along; ``fields``: the rest of its
+    telemetry (``limit``, ``state``)."""
+    return inference_job(
+        job_id,
         age_s=100.0,
-        limit=limit,
         cpu_usage=usage,
         cpu_seconds=usage * 100.0,
         target_s=target,
         latency_s=latency,
+        **fields,
     )
 
 

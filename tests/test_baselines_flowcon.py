@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from telemetry_factories import training_job
 
 from dlsched.baselines.flowcon import (
     DEACTIVATED,
@@ -225,31 +228,10 @@ def test_alg4_recently_placed_count_in_nl() -> None:
 # ----------------------------------------------------------------- the policy on telemetry
 
 
-def trainer(
-    job_id: str,
-    *,
-    loss: float | None,
-    cpu_seconds: float,
-    limit: float = 1.0,
-    worker: int = 0,
-    state: JobState = JobState.RUNNING,
-) -> JobTelemetry:
-    return JobTelemetry(
-        job_id=job_id,
-        workload="vae",
-        kind=JobKind.TRAINING,
-        state=state,
-        worker=worker,
-        slot=int(job_id[1:]),
-        arrival_s=0.0,
-        age_s=0.0,
-        limit=limit,
-        cpu_usage=0.0,
-        cpu_seconds=cpu_seconds,
-        loss=loss,
-        iterations=0,
-        total_iterations=100,
-    )
+def trainer(job_id: str, *, loss: float | None, cpu_seconds: float, **fields: Any) -> JobTelemetry:
+    """A training of 100 iterations; ``fields``: the rest of its telemetry (``limit``,
+    ``worker``, ``state``)."""
+    return training_job(job_id, cpu_seconds=cpu_seconds, loss=loss, total_iterations=100, **fields)
 
 
 def snapshot(time_s: float, *jobs: JobTelemetry, workers: int = 1) -> Telemetry:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from telemetry_factories import training_job
 
 from dlsched.baselines.specon import (
     JobGrowth,
@@ -13,8 +14,7 @@ from dlsched.baselines.specon import (
     speculate,
 )
 from dlsched.envs.decision import Migration
-from dlsched.envs.scenarios.model import JobKind
-from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
+from dlsched.envs.telemetry import JobTelemetry, Telemetry, WorkerTelemetry
 
 
 def loads(*jobs_per_worker: int, free: int = 5) -> list[WorkerLoad]:
@@ -96,17 +96,9 @@ def test_absolute_rule() -> None:
 def trainer(
     job_id: str, worker: int, loss: float, cpu_seconds: float, iterations: int
 ) -> JobTelemetry:
-    return JobTelemetry(
-        job_id=job_id,
-        workload="vae",
-        kind=JobKind.TRAINING,
-        state=JobState.RUNNING,
+    return training_job(
+        job_id,
         worker=worker,
-        slot=int(job_id[1:]),
-        arrival_s=0.0,
-        age_s=0.0,
-        limit=1.0,
-        cpu_usage=0.0,
         cpu_seconds=cpu_seconds,
         loss=loss,
         iterations=iterations,

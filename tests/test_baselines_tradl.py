@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from telemetry_factories import training_job
 
 from dlsched.baselines.tradl import TRADL, Stage, TieredJob, tiered_limits
-from dlsched.envs.scenarios.model import JobKind
-from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
+from dlsched.envs.telemetry import JobTelemetry, Telemetry, WorkerTelemetry
 
 TOL = 1e-9
 TIERS = (0.5, 0.2)
@@ -87,16 +87,9 @@ def test_policy_rounds_from_telemetry() -> None:
     policy = TRADL()
 
     def job(job_id: str, loss: float, t: float) -> JobTelemetry:
-        return JobTelemetry(
-            job_id=job_id,
-            workload="vae",
-            kind=JobKind.TRAINING,
-            state=JobState.RUNNING,
-            worker=0,
-            slot=int(job_id[1:]),
-            arrival_s=0.0,
+        return training_job(
+            job_id,
             age_s=t,
-            limit=1.0,
             cpu_usage=2.0,
             cpu_seconds=2.0 * t,
             loss=loss,

@@ -6,12 +6,9 @@ image on the local engine: they are skipped without one and fail when DLSCHED_RE
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import signal
-import subprocess
-import sys
 import uuid
 import weakref
 from pathlib import Path
@@ -19,6 +16,11 @@ from pathlib import Path
 import docker.errors
 import numpy as np
 import pytest
+from docker_helpers import (
+    assert_left_alone,
+    bystander_and_leftover,
+    interrupted_episode_script,
+)
 
 from dlsched.envs.decision import Decision, Placement
 from dlsched.envs.docker import engine as docker_engine
@@ -32,7 +34,7 @@ from dlsched.envs.docker.cgroup import (
     parse_cpu_stat_usage,
 )
 from dlsched.envs.docker.container_output import ContainerOutput, JsonLineReader, Progress
-from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_JOB, LABEL_MANAGED, LABEL_WORKER
+from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_JOB, LABEL_WORKER
 from dlsched.envs.errors import (
     BackendError,
     DockerUnavailableError,
@@ -573,27 +575,9 @@ def test_unlabelled_container_keeps_its_limit_and_life(docker_engine, workload_i
     real on a leftover episode only, so that this test cannot remove the containers of another
     test run sharing the engine; both go through the same labelled listing.
     """
-    bystander = docker_engine.containers.run(
-        workload_image,
-        ["python", "-c", "import time\nwhile True: time.sleep(0.2)"],
-        detach=True,
-        cpu_period=100_000,
-        cpu_quota=30_000,
-        labels={"dlsched.test": "bystander"},  # no dlsched.managed
-        network_mode="none",
-    )
     leftover_episode = f"leftover-{uuid.uuid4().hex[:8]}"
-    leftover = docker_engine.containers.create(
-        workload_image,
-        ["python", "-c", "pass"],
-        labels={
-            LABEL_MANAGED: "1",
-            LABEL_EPISODE: leftover_episode,
-            LABEL_JOB: "j00",
-        },
-        network_mode="none",
-    )
-    try:
+    containers = bystander_and_leftover(docker_engine, workload_image, leftover_episode)
+    with containers as (bystander, leftover):
         before = docker_engine.api.inspect_container(bystander.id)
         backend = DockerBackend()
         scenario = _services(1, float(docker_engine.info()["NCPU"]))
@@ -617,56 +601,21 @@ def test_unlabelled_container_keeps_its_limit_and_life(docker_engine, workload_i
         with pytest.raises(docker.errors.NotFound):
             docker_engine.containers.get(leftover.id)
 
-        after = docker_engine.api.inspect_container(bystander.id)
-        assert after["State"]["Running"]
-        assert after["State"]["StartedAt"] == before["State"]["StartedAt"]
-        assert after["RestartCount"] == 0
-        assert after["HostConfig"]["CpuQuota"] == 30_000
-        assert after["HostConfig"]["CpuPeriod"] == 100_000
-    finally:
-        bystander.remove(force=True)
-        with contextlib.suppress(docker.errors.NotFound):
-            leftover.remove(force=True)
-
-
-_INTERRUPTED_EPISODE = """
-import sys
-import numpy as np
-from dlsched.envs.decision import Placement
-from dlsched.envs.docker.backend import DockerBackend
-from dlsched.envs.scenarios.model import JobGroup, JobKind, Scenario, WorkerSpec
-
-scenario = Scenario(
-    name="test-interrupted", kind=JobKind.INFERENCE, workers=(WorkerSpec(cores={cores}),),
-    groups=(JobGroup(workloads=("mobilenet-svc",), count=2, targets_s=(5.0,)),),
-    profile_set="measured",
-)
-backend = DockerBackend()
-jobs = scenario.realise(np.random.default_rng(0))
-backend.reset(scenario, jobs, np.random.default_rng(0))
-backend.apply({{}}, [Placement("j00", 0, 0), Placement("j01", 0, 1)])
-backend.advance(0.0)
-print(backend.episode, flush=True)
-backend.advance(300.0)
-"""
+        assert_left_alone(docker_engine, bystander, before)
 
 
 @requires_docker
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupted_episode_leaves_no_container(
-    docker_engine, workload_image, default_sigint, signum
+    docker_engine, workload_image, episode_process, signum
 ):
     cores = float(docker_engine.info()["NCPU"])
-    process = subprocess.Popen(
-        [sys.executable, "-c", _INTERRUPTED_EPISODE.format(cores=cores)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_sigint,
+    process, episode = episode_process(
+        interrupted_episode_script(
+            "test-interrupted", [(cores, None)], [("j00", 0, 0), ("j01", 0, 1)]
+        )
     )
     try:
-        episode = process.stdout.readline().strip()
-        assert episode, process.stderr.read()
         assert len(_episode_containers(docker_engine, episode)) == 2
         process.send_signal(signum)
         process.wait(timeout=60)

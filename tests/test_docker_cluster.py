@@ -10,11 +10,8 @@ no other session uses, containers they started themselves).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -22,13 +19,18 @@ import docker
 import docker.errors
 import numpy as np
 import pytest
+from docker_helpers import (
+    assert_left_alone,
+    bystander_and_leftover,
+    interrupted_episode_script,
+)
 
 from dlsched.baselines import make
 from dlsched.envs.decision import Decision, Migration, Placement
 from dlsched.envs.docker import local_engines as engines
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.confinement import assign_cpus, confine, release
-from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_JOB, LABEL_MANAGED, LABEL_WORKER
+from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_JOB, LABEL_WORKER
 from dlsched.envs.errors import BackendError
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobGroup, JobKind, Scenario, WorkerSpec
@@ -268,42 +270,16 @@ def test_a_two_engine_episode_places_limits_and_migrates_across_engines(local_en
         assert _of_episode(client, episode) == []
 
 
-_INTERRUPTED = """
-import numpy as np
-from dlsched.envs.decision import Placement
-from dlsched.envs.docker.backend import DockerBackend
-from dlsched.envs.scenarios.model import JobGroup, JobKind, Scenario, WorkerSpec
-
-scenario = Scenario(
-    name="test-cluster-interrupted", kind=JobKind.INFERENCE,
-    workers=tuple(WorkerSpec(cores, endpoint) for cores, endpoint in {workers!r}),
-    groups=(JobGroup(workloads=("mobilenet-svc",), count=2, targets_s=(5.0,)),),
-    profile_set="measured",
-)
-backend = DockerBackend()
-jobs = scenario.realise(np.random.default_rng(0))
-backend.reset(scenario, jobs, np.random.default_rng(0))
-backend.apply({{}}, [Placement("j00", 0, 0), Placement("j01", 1, 0)])
-backend.advance(0.0)
-print(backend.episode, flush=True)
-backend.advance(300.0)
-"""
-
-
 @requires_docker
-def test_sigint_removes_the_containers_of_every_engine(local_engines, clients, default_sigint):
+def test_sigint_removes_the_containers_of_every_engine(local_engines, clients, episode_process):
     scenario = _cluster(local_engines, JobKind.INFERENCE, 2)
     workers = [(worker.cores, worker.endpoint) for worker in scenario.workers]
-    process = subprocess.Popen(
-        [sys.executable, "-c", _INTERRUPTED.format(workers=workers)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_sigint,
+    process, episode = episode_process(
+        interrupted_episode_script(
+            "test-cluster-interrupted", workers, [("j00", 0, 0), ("j01", 1, 0)]
+        )
     )
     try:
-        episode = process.stdout.readline().strip()
-        assert episode, process.stderr.read()
         assert [len(_of_episode(client, episode)) for client in clients] == [1, 1]
         process.send_signal(signal.SIGINT)
         process.wait(timeout=60)
@@ -324,26 +300,8 @@ def test_a_foreign_container_on_the_second_engine_keeps_its_limit_and_life(
     episode and through ``dlsched docker cleanup --endpoint`` of both engines, which does remove
     an orphaned dlsched container next to it."""
     second = clients[1]
-    bystander = second.containers.run(
-        _image(second),
-        ["python", "-c", "import time\nwhile True: time.sleep(0.2)"],
-        detach=True,
-        cpu_period=100_000,
-        cpu_quota=30_000,
-        labels={"dlsched.test": "bystander"},  # no dlsched.managed
-        network_mode="none",
-    )
-    orphan = second.containers.create(
-        _image(second),
-        ["python", "-c", "pass"],
-        labels={
-            LABEL_MANAGED: "1",
-            LABEL_EPISODE: f"orphan-{uuid.uuid4().hex[:8]}",
-            LABEL_JOB: "j00",  # and no owner: a dlsched older than owner labels left it
-        },
-        network_mode="none",
-    )
-    try:
+    containers = bystander_and_leftover(second, _image(second), f"orphan-{uuid.uuid4().hex[:8]}")
+    with containers as (bystander, orphan):
         before = second.api.inspect_container(bystander.id)
         backend = DockerBackend()
         scenario = _cluster(local_engines, JobKind.INFERENCE, 2)
@@ -362,18 +320,7 @@ def test_a_foreign_container_on_the_second_engine_keeps_its_limit_and_life(
         assert bystander.id[:12] not in out
         with pytest.raises(docker.errors.NotFound):
             second.containers.get(orphan.id)
-        after = second.api.inspect_container(bystander.id)
-        assert after["State"]["Running"]
-        assert after["State"]["StartedAt"] == before["State"]["StartedAt"]
-        assert after["RestartCount"] == 0
-        assert (after["HostConfig"]["CpuQuota"], after["HostConfig"]["CpuPeriod"]) == (
-            30_000,
-            100_000,
-        )
-    finally:
-        bystander.remove(force=True)
-        with contextlib.suppress(docker.errors.NotFound):
-            orphan.remove(force=True)
+        assert_left_alone(second, bystander, before)
 
 
 @requires_docker

@@ -157,7 +157,7 @@ while True:  # engine calls in parallel, one after another: the main thread is i
 
 
 def test_a_signal_during_parallel_engine_calls_cleans_up_and_exits(
-    tmp_path, docker_engine, workload_image, default_sigint
+    tmp_path, docker_engine, workload_image, episode_process
 ):
     """A signal while the main thread drives the engine through the backend's thread pool.
 
@@ -165,16 +165,8 @@ def test_a_signal_during_parallel_engine_calls_cleans_up_and_exits(
     when the signal lands while the main thread is inside another pool's ``submit`` (it holds a
     lock every pool shares); it now removes them one after another, with no thread."""
     script = _EPISODE.format(scenario=str(_scenario_file(tmp_path, docker_engine, 3)), ending=_BUSY)
-    process = subprocess.Popen(
-        [sys.executable, "-c", script],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_sigint,
-    )
+    process, episode = episode_process(script)
     try:
-        episode = process.stdout.readline().strip()
-        assert episode, process.stderr.read()
         time.sleep(1.0)
         process.send_signal(signal.SIGINT)
         process.wait(timeout=60)
@@ -204,7 +196,7 @@ def test_a_backend_left_without_close_removes_its_3_containers_at_exit(
 
 
 def test_cleanup_from_another_process_spares_a_live_episode(
-    capsys, tmp_path, docker_engine, workload_image, dlsched_process
+    capsys, tmp_path, docker_engine, workload_image, dlsched_process, episode_process
 ):
     scenario = _scenario_file(tmp_path, docker_engine, 2, horizon_s=16.0)
     process = _evaluate(dlsched_process, tmp_path, scenario, episodes=1)
@@ -233,12 +225,8 @@ def test_cleanup_from_another_process_spares_a_live_episode(
 
     # a killed owner's containers are orphans: cleanup takes them
     script = _EPISODE.format(scenario=str(scenario), ending="import time; time.sleep(300)")
-    owner = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    owner, episode = episode_process(script)
     try:
-        episode = owner.stdout.readline().strip()
-        assert episode, owner.stderr.read()
         owner.kill()
         owner.wait()
         assert main(["docker", "cleanup", "--episode", episode]) == 0

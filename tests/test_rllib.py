@@ -13,7 +13,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -165,20 +165,14 @@ def test_an_rllib_training_is_tracked_like_an_sb3_one(trained: tuple[str, str, s
 
 
 def test_the_rllib_model_is_evaluated_by_dlsched_evaluate(
-    trained: tuple[str, str, str, Path], capsys: pytest.CaptureFixture[str]
+    trained: tuple[str, str, str, Path], evaluated_labels: Callable[..., list[str]]
 ) -> None:
     _, run_id, uri, _ = trained
     policy = resolve_policy(f"runs:/{run_id}/model", tracking_uri=uri)
     assert isinstance(policy, LearnedPolicy)
     assert policy.card.actions.mode.value == "absolute"
-    code = main([
-        "evaluate", "--scenario", SCENARIO, "--policy", f"runs:/{run_id}/model",
-        "--episodes", "1", "--tracking-uri", uri, "--no-tracking", "--no-progress", "--json",
-    ])  # fmt: skip
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    (scenario,) = json.loads(out)["scenarios"]
-    assert [summary["label"] for summary in scenario["policies"]] == [f"ppo-{run_id[:8]}"]
+    labels = evaluated_labels(SCENARIO, f"runs:/{run_id}/model", uri)
+    assert labels == [f"ppo-{run_id[:8]}"]
 
 
 def test_the_exported_policy_acts_as_rllib_does(trained: tuple[str, str, str, Path]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import gymnasium as gym
@@ -14,13 +15,14 @@ import torch
 import yaml
 from mlflow import MlflowClient
 from stable_baselines3.common.logger import Logger
+from telemetry_factories import inference_job
 
 from dlsched.envs.errors import PolicyError, ScenarioError, TrackingError
 from dlsched.envs.observation import FEATURES
 from dlsched.envs.rewards import telemetry_reward
 from dlsched.envs.scenarios.file_format import load_scenario, parse_scenario
 from dlsched.envs.scenarios.model import ArrivalKind, JobKind
-from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
+from dlsched.envs.telemetry import JobTelemetry, Telemetry, WorkerTelemetry
 from dlsched.policies.agent_actions import ActionMapping
 from dlsched.policies.learned import CARD_FILE, MODEL_FILE, NORMALIZER_FILE, LearnedPolicy
 from dlsched.runs.cli import main
@@ -181,20 +183,14 @@ def test_the_logged_model_is_an_mlflow_model_that_predicts_limits(
 
 def test_the_registered_model_is_evaluated_by_its_models_uri(
     tracked_run: tuple[TrainingResult, str, Path],
-    capsys: pytest.CaptureFixture[str],
+    evaluated_labels: Callable[..., list[str]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     result, uri, scenario_path = tracked_run
     assert result.registered_uri == f"models:/{REGISTERED}/1"
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    code = main([
-        "evaluate", "--scenario", str(scenario_path), "--policy", result.registered_uri,
-        "--episodes", "1", "--tracking-uri", uri, "--no-tracking", "--no-progress", "--json",
-    ])  # fmt: skip
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    (scenario,) = json.loads(out)["scenarios"]
-    assert [summary["label"] for summary in scenario["policies"]] == [f"ppo-{result.run_id[:8]}"]
+    labels = evaluated_labels(scenario_path, result.registered_uri, uri)
+    assert labels == [f"ppo-{result.run_id[:8]}"]
 
 
 def test_registering_without_tracking_is_refused_before_training(tmp_path: Path) -> None:
@@ -610,14 +606,8 @@ def test_train_command_refuses_malformed_settings(
 
 
 def service(job_id: str, target_s: float, latency_s: float | None) -> JobTelemetry:
-    return JobTelemetry(
-        job_id=job_id,
-        workload="resnet50",
-        kind=JobKind.INFERENCE,
-        state=JobState.RUNNING,
-        worker=0,
-        slot=int(job_id[1:]),
-        arrival_s=0.0,
+    return inference_job(
+        job_id,
         age_s=100.0,
         limit=0.5,
         cpu_usage=1.0,
