@@ -179,13 +179,17 @@ def _hidden_widths(net_arch: list[int] | None, who: str) -> list[int]:
     return hidden
 
 
-class SlotActorCriticPolicy(ActorCriticPolicy):
-    """SB3's actor-critic policy with the slot-shared network of the module docstring.
+class _RowEncoderPolicy(ActorCriticPolicy):
+    """What both policies share: an SB3 actor-critic policy whose ``mlp_extractor`` is one of
+    the row encoders above, built with the hidden widths ``net_arch`` gives.
 
-    It takes ``ActorCriticPolicy``'s arguments; ``net_arch`` is a list of hidden widths of the
-    row encoders (default ``[64, 64]``). The observation space must be ``Box(slots,
-    features)`` and the action space ``Box(slots,)``; gSDE is not supported.
+    Subclasses name the extractor and who they are (for messages), and check the spaces.
     """
+
+    #: The row encoders the policy builds.
+    extractor: type[_RowEncoders]
+    #: What the policy is called in the messages of :func:`_hidden_widths`.
+    who: str
 
     def __init__(
         self,
@@ -194,6 +198,40 @@ class SlotActorCriticPolicy(ActorCriticPolicy):
         lr_schedule: Schedule,
         net_arch: list[int] | None = None,
         **kwargs: Any,
+    ) -> None:
+        self._check_spaces(observation_space, action_space, kwargs)
+        hidden = _hidden_widths(net_arch, self.who)
+        super().__init__(observation_space, action_space, lr_schedule, net_arch=hidden, **kwargs)
+
+    def _check_spaces(
+        self, observation_space: spaces.Space, action_space: spaces.Space, kwargs: dict[str, Any]
+    ) -> None:
+        """Raise :class:`PolicyError` unless the spaces (and ``ActorCriticPolicy``'s other
+        arguments, ``kwargs``) are ones this policy takes."""
+        raise NotImplementedError
+
+    def _build_mlp_extractor(self) -> None:
+        shape = self.observation_space.shape
+        assert shape is not None and isinstance(self.net_arch, list)
+        # SB3 annotates its MlpExtractor but uses only the interface the row encoders provide
+        self.mlp_extractor = self.extractor(  # type: ignore[assignment]
+            shape[0], shape[1], self.net_arch, self.activation_fn
+        )
+
+
+class SlotActorCriticPolicy(_RowEncoderPolicy):
+    """SB3's actor-critic policy with the slot-shared network of the module docstring.
+
+    It takes ``ActorCriticPolicy``'s arguments; ``net_arch`` is a list of hidden widths of the
+    row encoders (default ``[64, 64]``). The observation space must be ``Box(slots,
+    features)`` and the action space ``Box(slots,)``; gSDE is not supported.
+    """
+
+    extractor = SlotExtractor
+    who = "the slot network"
+
+    def _check_spaces(
+        self, observation_space: spaces.Space, action_space: spaces.Space, kwargs: dict[str, Any]
     ) -> None:
         shape = _slot_rows(
             observation_space,
@@ -207,16 +245,6 @@ class SlotActorCriticPolicy(ActorCriticPolicy):
             )
         if kwargs.get("use_sde"):
             raise PolicyError("the slot network does not support gSDE (use_sde); leave it off")
-        hidden = _hidden_widths(net_arch, "the slot network")
-        super().__init__(observation_space, action_space, lr_schedule, net_arch=hidden, **kwargs)
-
-    def _build_mlp_extractor(self) -> None:
-        shape = self.observation_space.shape
-        assert shape is not None and isinstance(self.net_arch, list)
-        # SB3 annotates its MlpExtractor but uses only the interface SlotExtractor provides
-        self.mlp_extractor = SlotExtractor(  # type: ignore[assignment]
-            shape[0], shape[1], self.net_arch, self.activation_fn
-        )
 
     def _build(self, lr_schedule: Schedule) -> None:
         super()._build(lr_schedule)
@@ -233,7 +261,7 @@ class SlotActorCriticPolicy(ActorCriticPolicy):
         )
 
 
-class OwnSlotPolicy(ActorCriticPolicy):
+class OwnSlotPolicy(_RowEncoderPolicy):
     """SB3's actor-critic policy for one slot's view (:class:`OwnSlotExtractor`): observation
     ``Box(slots, features)`` with the agent's row first, action ``Box(1,)``.
 
@@ -241,26 +269,14 @@ class OwnSlotPolicy(ActorCriticPolicy):
     row encoders (default ``[64, 64]``).
     """
 
-    def __init__(
-        self,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        lr_schedule: Schedule,
-        net_arch: list[int] | None = None,
-        **kwargs: Any,
+    extractor = OwnSlotExtractor
+    who = "per-slot agents"
+
+    def _check_spaces(
+        self, observation_space: spaces.Space, action_space: spaces.Space, kwargs: dict[str, Any]
     ) -> None:
         _slot_rows(observation_space, "per-slot agents need")
         if action_space.shape != (1,):
             raise PolicyError(
                 f"a per-slot agent sets one limit: action shape {action_space.shape} != (1,)"
             )
-        hidden = _hidden_widths(net_arch, "per-slot agents")
-        super().__init__(observation_space, action_space, lr_schedule, net_arch=hidden, **kwargs)
-
-    def _build_mlp_extractor(self) -> None:
-        shape = self.observation_space.shape
-        assert shape is not None and isinstance(self.net_arch, list)
-        # SB3 annotates its MlpExtractor but uses only the interface OwnSlotExtractor provides
-        self.mlp_extractor = OwnSlotExtractor(  # type: ignore[assignment]
-            shape[0], shape[1], self.net_arch, self.activation_fn
-        )
