@@ -36,6 +36,13 @@ class Baseline(HandcraftedPolicy):
             )
 
 
+def round_due(last_s: float | None, now_s: float, interval_s: float) -> bool:
+    """Whether a scheduler that runs a round every ``interval_s`` runs one at ``now_s``, its
+    last round at ``last_s`` (``None``: none yet): once the interval has passed, to within a
+    nanosecond, so that steps which add up to it in floating point make it."""
+    return last_s is None or now_s - last_s >= interval_s - 1e-9
+
+
 def _a(word: str) -> str:
     return f"an {word}" if word[0] in "aeiou" else f"a {word}"
 

@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dlsched.baselines.base import Baseline
+from dlsched.baselines.base import Baseline, round_due
 from dlsched.baselines.parameters import check_choice, check_number
 from dlsched.envs.decision import Decision
 from dlsched.envs.scenarios.model import JobKind
@@ -313,8 +313,7 @@ class DQoES(Baseline):
                 variant=self.listener,
             )
             self._listeners[worker.index] = step.state
-            last = self._last_run_s.get(worker.index)
-            due = last is None or telemetry.time_s - last >= step.state.IV - 1e-9
+            due = round_due(self._last_run_s.get(worker.index), telemetry.time_s, step.state.IV)
             if not (due or step.execute_now):
                 continue  # the limits in force hold until Alg. 1 runs again
             self._last_run_s[worker.index] = telemetry.time_s

@@ -48,7 +48,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dlsched.baselines.base import Baseline
+from dlsched.baselines.base import Baseline, round_due
 from dlsched.baselines.growth import USAGE_UNITS, GrowthMeter
 from dlsched.baselines.parameters import check_choice, check_flag, check_number
 from dlsched.envs.decision import Decision
@@ -367,11 +367,7 @@ class FlowCon(Baseline):
                 itval=state.itval,
                 itval_initial=self.itval_s,
             )
-            due = (
-                heard.run_now
-                or state.last_run_s is None
-                or now - state.last_run_s >= heard.itval - 1e-9
-            )
+            due = heard.run_now or round_due(state.last_run_s, now, heard.itval)
             if not due or not running:
                 last_run_s = now if due else state.last_run_s
                 self._workers[worker.index] = _WorkerState(

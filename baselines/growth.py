@@ -12,12 +12,18 @@ loss by the job's running maximum before differencing, so that jobs whose losses
 scales compare; the meter does so optionally. The span runs from the last time the scheduler
 measured the job (or from its first reported loss) to now, so a scheduler that backs off measures
 over its own interval.
+
+:class:`GrowthRounds` is the clock and the meter of a scheduler that runs a round every
+``interval_s`` on the growth measured since its last one (SpeCon, TRADL).
 """
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
 
+from dlsched.baselines.base import Baseline, round_due
+from dlsched.envs.decision import Decision
 from dlsched.envs.telemetry import JobTelemetry, Telemetry
 
 USAGE_UNITS = ("cores", "fraction")
@@ -119,3 +125,32 @@ class GrowthMeter:
 def _anchor(job: JobTelemetry, now_s: float) -> _Anchor:
     assert job.loss is not None
     return _Anchor(now_s, job.loss, job.cpu_seconds, job.iterations)
+
+
+class GrowthRounds(Baseline):
+    """A scheduler that measures every job's growth at each telemetry (its ``_meter``, which the
+    subclass makes) and runs :meth:`run_round` every ``interval_s`` seconds, its first round at its
+    first telemetry; between rounds it decides nothing, so the limits in force hold.
+
+    Subclasses set ``interval_s`` (a parameter of theirs) and ``_meter`` in their constructor.
+    """
+
+    interval_s: float
+    _meter: GrowthMeter
+    _last_run_s: float | None = None
+
+    def reset(self) -> None:
+        self._meter.reset()
+        self._last_run_s = None
+
+    def act(self, telemetry: Telemetry) -> Decision:
+        self._meter.observe(telemetry)
+        if not round_due(self._last_run_s, telemetry.time_s, self.interval_s):
+            return Decision()
+        self._last_run_s = telemetry.time_s
+        return self.run_round(telemetry)
+
+    @abstractmethod
+    def run_round(self, telemetry: Telemetry) -> Decision:
+        """One round at ``telemetry``: take each job's growth sample from ``_meter`` and
+        decide."""

@@ -37,8 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dlsched.baselines.base import Baseline
-from dlsched.baselines.growth import GrowthMeter
+from dlsched.baselines.growth import GrowthMeter, GrowthRounds
 from dlsched.baselines.parameters import check_choice, check_flag, check_integer, check_number
 from dlsched.envs.decision import Decision, Migration
 from dlsched.envs.scenarios.model import JobKind
@@ -164,7 +163,7 @@ def speculate(
     return SpeculationRound(tuple(job.job_id for job in slow), tuple(migrations))
 
 
-class SpeCon(Baseline):
+class SpeCon(GrowthRounds):
     """SpeCon (reconstructed): migrate slow-growing jobs away from fast-growing ones.
 
     Every ``interval_s`` seconds it measures each running job's growth efficiency and runs
@@ -215,24 +214,18 @@ class SpeCon(Baseline):
         self.min_job_gap = check_integer(self.name, "min_job_gap", min_job_gap, low=1)
         self.normalise_loss = check_flag(self.name, "normalise_loss", normalise_loss)
         self._meter = GrowthMeter(normalise_loss=self.normalise_loss)
-        self._last_run_s: float | None = None
         self._peak: dict[str, float] = {}
         self._moves: dict[str, int] = {}
         self.last_round = SpeculationRound((), ())
 
     def reset(self) -> None:
-        self._meter.reset()
-        self._last_run_s = None
+        super().reset()
         self._peak = {}
         self._moves = {}
         self.last_round = SpeculationRound((), ())
 
-    def act(self, telemetry: Telemetry) -> Decision:
-        self._meter.observe(telemetry)
+    def run_round(self, telemetry: Telemetry) -> Decision:
         now = telemetry.time_s
-        if self._last_run_s is not None and now - self._last_run_s < self.interval_s - 1e-9:
-            return Decision()
-        self._last_run_s = now
         measured: list[JobGrowth] = []
         for job in telemetry.active_jobs:
             if job.state is not JobState.RUNNING or job.worker is None:

@@ -30,8 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from dlsched.baselines.base import Baseline
-from dlsched.baselines.growth import GrowthMeter
+from dlsched.baselines.growth import GrowthMeter, GrowthRounds
 from dlsched.baselines.parameters import check_number
 from dlsched.envs.decision import Decision
 from dlsched.envs.scenarios.model import JobKind
@@ -117,7 +116,7 @@ def tiered_limits(jobs: Sequence[TieredJob], *, deprioritised_share: float) -> T
     return TieredRound(priority, weights, limits)
 
 
-class TRADL(Baseline):
+class TRADL(GrowthRounds):
     """TRADL (reconstructed): prioritise the jobs nearest to their loss target.
 
     Every ``interval_s`` seconds, on each worker, it measures each running job's loss rate and
@@ -143,18 +142,9 @@ class TRADL(Baseline):
             low_open=True,
         )
         self._meter = GrowthMeter(normalise_loss=False)
-        self._last_run_s: float | None = None
 
-    def reset(self) -> None:
-        self._meter.reset()
-        self._last_run_s = None
-
-    def act(self, telemetry: Telemetry) -> Decision:
-        self._meter.observe(telemetry)
+    def run_round(self, telemetry: Telemetry) -> Decision:
         now = telemetry.time_s
-        if self._last_run_s is not None and now - self._last_run_s < self.interval_s - 1e-9:
-            return Decision()
-        self._last_run_s = now
         limits: dict[str, float] = {}
         for worker in telemetry.workers:
             jobs = []
