@@ -53,8 +53,24 @@ from dlsched.runs.evaluation.metrics import PRIMARY_METRIC
 from dlsched.runs.evaluation.records import EpisodeResult
 
 
+class _ReplayAgainstHost:
+    """A value measured on both backends, ``replay`` and ``host`` (fields of the dataclass that
+    derives from this), and how far replay's is from the host's."""
+
+    replay: float | None
+    host: float | None
+
+    @property
+    def relative_error(self) -> float | None:
+        """``(replay - host) / host``; ``None`` when either side has no value, or the host's
+        is 0."""
+        if self.replay is None or self.host is None or self.host == 0:
+            return None
+        return (self.replay - self.host) / self.host
+
+
 @dataclass(frozen=True)
-class JobComparison:
+class JobComparison(_ReplayAgainstHost):
     """One job of one episode on both backends.
 
     Attributes:
@@ -90,16 +106,9 @@ class JobComparison:
     replay_progress_per_core_s: float | None = None
     host_progress_per_core_s: float | None = None
 
-    @property
-    def relative_error(self) -> float | None:
-        """``(replay - host) / host``; ``None`` when either side has no value."""
-        if self.replay is None or self.host is None or self.host == 0:
-            return None
-        return (self.replay - self.host) / self.host
-
 
 @dataclass(frozen=True)
-class PolicyComparison:
+class PolicyComparison(_ReplayAgainstHost):
     """One policy's primary metric, averaged over the seeds, on both backends.
 
     Attributes:
@@ -115,12 +124,6 @@ class PolicyComparison:
     replay: float | None
     host: float | None
     held_out: bool
-
-    @property
-    def relative_error(self) -> float | None:
-        if self.replay is None or self.host is None or self.host == 0:
-            return None
-        return (self.replay - self.host) / self.host
 
 
 @dataclass(frozen=True)
