@@ -146,11 +146,7 @@ class TrainingConfig:
         from dlsched.policies.learned import algorithm_class
 
         algorithm_class(self.algo)
-        problems = []
-        if self.timesteps < 1:
-            problems.append(f"timesteps={self.timesteps} must be at least 1")
-        if self.n_envs < 1:
-            problems.append(f"n_envs={self.n_envs} must be at least 1")
+        problems = _size_problems(self.timesteps, self.n_envs)
         if self.eval_every < 0:
             problems.append(f"eval_every={self.eval_every} must be >= 0 (0: no validation)")
         if self.eval_every and self.eval_episodes < 1:
@@ -202,6 +198,17 @@ class TrainingConfig:
         return data
 
 
+def _size_problems(timesteps: int, n_envs: int) -> list[str]:
+    """What is wrong with a training's size, on either engine: ``timesteps`` environment steps
+    in all, ``n_envs`` environments stepped side by side; both must be at least 1."""
+    problems = []
+    if timesteps < 1:
+        problems.append(f"timesteps={timesteps} must be at least 1")
+    if n_envs < 1:
+        problems.append(f"n_envs={n_envs} must be at least 1")
+    return problems
+
+
 @dataclass(frozen=True)
 class RllibConfig:
     """Everything that defines a training on RLlib (logged as ``training_config.json``).
@@ -241,11 +248,7 @@ class RllibConfig:
         Raises:
             PolicyError: a bad value.
         """
-        problems = []
-        if self.timesteps < 1:
-            problems.append(f"timesteps={self.timesteps} must be at least 1")
-        if self.num_envs < 1:
-            problems.append(f"n_envs={self.num_envs} must be at least 1")
+        problems = _size_problems(self.timesteps, self.num_envs)
         if self.env_runners < 0:
             problems.append(f"env_runners={self.env_runners} must be >= 0 (0: in the driver)")
         if self.num_cpus < 1:
