@@ -15,11 +15,9 @@ profiles were measured on, and the host's load with a quiet host's.
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from mlflow import MlflowClient
@@ -55,6 +53,7 @@ from dlsched.runs.tracking.run_logging import TAG_KIND, log_in_batches
 from dlsched.runs.tracking.store import STORE_ERRORS, first_line
 from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.tracking.tracked_evaluation import EvaluationRequest, evaluate_tracked
+from dlsched.runs.tracking.trajectory import unique_id
 
 
 @dataclass(frozen=True)
@@ -184,8 +183,7 @@ def host_warnings(scenario: Scenario, reference: Side) -> list[str]:
 
 def new_validation_id(scenario: Scenario) -> str:
     """A unique validation id: ``<scenario>-validate-<UTC time>-<random suffix>``."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{scenario.name}-validate-{stamp}-{secrets.token_hex(3)}"
+    return unique_id(f"{scenario.name}-validate", "%Y%m%dT%H%M%SZ")
 
 
 def validate_tracked(

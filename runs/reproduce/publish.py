@@ -9,10 +9,8 @@ If the store fails at the end, the report is still on disk and the error says wh
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from dlsched.envs.errors import TrackingError
@@ -36,6 +34,7 @@ from dlsched.runs.reproduce.tracked_reproduction import (
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.store import connect
 from dlsched.runs.tracking.target import TrackingTarget
+from dlsched.runs.tracking.trajectory import unique_id
 
 #: Where reproductions are written unless told otherwise (beside ``dlsched evaluate``'s records).
 DEFAULT_OUT = Path("dlsched-runs")
@@ -62,8 +61,7 @@ class PublishedReproduction:
 
 def new_reproduction_id(backend: str) -> str:
     """A unique id: ``reproduce-<backend>-<UTC date-time>-<random hex>``."""
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    return f"reproduce-{backend}-{stamp}-{secrets.token_hex(3)}"
+    return unique_id(f"reproduce-{backend}")
 
 
 def reproduce_and_publish(

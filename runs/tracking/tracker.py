@@ -31,12 +31,10 @@ goes on untracked with every episode on disk, and ``dlsched runs sync <folder>``
 from __future__ import annotations
 
 import contextlib
-import secrets
 import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlparse
@@ -68,13 +66,17 @@ from dlsched.runs.tracking.run_logging import TAG_EVALUATION, TAG_KIND, log_in_b
 from dlsched.runs.tracking.server_watch import ServerWatch
 from dlsched.runs.tracking.store import STORE_ERRORS, experiment_id, first_line
 from dlsched.runs.tracking.target import TrackingTarget
-from dlsched.runs.tracking.trajectory import EvaluationFolder, TrackingRecord, episode_name
+from dlsched.runs.tracking.trajectory import (
+    EvaluationFolder,
+    TrackingRecord,
+    episode_name,
+    unique_id,
+)
 
 
 def new_evaluation_id(scenario: Scenario) -> str:
     """A unique evaluation id: ``<scenario>-<UTC date-time>-<random hex>``."""
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    return f"{scenario.name}-{stamp}-{secrets.token_hex(3)}"
+    return unique_id(scenario.name)
 
 
 class EvaluationTracker:

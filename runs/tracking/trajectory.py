@@ -22,8 +22,10 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from typing import TypeVar
@@ -45,6 +47,16 @@ _T = TypeVar("_T")
 
 #: Default parent folder of local evaluation records, relative to the working directory.
 DEFAULT_OUT = Path("dlsched-runs")
+
+
+def unique_id(prefix: str, stamp_format: str = "%Y%m%d-%H%M%S") -> str:
+    """An id for the folder of an evaluation (or training, validation, reproduction) under
+    :data:`DEFAULT_OUT` and its MLflow run: ``<prefix>-<UTC date-time>-<6 random hex digits>``,
+    the date-time as ``stamp_format`` writes it; ids of one prefix sort by time, and two runs
+    started in the same second still differ."""
+    stamp = datetime.now(UTC).strftime(stamp_format)
+    return f"{prefix}-{stamp}-{secrets.token_hex(3)}"
+
 
 TRAJECTORY_FILE = "trajectory.csv"
 EPISODE_FILE = "episode.json"

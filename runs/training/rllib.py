@@ -37,11 +37,9 @@ import contextlib
 import csv
 import json
 import os
-import secrets
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +66,7 @@ from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.run_logging import log_in_batches
 from dlsched.runs.tracking.store import STORE_ERRORS, first_line
 from dlsched.runs.tracking.target import TrackingTarget
+from dlsched.runs.tracking.trajectory import unique_id
 from dlsched.runs.training.config import RllibConfig
 from dlsched.runs.training.environments import default_reward, layout_of
 from dlsched.runs.training.harness import (
@@ -173,8 +172,7 @@ def train_rllib(
     require_ray(local=config.address is None)
     scenario = load_scenario(config.scenario)
     env_id = f"dlsched.envs:{ENV_IDS[scenario.kind]}"
-    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    training_id = f"train-rllib-ppo-{scenario.name}-{stamp}-{secrets.token_hex(3)}"
+    training_id = unique_id(f"train-rllib-ppo-{scenario.name}")
     folder = out / training_id
     folder.mkdir(parents=True, exist_ok=False)
     _write_inputs(folder, config, scenario)
