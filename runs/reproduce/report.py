@@ -103,6 +103,19 @@ class _Table:
     rows: tuple[tuple[str, ...], ...]
 
 
+def _how_measured(reproduction: Reproduction) -> list[tuple[str, str, str, str]]:
+    """The section "How each claim is measured", a line per claim that ran: its id, its measure
+    with the statistic and the seeds, the command that measures it by hand, and the claim's
+    note (with a space before it, or empty)."""
+    lines = []
+    for result in reproduction.results:
+        statistic = STATISTICS[result.measure.statistic].description
+        how = f"{_measure_text(result)} ({statistic}); seeds {result.seeds[0]}-{result.seeds[-1]}"
+        note = f" {result.claim.note}" if result.claim.note else ""
+        lines.append((result.claim.id, how, evaluate_command(result), note))
+    return lines
+
+
 def _claims_table(reproduction: Reproduction) -> _Table:
     header = (
         "claim",
@@ -302,13 +315,8 @@ def render_markdown(
         lines += ["", "Not run on this backend:", ""]
         lines += [f"- `{s.claim.id}`: {s.reason}" for s in reproduction.skipped]
     lines += ["", "## How each claim is measured", ""]
-    for result in reproduction.results:
-        note = f" {result.claim.note}" if result.claim.note else ""
-        statistic = STATISTICS[result.measure.statistic].description
-        lines.append(
-            f"- `{result.claim.id}`: {_measure_text(result)} ({statistic}); seeds "
-            f"{result.seeds[0]}-{result.seeds[-1]}; by hand: `{evaluate_command(result)}`.{note}"
-        )
+    for claim, how, command, note in _how_measured(reproduction):
+        lines.append(f"- `{claim}`: {how}; by hand: `{command}`.{note}")
     readings = _readings_tables(reproduction)
     if readings:
         lines += [
@@ -420,14 +428,10 @@ def render_html(
         ]
         parts += ["</ul>"]
     parts += ["<h2>How each claim is measured</h2><ul>"]
-    for result in reproduction.results:
-        note = f" {result.claim.note}" if result.claim.note else ""
-        statistic = STATISTICS[result.measure.statistic].description
+    for claim, how, command, note in _how_measured(reproduction):
         parts.append(
-            f"<li><code>{html.escape(result.claim.id)}</code>: "
-            f"{html.escape(_measure_text(result))} ({html.escape(statistic)}); seeds "
-            f"{result.seeds[0]}-{result.seeds[-1]}; by hand: "
-            f"<code>{html.escape(evaluate_command(result))}</code>.{html.escape(note)}</li>"
+            f"<li><code>{html.escape(claim)}</code>: {html.escape(how)}; by hand: "
+            f"<code>{html.escape(command)}</code>.{html.escape(note)}</li>"
         )
     parts += ["</ul>"]
     readings = _readings_tables(reproduction)
