@@ -18,7 +18,7 @@ from dlsched.envs.errors import UnknownNameError
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 from dlsched.runs.commands.argument_types import number_list, output_folder
-from dlsched.runs.commands.options import Subcommands
+from dlsched.runs.commands.options import Subcommands, add_command_as_written
 from dlsched.runs.fidelity.calibration import (
     DEFAULT_LIMITS,
     DEFAULT_OUTPUT_DIR,
@@ -60,11 +60,11 @@ Every run waits for a quiet host (no other container, other processes using at m
 
 def register(subparsers: Subcommands) -> None:
     """Add ``calibrate`` to the ``dlsched`` parser."""
-    parser = subparsers.add_parser(
+    parser = add_command_as_written(
+        subparsers,
         "calibrate",
-        help="measure replay profiles (or the contention term) on the local Docker engine",
-        description=_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "measure replay profiles (or the contention term) on the local Docker engine",
+        _DESCRIPTION,
     )
     parser.add_argument(
         "--workload",

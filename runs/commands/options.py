@@ -25,6 +25,26 @@ TRACKING_URI_HELP = (
 )
 
 
+def add_command_as_written(
+    subparsers: Subcommands, name: str, help: str, description: str
+) -> argparse.ArgumentParser:
+    """Add command ``name`` whose help shows ``description`` as written, its line breaks and
+    paragraphs kept (a module's text of several paragraphs); the parser to add its options to.
+
+    Args:
+        subparsers: where the command is added.
+        name: the command's name.
+        help: its line in the listing of the commands.
+        description: what its own help says first.
+    """
+    return subparsers.add_parser(
+        name,
+        help=help,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def add_command_with_actions(
     subparsers: Subcommands,
     name: str,

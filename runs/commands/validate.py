@@ -23,6 +23,7 @@ from dlsched.runs.commands.argument_types import local_records_folder
 from dlsched.runs.commands.evaluate import parse_settings
 from dlsched.runs.commands.options import (
     Subcommands,
+    add_command_as_written,
     add_episodes,
     add_evaluation_outputs,
     add_policies,
@@ -53,11 +54,11 @@ run it on a quiet host, one validation at a time.
 
 def register(subparsers: Subcommands) -> None:
     """Add ``dlsched validate`` to the CLI."""
-    parser = subparsers.add_parser(
+    parser = add_command_as_written(
+        subparsers,
         "validate",
-        help="hold the replay model against the real host on the same policies and seeds",
-        description=_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "hold the replay model against the real host on the same policies and seeds",
+        _DESCRIPTION,
     )
     parser.add_argument(
         "--scenario",
