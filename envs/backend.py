@@ -19,7 +19,7 @@ from typing import ClassVar
 import numpy as np
 
 from dlsched.envs.backend_episode import BackendEpisode
-from dlsched.envs.decision import Placement
+from dlsched.envs.decision import Placements
 from dlsched.envs.episode_batch import EpisodeBatch
 from dlsched.envs.errors import BackendError
 from dlsched.envs.scenarios.model import JobSpec, Scenario
@@ -78,10 +78,7 @@ class Backend(ABC):
 
     @abstractmethod
     def apply(
-        self,
-        limits: Mapping[str, float],
-        placements: Sequence[Placement] = (),
-        migrations: Sequence[Placement] = (),
+        self, limits: Mapping[str, float], placements: Placements = (), migrations: Placements = ()
     ) -> None:
         """Actuate: start placed jobs, move migrating ones, set limits (by job id)."""
 

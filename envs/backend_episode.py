@@ -23,10 +23,12 @@ from dlsched.envs.episode_batch import (
     PHASE_OF_STATE,
     STARTING,
     EpisodeBatch,
+    EpisodeJobs,
+    Generators,
     Move,
 )
 from dlsched.envs.errors import ScenarioError
-from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
+from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -49,12 +51,7 @@ class BackendEpisode(EpisodeBatch):
         self.backend = backend
         self._column: dict[str, int] = {}
 
-    def reset_rows(
-        self,
-        rows: Sequence[int],
-        episodes: Sequence[Sequence[JobSpec]],
-        rngs: Sequence[np.random.Generator],
-    ) -> None:
+    def reset_rows(self, rows: Sequence[int], episodes: EpisodeJobs, rngs: Generators) -> None:
         """Reset the backend with the episode's jobs, as they were drawn."""
         if list(rows) != [0] or len(episodes) != 1:
             raise ValueError(f"a one-episode batch resets row 0 alone, not rows {list(rows)}")

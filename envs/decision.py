@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -35,3 +35,7 @@ class Placement:
     job_id: str
     worker: int
     slot: int
+
+
+#: Placements (or migrations, the destination as a placement) handed to a backend at once.
+Placements = Sequence[Placement]

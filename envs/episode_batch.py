@@ -61,6 +61,12 @@ PHASE_OF_STATE: dict[JobState, int] = {
 }
 
 
+#: Per episode, its jobs (``reset_rows``' episodes).
+EpisodeJobs = Sequence[Sequence[JobSpec]]
+#: Per episode, its generator.
+Generators = Sequence[np.random.Generator]
+
+
 def column(fill: float | bool, dtype: Any = np.float64, *trailing: int) -> dict[str, Any]:
     """The metadata of a field of an :class:`ArrayFields`: an ``(episodes, jobs, *trailing)``
     array of ``dtype`` whose value in a row just reset is ``fill``."""
@@ -186,12 +192,7 @@ class EpisodeBatch(ABC):
         self.templates[row] = tuple(measurement_template(job) for job in jobs)
 
     @abstractmethod
-    def reset_rows(
-        self,
-        rows: Sequence[int],
-        episodes: Sequence[Sequence[JobSpec]],
-        rngs: Sequence[np.random.Generator],
-    ) -> None:
+    def reset_rows(self, rows: Sequence[int], episodes: EpisodeJobs, rngs: Generators) -> None:
         """Start an empty episode at time 0 in each of ``rows``: ``episodes[i]`` are row
         ``rows[i]``'s jobs (none placed yet), ``rngs[i]`` its generator.
 

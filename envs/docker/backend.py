@@ -57,7 +57,7 @@ import numpy as np
 import requests
 
 from dlsched.envs.backend import Backend, BackendCapabilities
-from dlsched.envs.decision import Placement
+from dlsched.envs.decision import Placement, Placements
 from dlsched.envs.docker.cgroup import DEFAULT_CGROUP_ROOT
 from dlsched.envs.docker.container_start import ContainerStarter
 from dlsched.envs.docker.containers import managed_containers
@@ -263,10 +263,7 @@ class DockerBackend(Backend):
         return Telemetry(0.0, 0.0, self._worker_telemetry({}), ())
 
     def apply(
-        self,
-        limits: Mapping[str, float],
-        placements: Sequence[Placement] = (),
-        migrations: Sequence[Placement] = (),
+        self, limits: Mapping[str, float], placements: Placements = (), migrations: Placements = ()
     ) -> None:
         """Start placed jobs, move migrating ones, then set limits, reading each back.
 

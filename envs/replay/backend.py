@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from dlsched.envs.backend import Backend, BackendCapabilities
-from dlsched.envs.decision import Placement
+from dlsched.envs.decision import Placements
 from dlsched.envs.episode_batch import Move
 from dlsched.envs.errors import ActionError, BackendError
 from dlsched.envs.replay.engine import ReplayEngine
@@ -92,10 +92,7 @@ class ReplayBackend(Backend):
         return self._telemetry()
 
     def apply(
-        self,
-        limits: Mapping[str, float],
-        placements: Sequence[Placement] = (),
-        migrations: Sequence[Placement] = (),
+        self, limits: Mapping[str, float], placements: Placements = (), migrations: Placements = ()
     ) -> None:
         """Place arriving jobs, move migrating ones, set limits (see :class:`Backend` for what
         the caller checks).

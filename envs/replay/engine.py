@@ -51,6 +51,8 @@ from dlsched.envs.episode_batch import (
     RUNNING,
     STARTING,
     EpisodeBatch,
+    EpisodeJobs,
+    Generators,
     Move,
 )
 from dlsched.envs.errors import ScenarioError
@@ -58,7 +60,7 @@ from dlsched.envs.replay.allocation import allocate
 from dlsched.envs.replay.engine_arrays import PhysicsArrays
 from dlsched.envs.replay.profile_table import ProfileTable
 from dlsched.envs.replay.unit_work import HEAD, WINDOW, UnitWork
-from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
+from dlsched.envs.scenarios.model import JobKind, Scenario
 
 __all__ = ["ReplayEngine"]
 
@@ -110,12 +112,7 @@ class ReplayEngine(EpisodeBatch):
 
     # ------------------------------------------------------------------ episodes
 
-    def reset_rows(
-        self,
-        rows: Sequence[int],
-        episodes: Sequence[Sequence[JobSpec]],
-        rngs: Sequence[np.random.Generator],
-    ) -> None:
+    def reset_rows(self, rows: Sequence[int], episodes: EpisodeJobs, rngs: Generators) -> None:
         """Start an empty episode at time 0 in each of ``rows`` (see
         :meth:`EpisodeBatch.reset_rows <dlsched.envs.episode_batch.EpisodeBatch.reset_rows>`).
 
