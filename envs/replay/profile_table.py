@@ -18,6 +18,7 @@ import numpy as np
 from dlsched.envs.errors import ScenarioError, UnknownNameError
 from dlsched.envs.replay.profile import load_profile_set, load_set_contention
 from dlsched.envs.replay.workload_profile import WorkloadProfile
+from dlsched.envs.scenarios.limits import MAX_UNITS_PER_STEP
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 
 
@@ -80,6 +81,27 @@ class ProfileTable:
         # No job of the scenario slows under contention where no workload has an exponent (no
         # profile sets a start-up efficiency without one).
         self.contends = bool((self.exponent > 0).any())
+        self._check_units_per_step(scenario, max_cores)
+
+    def _check_units_per_step(self, scenario: Scenario, cores: float) -> None:
+        """Refuse a scenario whose steps are so long that a job would complete more units than
+        :data:`~dlsched.envs.scenarios.limits.MAX_UNITS_PER_STEP` in one: the model draws and
+        completes each, so a step's work grows with its simulated time.
+
+        Raises:
+            ScenarioError: naming the workload, its throughput, the interval and the limit.
+        """
+        for profile in self.profiles:
+            fastest = float(profile.units_per_s(min(profile.demand_cores, cores)))
+            units = scenario.interval_s * fastest
+            if MAX_UNITS_PER_STEP.exceeded(units):
+                units_of = "batches" if profile.kind is JobKind.INFERENCE else "iterations"
+                raise ScenarioError(
+                    f"scenario {scenario.name!r}: a step of interval_s = {scenario.interval_s:g} s "
+                    f"holds {units:.3g} {units_of} of workload {profile.workload!r} ({fastest:.3g} "
+                    f"a second, uncapped): expected {MAX_UNITS_PER_STEP.expected()}; shorten "
+                    "interval_s"
+                )
 
     def total_iterations(self, job: JobSpec) -> int:
         """Iterations ``job`` runs (its own, else its workload's default); 0 for a service.

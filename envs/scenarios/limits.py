@@ -97,6 +97,12 @@ MAX_JOBS = Limit("MAX_JOBS", 100_000, "jobs per episode")
 list a job group may hold (``targets_s``, ``times_s``, ...), one item per job."""
 MAX_STEPS = Limit("MAX_STEPS", 1_000_000, "steps per episode (horizon_s / interval_s)")
 """Steps of one episode: an evaluation keeps a record of each."""
+MAX_UNITS_PER_STEP = Limit(
+    "MAX_UNITS_PER_STEP", 100_000, "units of work (batches or iterations) a job completes in a step"
+)
+"""Units one job can complete in one step (its workload's fastest throughput times
+``interval_s``): the replay model draws and completes every one (a service's batches over a
+step of 10**295 s never end). Checked against the profiles where a replay environment is made."""
 
 MAX_NAME_LENGTH = 100
 """Characters of a scenario's name: it is part of folder, experiment and run names."""
@@ -113,6 +119,7 @@ COUNT_LIMITS: tuple[Limit, ...] = (
     MAX_SLOTS,
     MAX_JOBS,
     MAX_STEPS,
+    MAX_UNITS_PER_STEP,
 )
 """Every limit that an environment variable can raise."""
 
