@@ -29,13 +29,14 @@ import yaml
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from repo_paths import MODEL_V0_1_0, README
 
 import dlsched.envs  # registers the environments
 from dlsched.envs.errors import ActionError, ArgumentError, ModelError, UnknownNameError
 from dlsched.runs.cli import main
 from dlsched.runs.tracking.target import ENV_VAR
 
-MODEL = Path(__file__).parent / "fixtures" / "model-v0.1.0"  # an inference model
+MODEL = MODEL_V0_1_0  # an inference model
 MEMORY_LIMIT_BYTES = 6 << 30
 """Address space of a bounded command: what importing torch and MLflow maps (about 4 GiB, most of
 it never touched) with room to spare, and far less than the unbounded cases took (tens of GB)."""
@@ -378,7 +379,7 @@ def test_a_scenario_may_be_given_as_a_path(tmp_path):
 
 
 def test_the_limits_are_documented_in_the_readme():
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = README.read_text()
     from dlsched.envs.scenarios.limits import COUNT_LIMITS
 
     for limit in COUNT_LIMITS:
