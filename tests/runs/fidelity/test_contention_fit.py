@@ -45,32 +45,15 @@ def test_the_shipped_fit_is_reproduced_from_its_recorded_measurements(profile_se
     assert shipped.fit is not None and shipped.fit.residuals == refitted.fit.residuals
 
 
+#: A stock job measured alone: 10 iterations/s per core, under limits of 0.25, 0.5 and 1 of 2 cores.
+SOLO = tuple(JobSample(limit, 2 * limit, 20 * limit) for limit in (0.25, 0.5, 1.0))
+
+
 def _cell(allocation, limits, cores_used, rates):
     return GridCell(
         allocation,
         tuple(JobSample(*sample) for sample in zip(limits, cores_used, rates, strict=True)),
     )
-
-
-def test_the_fit_recovers_an_exponent_from_synthetic_measurements():
-    # Solo: 10 iterations/s per core up to 2 cores. Cells made with exponent 0.8 exactly.
-    solo = tuple(JobSample(limit, 2 * limit, 20 * limit) for limit in (0.25, 0.5, 1.0))
-    cells = []
-    for count in (2, 3, 4):
-        limits = (1.0,) * count
-        ratio = oversubscription(
-            np.array(limits), np.full(count, 2.0), np.ones(count, dtype=bool), 2.0
-        )
-        used = 2.0 / count
-        cells.append(_cell("free", limits, (used,) * count, (10 * used * ratio**-0.8,) * count))
-    measured = ThreadingMeasurement("stock", solo, tuple(cells))
-    exponent, residuals = fit_exponent(measured, 2.0)
-    assert exponent == pytest.approx(0.8, abs=1e-9)
-    assert all(r.measured == pytest.approx(r.modelled) for r in residuals)
-    model = fit_contention(
-        ContentionMeasurement("mlp-digits", 2.0, "test host", "2026-11-25", 15, 5, (measured,))
-    )
-    assert model.exponents == {"tuned": 0.0, "stock": 0.8}
 
 
 def _free_cells(counts, efficiency_of):
@@ -87,16 +70,28 @@ def _free_cells(counts, efficiency_of):
     return tuple(cells)
 
 
+def test_the_fit_recovers_an_exponent_from_synthetic_measurements():
+    # Cells made with exponent 0.8 exactly.
+    cells = _free_cells((2, 3, 4), lambda r: r**-0.8)
+    measured = ThreadingMeasurement("stock", SOLO, cells)
+    exponent, residuals = fit_exponent(measured, 2.0)
+    assert exponent == pytest.approx(0.8, abs=1e-9)
+    assert all(r.measured == pytest.approx(r.modelled) for r in residuals)
+    model = fit_contention(
+        ContentionMeasurement("mlp-digits", 2.0, "test host", "2026-11-25", 15, 5, (measured,))
+    )
+    assert model.exponents == {"tuned": 0.0, "stock": 0.8}
+
+
 def test_a_workload_fit_recovers_a_floor_and_an_exponent():
-    solo = tuple(JobSample(limit, 2 * limit, 20 * limit) for limit in (0.25, 0.5, 1.0))
     levelling = _free_cells((2, 3, 4, 6), lambda r: 0.2 + 0.8 * r**-2.4)
-    fitted = fit_workload_contention(ThreadingMeasurement("stock", solo, levelling), 2.0)
+    fitted = fit_workload_contention(ThreadingMeasurement("stock", SOLO, levelling), 2.0)
     assert fitted.floor == pytest.approx(0.2, abs=0.0025)
     assert fitted.exponent == pytest.approx(2.4, abs=0.05)
     assert all(r.measured == pytest.approx(r.modelled, rel=0.01) for r in fitted.residuals)
     # A plain power law is fitted as one: no floor.
     power = _free_cells((2, 3, 4, 6), lambda r: r**-0.8)
-    fitted = fit_workload_contention(ThreadingMeasurement("stock", solo, power), 2.0)
+    fitted = fit_workload_contention(ThreadingMeasurement("stock", SOLO, power), 2.0)
     assert fitted.floor == 0.0 and fitted.exponent == pytest.approx(0.8, abs=0.005)
 
 
@@ -104,8 +99,7 @@ def test_a_workload_fit_recovers_its_curve_job_by_job_beside_throttled_jobs():
     # Cells of stock copies under every allocation, each job's rate made by the replay model
     # itself (floor 0.15, exponent 1.6, bound scale 0.77): the fit must find its curve again,
     # where the worker-wide R of a favoured cell would mislead a fit of summed cells.
-    solo = tuple(JobSample(limit, 2 * limit, 20 * limit) for limit in (0.25, 0.5, 1.0))
-    shape = ThreadingMeasurement("stock", solo, ())
+    shape = ThreadingMeasurement("stock", SOLO, ())
     cells = []
     for count in (2, 3, 4, 6):
         for allocation in ("free", "equal", "favoured"):
@@ -118,7 +112,7 @@ def test_a_workload_fit_recovers_its_curve_job_by_job_beside_throttled_jobs():
             kept = shape.modelled_job_efficiencies(probe, 2.0, 1.6, 0.15, 0.77, demand=1.94)
             rates = [10.0 * c * k for c, k in zip(used, kept, strict=True)]
             cells.append(_cell(allocation, limits, used, rates))
-    measured = ThreadingMeasurement("stock", solo, tuple(cells))
+    measured = ThreadingMeasurement("stock", SOLO, tuple(cells))
     fitted = fit_workload_contention(measured, 2.0, demand=1.94, bound_scale=0.77)
     assert fitted.floor == pytest.approx(0.15, abs=0.0026)
     assert fitted.exponent == pytest.approx(1.6, abs=0.006)
