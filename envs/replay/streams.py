@@ -9,7 +9,7 @@ from it), several times what a service then draws from it; a batched reset of 25
 for a whole array of seeds with numpy's own algorithm (``SeedSequence``'s hash on 32-bit words,
 vectorised, then ``PCG64``'s seeding step), so that the engine sets one generator's state per job
 instead of building a generator per job: the same streams, the same numbers.
-``tests/test_replay_streams.py`` holds them equal to ``default_rng``'s.
+``tests/envs/replay/test_replay_streams.py`` holds them equal to ``default_rng``'s.
 """
 
 from __future__ import annotations

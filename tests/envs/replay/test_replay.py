@@ -38,28 +38,21 @@ def linear_set(tmp_path: Path) -> str:
     2 s start-up; ``serve-cpu-start``: after a start-up of 2 CPU-seconds on one core.
     ``train``: an iteration is 1 core-second, 100 iterations, loss 100/(1+i).
     """
+
     common = {"format": 1, "noise_cv": 0.0, "provenance": PROVENANCE, "demand_cores": 8.0}
-    serve = {
-        **common,
-        "kind": "inference",
-        "unit": "batch",
-        "batch_size": 100,
-        "throughput": {"cores": [1.0, 8.0], "units_per_s": [0.1, 0.8]},
-        "startup_s": 0.0,
+
+    def linear(kind: str, unit: str, batch_size: int, units_per_s: list[float], **more: Any):
+        """A profile of ``units_per_s`` on 1 core and on its demand, 8, with no start-up."""
+        throughput = {"cores": [1.0, 8.0], "units_per_s": units_per_s}
+        fields = {"kind": kind, "unit": unit, "batch_size": batch_size, "throughput": throughput}
+        return {**common, **fields, "startup_s": 0.0, **more}
+
+    serve = linear("inference", "batch", 100, [0.1, 0.8])
+    loss_curve = {
+        "iterations": [float(i) for i in range(0, 101)],
+        "loss": [100.0 / (1 + i) for i in range(0, 101)],
     }
-    train = {
-        **common,
-        "kind": "training",
-        "unit": "iteration",
-        "batch_size": 64,
-        "throughput": {"cores": [1.0, 8.0], "units_per_s": [1.0, 8.0]},
-        "startup_s": 0.0,
-        "iterations": 100,
-        "loss_curve": {
-            "iterations": [float(i) for i in range(0, 101)],
-            "loss": [100.0 / (1 + i) for i in range(0, 101)],
-        },
-    }
+    train = linear("training", "iteration", 64, [1.0, 8.0], iterations=100, loss_curve=loss_curve)
     profiles: dict[str, dict[str, Any]] = {
         "serve": serve,
         "serve-slow-start": {**serve, "startup_s": 2.0},

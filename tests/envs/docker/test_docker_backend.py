@@ -284,6 +284,18 @@ def test_an_unknown_workload_threading_is_refused_with_the_choices():
         DockerBackend(workload_threading="default")
 
 
+def test_the_docker_backend_refuses_a_threading_that_contradicts_the_scenario():
+    stock = dataclasses.replace(
+        _training_scenario(),
+        name="contention-probe",
+        profile_set="measured-stock",
+        workload_threading="stock",
+    )
+    backend = DockerBackend(workload_threading="tuned")
+    with pytest.raises(BackendError, match="contradicts scenario 'contention-probe'"):
+        backend.reset(stock, stock.realise(np.random.default_rng(0)), np.random.default_rng(0))
+
+
 # ---------------------------------------------------------------------- interruption
 
 

@@ -4,7 +4,7 @@ The package's replay model (:mod:`dlsched.envs.replay.engine`) holds many episod
 is written for speed. This module writes the same model (docs/replay-model.md) plainly, per job
 and per event, as a one-episode :class:`~dlsched.envs.backend.Backend`; an environment made with
 ``backend=ReferenceReplay()`` runs it through the adapter the Docker backend takes
-(:class:`~dlsched.envs.backend_episode.BackendEpisode`). ``tests/test_replay_reference.py``
+(:class:`~dlsched.envs.backend_episode.BackendEpisode`). ``test_replay_vector.py`` (beside it)
 holds the engine's episodes equal to this model's, step by step. It shares with the engine only
 what is tested on its own: the profiles, water-filling and the contention formulas.
 """

@@ -1,14 +1,13 @@
-"""The workload programs on the host Python, and the profiles calibrated from them.
+"""The workload programs on the host Python.
 
 Most tests call the run functions in-process with a fake cgroup (one core), which keeps them
 quick; a few run ``python -m dlsched.envs.workloads`` as the image does, including a stop by
-SIGTERM and a resume from the checkpoint it leaves. The last part turns synthetic measurements
-into profiles and checks the shipped measured profiles with the profile loader.
+SIGTERM and a resume from the checkpoint it leaves. The profiles calibrated from the workloads
+are tested with the calibration, in ``tests/runs/fidelity/test_calibration.py``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import math
@@ -22,7 +21,6 @@ import numpy as np
 import pytest
 import torch
 
-from dlsched.envs.replay.profile import PROFILES_DIR, load_profile
 from dlsched.envs.workloads import cpu_quota
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import (
@@ -46,16 +44,6 @@ from dlsched.envs.workloads.inference import run_inference
 from dlsched.envs.workloads.models import MODEL_BUILDERS
 from dlsched.envs.workloads.stopping import StopRequest
 from dlsched.envs.workloads.training import MinibatchSampler, run_training
-from dlsched.runs import cli
-from dlsched.runs.fidelity.calibration_fit import (
-    demand_cores,
-    loss_curve,
-    monotone_rates,
-    throughput_points,
-)
-from dlsched.runs.fidelity.calibration_measurement import HostDescription, LimitRun
-from dlsched.runs.fidelity.calibration_profile import build_profile
-from dlsched.runs.fidelity.quiet_host import host_busy_seconds
 
 TRAINING = sorted(name for name, spec in WORKLOADS.items() if spec.kind == "training")
 INFERENCE = sorted(name for name, spec in WORKLOADS.items() if spec.kind == "inference")
@@ -412,183 +400,3 @@ def test_command_line_refuses_an_unknown_workload(tmp_path):
     process = run_module(["resnet-50"], tmp_path)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 2 and "invalid choice" in stderr
-
-
-# --- calibration: from measured runs to profiles ---
-
-
-def limit_run(limit, quota_cores, rate, cpu_cores, losses=(), durations=(1.0, 1.1, 0.9)):
-    return LimitRun(
-        limit=limit,
-        quota_cores=quota_cores,
-        cpu_cores=cpu_cores,
-        window_s=30.0,
-        completions=tuple(100.0 + i / rate for i in range(int(30 * rate) + 1)),
-        unit_durations_s=durations,
-        startup_s=1.5,
-        losses=tuple(losses),
-        threads=1,
-        other_containers=0,
-        other_cores=0.01,
-    )
-
-
-def test_throughput_points_follow_the_cpu_each_run_got_and_never_fall():
-    runs = [
-        limit_run(1.0, None, 2.0, 1.6),
-        limit_run(0.25, 0.5, 0.7, 0.5),
-        limit_run(0.9, 1.8, 2.2, 1.6),  # a quota above the demand runs as if uncapped
-        limit_run(0.5, 1.0, 1.3, 1.0),
-        limit_run(0.6, 1.2, 1.1, 1.2),  # noise: slower than at 1.0 core
-    ]
-    assert demand_cores(runs) == 1.6
-    points = throughput_points(runs)
-    assert [cores for cores, _ in points] == [0.5, 1.0, 1.2, 1.6]
-    rates = [rate for _, rate in points]
-    assert rates == sorted(rates)
-    assert rates[1] == pytest.approx(1.2) and rates[2] == pytest.approx(1.2)
-    assert rates[3] == pytest.approx(2.1)  # the two runs at the demand, averaged
-
-
-def test_a_contended_uncapped_run_does_not_hide_what_a_capped_run_used():
-    runs = [
-        limit_run(0.25, 0.5, 10.0, 0.5),
-        limit_run(0.5, 1.0, 19.0, 0.9),
-        limit_run(1.0, None, 9.5, 0.55),  # other processes held it to 0.55 cores
-    ]
-    assert demand_cores(runs) == 0.9
-    assert throughput_points(runs) == [
-        (0.5, pytest.approx(9.75)),
-        (0.55, pytest.approx(9.75)),
-        (0.9, pytest.approx(19.0)),
-    ]
-
-
-def test_a_run_at_almost_the_demand_merges_into_the_demand_point():
-    runs = [limit_run(1.0, None, 2.0, 1.0), limit_run(0.5, 1.0, 1.8, 0.995)]
-    assert throughput_points(runs) == [(1.0, pytest.approx(1.9))]
-
-
-def test_monotone_rates_pool_only_the_violations():
-    assert monotone_rates([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
-    assert monotone_rates([3.0, 2.0, 1.0]) == [2.0, 2.0, 2.0]
-    assert monotone_rates([1.0, 2.0]) == [1.0, 2.0]
-
-
-def test_the_loss_curve_starts_at_the_initial_loss_and_averages_growing_bins():
-    losses = [(i, 2.0 / i + 0.1) for i in range(1, 1001)]
-    curve = loss_curve(losses, points=20)
-    iterations = [iteration for iteration, _ in curve]
-    values = [loss for _, loss in curve]
-    assert curve[0] == (0, 2.1)
-    assert iterations == sorted(set(iterations)) and len(curve) <= 21
-    assert iterations[-1] > 700 and values == sorted(values, reverse=True)
-    assert values[-1] == pytest.approx(0.1, abs=0.01)
-    gaps = np.diff(iterations)
-    assert gaps[-1] > 10 * gaps[0]  # fine at the start, coarse in the tail
-
-
-def test_a_built_profile_reads_back_through_the_profile_loader(tmp_path):
-    spec = WORKLOADS["gru-digits"]
-    losses = [(i, 2.3 * 0.99**i) for i in range(1, spec.iterations + 1)]
-    runs = [
-        limit_run(0.25, 0.5, 10.0, 0.5),
-        limit_run(0.5, 1.0, 20.0, 1.0),
-        limit_run(1.0, None, 33.0, 1.9, losses),
-    ]
-    host = HostDescription("box", "Some CPU", 2, "20.10")
-    profile = build_profile(spec, runs, host, "dlsched calibrate --workload gru-digits", 30)
-    path = tmp_path / "gru-digits.json"
-    path.write_text(json.dumps(profile))
-    loaded = load_profile(path)
-    assert loaded.iterations == spec.iterations and loaded.batch_size == spec.batch_size
-    assert loaded.demand_cores == pytest.approx(1.9)
-    assert loaded.throughput.cores == (0.5, 1.0, 1.9)
-    assert loaded.units_per_s(1.0) == pytest.approx(20.0)
-    assert loaded.noise_cv == pytest.approx(np.std([1.0, 1.1, 0.9], ddof=1), rel=1e-2)
-    assert loaded.loss_at(0) == pytest.approx(2.3 * 0.99)
-    assert "2 cores" in loaded.provenance.host and "dlsched calibrate" in loaded.provenance.method
-
-
-@pytest.mark.parametrize(
-    ("profile_set", "threading"), [("measured", "tuned"), ("measured-stock", "stock")]
-)
-@pytest.mark.parametrize("name", sorted(WORKLOADS))
-def test_the_measured_profile_of_each_workload_is_shipped_and_valid(name, profile_set, threading):
-    profile = load_profile(PROFILES_DIR / profile_set / f"{name}.json")
-    spec = WORKLOADS[name]
-    assert profile.threading == threading
-    assert profile.measured_on is not None and profile.measured_on.cores >= 1
-    # Five limits from 0.1 of the host to uncapped (points at the same cores are merged).
-    assert len(profile.throughput.cores) >= 4
-    assert profile.throughput.cores[0] <= 0.1 * profile.measured_on.cores * 1.05
-    assert (profile.kind.value, profile.unit.value) == (spec.kind, spec.unit)
-    assert profile.batch_size == spec.batch_size
-    assert profile.throughput.cores[-1] == pytest.approx(profile.demand_cores)
-    assert profile.units_per_s(profile.demand_cores) > 0
-    assert profile.provenance.source.startswith("measured")
-    if spec.kind == "training":
-        assert profile.iterations == spec.iterations
-        assert profile.loss_curve is not None
-        assert profile.loss_at(spec.iterations) < profile.loss_at(0)
-
-
-def test_host_busy_time_counts_every_state_but_idle_and_iowait(tmp_path):
-    stat = tmp_path / "stat"
-    stat.write_text("cpu  100 7 50 1000 20 5 5 3 11 0\ncpu0 50 3 25 500 10 2 2 1 5 0\n")
-    assert host_busy_seconds(stat) == pytest.approx(170 / os.sysconf("SC_CLK_TCK"))
-
-
-def test_interference_counts_other_processes_and_containers():
-    alone = limit_run(1.0, None, 2.0, 1.9)
-    assert alone.interference == pytest.approx(0.01)
-    assert dataclasses.replace(alone, other_cores=0.6).interference == pytest.approx(0.6)
-    assert dataclasses.replace(alone, other_containers=2).interference == pytest.approx(2.01)
-    assert dataclasses.replace(alone, other_cores=None).interference == 0
-
-
-@pytest.mark.parametrize(
-    ("option", "message"),
-    [
-        (["--workload", "resnet50-svc"], "unknown workload 'resnet50-svc'"),
-        (["--workload", "vgg-svc", "--limits", "0.5,2"], "limit 2.0 is outside (0, 1]"),
-        (["--workload", "vgg-svc", "--limits", "half"], "not comma-separated numbers"),
-        (["--workload", "vgg-svc", "--duration", "0"], "0 s is not positive"),
-    ],
-)
-def test_calibrate_refuses_bad_arguments_before_touching_the_engine(option, message, capsys):
-    with pytest.raises(SystemExit) as exited:
-        cli.main(["calibrate", *option])
-    assert exited.value.code == 2
-    assert message in capsys.readouterr().err
-
-
-def test_calibrate_all_means_every_workload():
-    args = cli.build_parser().parse_args(["calibrate", "--workload", "all"])
-    assert args.workload == tuple(sorted(WORKLOADS))
-    # Five limits from 0.1 of the host to uncapped; the duration's default depends on the mode.
-    assert args.limits == (0.1, 0.25, 0.5, 0.75, 1.0) and args.duration is None
-
-
-@pytest.fixture
-def busy_host():
-    """Two processes spinning on the CPU while the test runs (this host's other work)."""
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    yield
-    for spinner in spinners:
-        spinner.kill()
-        spinner.wait()
-
-
-@pytest.mark.docker
-@pytest.mark.parametrize("mode", [["--workload", "mlp-digits"], ["--contention"]])
-def test_calibration_on_a_busy_host_is_refused_naming_the_load(
-    docker_engine, workload_image, busy_host, tmp_path, capsys, mode
-):
-    code = cli.main(
-        ["calibrate", *mode, "--wait-quiet", "3", "--output-dir", str(tmp_path / "set")]
-    )
-    err = capsys.readouterr().err
-    assert code == 2
-    assert "the host is busy" in err and "cores busy" in err and "--force" in err
-    assert not (tmp_path / "set").exists() or not any((tmp_path / "set").iterdir())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-import gymnasium as gym
 import pytest
+from replay_feed import replay_feed
 from stable_baselines3.common.evaluation import evaluate_policy
 
 import dlsched.envs  # noqa: F401  (registers the environments)
@@ -23,7 +23,6 @@ from dlsched.envs.scenarios.model import (
     WorkerSpec,
 )
 from dlsched.envs.telemetry import JobState, Telemetry
-from dlsched.policies import TelemetryFeed
 
 SERVICES = Scenario(
     name="two-workers-services",
@@ -62,11 +61,10 @@ TRAINING = Scenario(
 @pytest.mark.parametrize("scenario", [SERVICES, TRAINING], ids=["inference", "training"])
 @pytest.mark.parametrize("name", baselines.names())
 def test_evaluate_policy_runs_every_baseline(name: str, scenario: Scenario) -> None:
-    env_id = "dlsched/Inference-v0" if scenario.kind is JobKind.INFERENCE else "dlsched/Training-v0"
     policy = baselines.make(name)
     if scenario.kind not in type(policy).kinds:
         pytest.skip(f"{name} does not schedule {scenario.kind.value} jobs (it refuses them)")
-    env = TelemetryFeed(gym.make(env_id, scenario=scenario, backend="replay"), policy)
+    env = replay_feed(policy, scenario)
     rewards, lengths = evaluate_policy(
         policy, env, n_eval_episodes=2, return_episode_rewards=True, warn=False
     )
@@ -90,8 +88,7 @@ class Rogue(Baseline):
 
 
 def step_once(policy: Baseline, scenario: Scenario = TRAINING) -> Telemetry:
-    env_id = "dlsched/Inference-v0" if scenario.kind is JobKind.INFERENCE else "dlsched/Training-v0"
-    env = TelemetryFeed(gym.make(env_id, scenario=scenario, backend="replay"), policy)
+    env = replay_feed(policy, scenario)
     observation, _ = env.reset(seed=0)
     action, _ = policy.predict(observation)
     _, _, _, _, info = env.step(action)

@@ -1,4 +1,9 @@
-"""The replay model's contention term: where it is zero, how it grows, and its fit."""
+"""The replay model's contention term: where it is zero, how it grows, and what it does to
+episodes.
+
+Its fit to measurements is tested with the other fidelity tools, in
+``tests/runs/fidelity/test_contention_fit.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,6 @@ import dataclasses
 import itertools
 import json
 import math
-import re
 import shutil
 from pathlib import Path
 
@@ -17,7 +21,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import dlsched.envs  # noqa: F401  (registers the ids)
-from dlsched.envs.errors import BackendError, ProfileError, ScenarioError
+from dlsched.envs.errors import ProfileError, ScenarioError
 from dlsched.envs.replay.contention import (
     NO_CONTENTION,
     ContentionModel,
@@ -36,20 +40,6 @@ from dlsched.envs.scenarios.model import (
     JobKind,
     Scenario,
     WorkerSpec,
-)
-from dlsched.runs.fidelity.contention_fit import (
-    fit_contention,
-    fit_exponent,
-    fit_floor_and_exponent,
-    fit_workload_contention,
-)
-from dlsched.runs.fidelity.contention_grid import (
-    ContentionMeasurement,
-    GridCell,
-    JobSample,
-    ThreadingMeasurement,
-    allocation_limits,
-    recorded_measurement,
 )
 
 MEASURED_SETS = ("measured", "measured-stock")
@@ -225,18 +215,6 @@ def test_a_set_without_a_contention_file_has_none(tmp_path):
     assert load_contention(tmp_path) is NO_CONTENTION
 
 
-@pytest.mark.parametrize("profile_set", MEASURED_SETS)
-def test_the_shipped_fit_is_reproduced_from_its_recorded_measurements(profile_set):
-    directory = PROFILES_DIR / profile_set
-    recorded = recorded_measurement(directory)
-    refitted = fit_contention(recorded)
-    shipped = load_set_contention(profile_set)
-    for threading, exponent in shipped.exponents.items():
-        assert refitted.exponents[threading] == pytest.approx(exponent, abs=1e-4)
-    assert refitted.bound_scales == shipped.bound_scales
-    assert shipped.fit is not None and shipped.fit.residuals == refitted.fit.residuals
-
-
 # --------------------------------------------------------------------------- per-job efficiency
 
 
@@ -355,103 +333,6 @@ def test_the_measured_sets_share_one_contention_model():
 def test_stock_jobs_lose_more_to_contention_than_tuned_ones_on_the_measured_host():
     exponents = load_set_contention("measured").exponents
     assert 0 <= exponents["tuned"] < exponents["stock"]
-
-
-def _cell(allocation, limits, cores_used, rates):
-    return GridCell(
-        allocation,
-        tuple(JobSample(*sample) for sample in zip(limits, cores_used, rates, strict=True)),
-    )
-
-
-def test_the_fit_recovers_an_exponent_from_synthetic_measurements():
-    # Solo: 10 iterations/s per core up to 2 cores. Cells made with exponent 0.8 exactly.
-    solo = tuple(JobSample(limit, 2 * limit, 20 * limit) for limit in (0.25, 0.5, 1.0))
-    cells = []
-    for count in (2, 3, 4):
-        limits = (1.0,) * count
-        ratio = oversubscription(
-            np.array(limits), np.full(count, 2.0), np.ones(count, dtype=bool), 2.0
-        )
-        used = 2.0 / count
-        cells.append(_cell("free", limits, (used,) * count, (10 * used * ratio**-0.8,) * count))
-    measured = ThreadingMeasurement("stock", solo, tuple(cells))
-    exponent, residuals = fit_exponent(measured, 2.0)
-    assert exponent == pytest.approx(0.8, abs=1e-9)
-    assert all(r.measured == pytest.approx(r.modelled) for r in residuals)
-    model = fit_contention(
-        ContentionMeasurement("mlp-digits", 2.0, "test host", "2026-11-25", 15, 5, (measured,))
-    )
-    assert model.exponents == {"tuned": 0.0, "stock": 0.8}
-
-
-def _free_cells(counts, efficiency_of):
-    """Free-competition cells of stock copies on 2 cores whose efficiency is given by R."""
-    cells = []
-    for count in counts:
-        limits = (1.0,) * count
-        ratio = oversubscription(
-            np.array(limits), np.full(count, 2.0), np.ones(count, dtype=bool), 2.0
-        )
-        used = 2.0 / count
-        rate = 10 * used * efficiency_of(ratio)
-        cells.append(_cell("free", limits, (used,) * count, (rate,) * count))
-    return tuple(cells)
-
-
-def test_a_workload_fit_recovers_a_floor_and_an_exponent():
-    solo = tuple(JobSample(limit, 2 * limit, 20 * limit) for limit in (0.25, 0.5, 1.0))
-    levelling = _free_cells((2, 3, 4, 6), lambda r: 0.2 + 0.8 * r**-2.4)
-    fitted = fit_workload_contention(ThreadingMeasurement("stock", solo, levelling), 2.0)
-    assert fitted.floor == pytest.approx(0.2, abs=0.0025)
-    assert fitted.exponent == pytest.approx(2.4, abs=0.05)
-    assert all(r.measured == pytest.approx(r.modelled, rel=0.01) for r in fitted.residuals)
-    # A plain power law is fitted as one: no floor.
-    power = _free_cells((2, 3, 4, 6), lambda r: r**-0.8)
-    fitted = fit_workload_contention(ThreadingMeasurement("stock", solo, power), 2.0)
-    assert fitted.floor == 0.0 and fitted.exponent == pytest.approx(0.8, abs=0.005)
-
-
-def test_a_workload_fit_recovers_its_curve_job_by_job_beside_throttled_jobs():
-    # Cells of stock copies under every allocation, each job's rate made by the replay model
-    # itself (floor 0.15, exponent 1.6, bound scale 0.77): the fit must find its curve again,
-    # where the worker-wide R of a favoured cell would mislead a fit of summed cells.
-    solo = tuple(JobSample(limit, 2 * limit, 20 * limit) for limit in (0.25, 0.5, 1.0))
-    shape = ThreadingMeasurement("stock", solo, ())
-    cells = []
-    for count in (2, 3, 4, 6):
-        for allocation in ("free", "equal", "favoured"):
-            limits = allocation_limits(allocation, count)
-            # The cores each job gets: its quota, the uncapped ones sharing what is left.
-            capped = [2.0 * limit for limit in limits if limit < 1.0]
-            uncapped = (2.0 - sum(capped)) / max(1, len(limits) - len(capped))
-            used = [2.0 * limit if limit < 1.0 else uncapped for limit in limits]
-            probe = _cell(allocation, limits, used, [1.0] * count)
-            kept = shape.modelled_job_efficiencies(probe, 2.0, 1.6, 0.15, 0.77, demand=1.94)
-            rates = [10.0 * c * k for c, k in zip(used, kept, strict=True)]
-            cells.append(_cell(allocation, limits, used, rates))
-    measured = ThreadingMeasurement("stock", solo, tuple(cells))
-    fitted = fit_workload_contention(measured, 2.0, demand=1.94, bound_scale=0.77)
-    assert fitted.floor == pytest.approx(0.15, abs=0.0026)
-    assert fitted.exponent == pytest.approx(1.6, abs=0.006)
-    assert all(r.measured == pytest.approx(r.modelled, rel=1e-3) for r in fitted.residuals)
-
-
-def test_shipped_floors_and_exponents_are_reproduced_from_their_recorded_cells():
-    # Each measured profile's provenance lists its cells (R and the measured efficiency, as
-    # rounded there); fitting them again gives the profile's numbers to the grid's resolution.
-    fitted = 0
-    for profile in load_profile_set("measured-stock").values():
-        if profile.contention_floor is None:
-            continue
-        cells = re.findall(
-            r"jobs \w+: R ([\d.]+), efficiency measured ([\d.]+)", profile.provenance.derivation
-        )
-        floor, exponent = fit_floor_and_exponent([(float(r), float(e)) for r, e in cells])
-        assert floor == pytest.approx(profile.contention_floor, abs=0.0051)
-        assert exponent == pytest.approx(profile.contention_exponent, abs=0.011)
-        fitted += 1
-    assert fitted == 4  # the four stock trainings
 
 
 def test_the_floor_bounds_the_efficiency_and_zero_floor_is_the_power_law():
@@ -578,12 +459,3 @@ def test_a_scenario_of_stock_workloads_refuses_tuned_profiles():
         gym.make("dlsched/Training-v0", scenario=scenario)
     stock = dataclasses.replace(_training("measured-stock"), workload_threading="stock")
     gym.make("dlsched/Training-v0", scenario=stock).reset(seed=0)
-
-
-def test_the_docker_backend_refuses_a_threading_that_contradicts_the_scenario():
-    from dlsched.envs.docker.backend import DockerBackend
-
-    stock = dataclasses.replace(_training("measured-stock"), workload_threading="stock")
-    backend = DockerBackend(workload_threading="tuned")
-    with pytest.raises(BackendError, match="contradicts scenario 'contention-probe'"):
-        backend.reset(stock, stock.realise(np.random.default_rng(0)), np.random.default_rng(0))

@@ -27,25 +27,23 @@ def test_relative_slowness() -> None:
     assert slowness(job, "absolute") == pytest.approx(0.02)
 
 
+#: Three jobs on worker 0: two slow ones beside a fast one.
+SLOW_BESIDE_FAST = (
+    JobGrowth("a", 0, G=0.02, G_peak=0.4, R=0.3),  # 0.05 of its peak: slow
+    JobGrowth("b", 0, G=0.3, G_peak=0.4, R=0.4),  # fast
+    JobGrowth("c", 0, G=0.01, G_peak=0.5, R=0.3),  # 0.02: slow, the slowest
+)
+
+
 def test_slow_job_next_to_a_fast_one_moves_to_the_emptiest_worker() -> None:
-    jobs = [
-        JobGrowth("a", 0, G=0.02, G_peak=0.4, R=0.3),  # 0.05 of its peak: slow
-        JobGrowth("b", 0, G=0.3, G_peak=0.4, R=0.4),  # fast
-        JobGrowth("c", 0, G=0.01, G_peak=0.5, R=0.3),  # 0.02: slow, the slowest
-        JobGrowth("d", 1, G=0.2, G_peak=0.2, R=0.5),
-    ]
+    jobs = [*SLOW_BESIDE_FAST, JobGrowth("d", 1, G=0.2, G_peak=0.2, R=0.5)]
     result = speculate(jobs, loads(3, 1, 0), alpha=0.1)
     assert result.slow == ("a", "c")
     assert result.migrations == (Migration("c", 2),)  # one per round, to the empty worker
 
 
 def test_more_migrations_per_round_update_the_loads() -> None:
-    jobs = [
-        JobGrowth("a", 0, G=0.02, G_peak=0.4, R=0.3),
-        JobGrowth("b", 0, G=0.3, G_peak=0.4, R=0.4),
-        JobGrowth("c", 0, G=0.01, G_peak=0.5, R=0.3),
-        JobGrowth("e", 0, G=0.3, G_peak=0.3, R=0.3),
-    ]
+    jobs = [*SLOW_BESIDE_FAST, JobGrowth("e", 0, G=0.3, G_peak=0.3, R=0.3)]
     result = speculate(jobs, loads(4, 1, 1), alpha=0.1, max_migrations_per_round=3)
     # c to worker 1 (4 - 1 >= 2); then a: worker 1 has 2, worker 2 has 1, source 3: worker 2
     assert result.migrations == (Migration("c", 1), Migration("a", 2))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from repo_paths import MODEL_V0_1_0
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
-from dlsched.envs.errors import PolicyError, UnknownNameError
+from dlsched.envs.errors import ModelError, PolicyError, UnknownNameError
 from dlsched.envs.observation import FEATURES, ObservationLayout
 from dlsched.envs.rewards import telemetry_reward
 from dlsched.envs.scenarios.file_format import parse_scenario
@@ -266,6 +268,20 @@ def test_card_whose_layout_does_not_fit_the_model_is_refused() -> None:
     wrong = dataclasses.replace(card, layout=ObservationLayout(2, SLOTS))
     with pytest.raises(PolicyError, match=r"acts on \(4,\).*needs actions of shape \(8,\)"):
         LearnedPolicy(model, wrong)
+
+
+def test_a_card_that_no_model_has_is_refused(tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(MODEL_V0_1_0, folder)
+    card = json.loads((folder / CARD_FILE).read_text())
+    card["layout"]["workers"] = 0
+    (folder / CARD_FILE).write_text(json.dumps(card))
+    with pytest.raises(ModelError, match="layout of 0 worker"):
+        load_model(folder)
+    card["layout"]["workers"] = 2
+    (folder / CARD_FILE).write_text(json.dumps(card))
+    with pytest.raises(ModelError, match="the card does not belong to this model"):
+        load_model(folder)
 
 
 # --- resolving --policy ------------------------------------------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+from repo_paths import MODEL_V0_1_0
 
 from dlsched.baselines import make
 from dlsched.envs.errors import BackendError
@@ -292,7 +293,7 @@ def test_replay_against_its_own_recording_reports_no_error_and_refuses_what_it_l
 
 
 def test_a_model_is_held_out_by_the_path_that_names_it(capsys):
-    model = Path(__file__).parent / "fixtures" / "model-v0.1.0"
+    model = MODEL_V0_1_0
     arguments = ["--scenario", "dqoes-varied-burst", "--policy", f"default,{model}"]
     options = ["--held-out", str(model), "--against", "replay:paper", "--episodes", "1"]
     code = cli_main(["validate", *arguments, *options, "--no-tracking", "--no-progress", "--json"])

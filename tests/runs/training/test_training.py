@@ -116,41 +116,48 @@ def resolve_target(uri: str) -> TrackingTarget:
     return TrackingTarget(uri, "--tracking-uri")
 
 
+@pytest.fixture
+def tracked_client(
+    tracked_run: tuple[TrainingResult, str, Path],
+) -> tuple[TrainingResult, MlflowClient, str]:
+    """The tracked run's result, a client of its store and the run's id."""
+    result, uri, _ = tracked_run
+    assert result.run_id is not None
+    return result, MlflowClient(uri), result.run_id
+
+
 # --- a tracked run and its model -----------------------------------------------------------
 
 
 def test_training_logs_the_model_its_statistics_and_configuration(
-    tracked_run: tuple[TrainingResult, str, Path],
+    tracked_client: tuple[TrainingResult, MlflowClient, str],
 ) -> None:
-    result, uri, _ = tracked_run
-    client = MlflowClient(uri)
-    assert result.run_id is not None
-    run = client.get_run(result.run_id)
+    _, client, run_id = tracked_client
+    run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
     assert run.data.params["algo"] == "ppo"
     assert run.data.params["hp.n_steps"] == "64"
     assert run.data.tags["dlsched.kind"] == "training"
-    names = {Path(a.path).name for a in client.list_artifacts(result.run_id, FINAL_MODEL_DIR)}
+    names = {Path(a.path).name for a in client.list_artifacts(run_id, FINAL_MODEL_DIR)}
     assert names == {MODEL_FILE, NORMALIZER_FILE, CARD_FILE}
     # the best model is an MLflow Model around the same three files
-    names = {Path(a.path).name for a in client.list_artifacts(result.run_id, BEST_MODEL_DIR)}
+    names = {Path(a.path).name for a in client.list_artifacts(run_id, BEST_MODEL_DIR)}
     assert {"MLmodel", "dlsched_policy_model.py", "requirements.txt", "artifacts"} <= names
     inner = f"{BEST_MODEL_DIR}/artifacts/policy"
-    names = {Path(a.path).name for a in client.list_artifacts(result.run_id, inner)}
+    names = {Path(a.path).name for a in client.list_artifacts(run_id, inner)}
     assert names == {MODEL_FILE, NORMALIZER_FILE, CARD_FILE}
-    top = {a.path for a in client.list_artifacts(result.run_id)}
+    top = {a.path for a in client.list_artifacts(run_id)}
     assert {CONFIG_FILE, "validation.json", "progress.csv", "scenarios"} <= top
-    config = json.loads(Path(client.download_artifacts(result.run_id, CONFIG_FILE)).read_text())
+    config = json.loads(Path(client.download_artifacts(run_id, CONFIG_FILE)).read_text())
     assert config["config"]["timesteps"] == 2048
     assert config["config"]["validation_seeds"] == [VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + 1]
 
 
 def test_training_params_are_stored_as_data_not_python_reprs(
-    tracked_run: tuple[TrainingResult, str, Path],
+    tracked_client: tuple[TrainingResult, MlflowClient, str],
 ) -> None:
-    result, uri, _ = tracked_run
-    assert result.run_id is not None
-    params = MlflowClient(uri).get_run(result.run_id).data.params
+    _, client, run_id = tracked_client
+    params = client.get_run(run_id).data.params
     assert params["slot_agents"] == "false"  # not False
     assert params["normalize_reward"] == "true"
     assert params["net_arch"] == "16"  # not [16] or (16,)
@@ -201,19 +208,17 @@ def test_registering_without_tracking_is_refused_before_training(tmp_path: Path)
 
 
 def test_training_metrics_reach_mlflow_in_batches(
-    tracked_run: tuple[TrainingResult, str, Path],
+    tracked_client: tuple[TrainingResult, MlflowClient, str],
 ) -> None:
-    result, uri, _ = tracked_run
-    client = MlflowClient(uri)
-    assert result.run_id is not None
+    result, client, run_id = tracked_client
     rollouts = 2048 // (64 * 2)
-    assert len(client.get_metric_history(result.run_id, "time/iterations")) == rollouts
-    qoe = client.get_metric_history(result.run_id, "rollout/satisfied_fraction")
+    assert len(client.get_metric_history(run_id, "time/iterations")) == rollouts
+    qoe = client.get_metric_history(run_id, "rollout/satisfied_fraction")
     assert len(qoe) == rollouts
     assert all(0.0 <= point.value <= 1.0 for point in qoe)
-    scores = client.get_metric_history(result.run_id, "eval/score")
+    scores = client.get_metric_history(run_id, "eval/score")
     assert [point.step for point in scores] == [record.timesteps for record in result.validations]
-    satisfied = client.get_metric_history(result.run_id, "eval/tiny-mix/satisfied_fraction_mean")
+    satisfied = client.get_metric_history(run_id, "eval/tiny-mix/satisfied_fraction_mean")
     assert [p.value for p in satisfied] == pytest.approx(
         [r.metrics["tiny-mix/satisfied_fraction_mean"] for r in result.validations]
     )

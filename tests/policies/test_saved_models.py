@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
+from repo_paths import MODEL_V0_1_0
 
 from dlsched.envs.scenarios import load_scenario
 from dlsched.policies.learned import load_model
 from dlsched.runs.evaluation import run_episode
 
-BEFORE_LAYOUT = Path(__file__).parent / "fixtures" / "model-v0.1.0"
+BEFORE_LAYOUT = MODEL_V0_1_0
 
 
 def test_a_model_saved_before_the_layout_predicts_the_actions_it_predicted_then() -> None:

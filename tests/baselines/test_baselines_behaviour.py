@@ -10,8 +10,8 @@ import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import gymnasium as gym
 import pytest
+from replay_feed import replay_feed
 
 import dlsched.envs  # noqa: F401  (registers the environments)
 from dlsched.baselines import make
@@ -27,7 +27,6 @@ from dlsched.envs.scenarios.model import (
     WorkerSpec,
 )
 from dlsched.envs.telemetry import QoEClass, Telemetry
-from dlsched.policies import TelemetryFeed
 from dlsched.runs.reproduce.baselines_report import run_episode
 
 SEEDS = range(5)
@@ -44,8 +43,7 @@ class Step:
 def steps(policy: Baseline, scenario: str | Scenario, seed: int) -> Iterator[Step]:
     """Every step of one replay episode of ``scenario`` under ``policy``."""
     resolved = load_scenario(scenario) if isinstance(scenario, str) else scenario
-    env_id = "dlsched/Training-v0" if resolved.kind is JobKind.TRAINING else "dlsched/Inference-v0"
-    env = TelemetryFeed(gym.make(env_id, scenario=resolved, backend="replay"), policy)
+    env = replay_feed(policy, resolved)
     observation, _ = env.reset(seed=seed)
     done = False
     while not done:

@@ -221,3 +221,21 @@ def test_out_beside_no_tracking_is_refused_not_ignored(
     assert f"dlsched {command}: error: --out {out} with --no-tracking" in err
     assert "drop --no-tracking to keep the records" in err
     assert not out.exists()
+
+
+def test_a_bug_is_one_line_naming_its_log_and_exit_1(capsys, tmp_path, monkeypatch):
+    from dlsched.runs.commands import scenarios
+
+    def buggy(args):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(scenarios, "run", buggy)
+    code = main(["scenarios"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert "dlsched scenarios: internal error (a bug of dlsched" in err
+    log = Path(err.split("(traceback: ")[1].split(";")[0])
+    assert "ZeroDivisionError: a bug" in log.read_text() and "Traceback" in log.read_text()
+    with pytest.raises(ZeroDivisionError):  # --verbose: the traceback in the terminal
+        main(["scenarios", "--verbose"])

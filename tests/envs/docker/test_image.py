@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 import re
 import shutil
 import tarfile
@@ -32,11 +31,8 @@ from dlsched.envs.docker.image import (
     write_rootfs_tar,
 )
 from dlsched.envs.errors import DockerUnavailableError
-from dlsched.envs.replay.profile import load_profile
-from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.events import BatchEvent, DoneEvent, IterationEvent, parse_event
 from dlsched.runs import cli
-from dlsched.runs.fidelity.calibration_measurement import CALIBRATION_LABEL, measure_run
 
 # --- identity and errors ---
 
@@ -307,69 +303,3 @@ def test_prune_removes_old_workload_images_only(docker_engine, workload_image, c
     finally:
         with contextlib.suppress(docker.errors.ImageNotFound):
             docker_engine.images.remove(f"{image.IMAGE_REPOSITORY}:0.0.0-old")
-
-
-# --- calibration on the engine ---
-
-
-@pytest.mark.docker
-def test_a_capped_calibration_run_measures_rate_and_cpu(docker_engine, workload_image):
-    cores = docker_engine.info()["NCPU"]
-
-    def calibration_containers() -> set[str]:
-        found = docker_engine.containers.list(
-            all=True, ignore_removed=True, filters={"label": CALIBRATION_LABEL}
-        )
-        return {container.id for container in found}
-
-    already_there = calibration_containers()  # another calibration may share the engine
-    run = measure_run(docker_engine, WORKLOADS["mlp-digits"], 0.5, cores, duration_s=2.0)
-    assert run.quota_cores == pytest.approx(0.5 * cores)
-    assert len(run.completions) >= 3 and run.units_per_s > 0
-    assert 0 < run.cpu_cores <= run.quota_cores * 1.1
-    assert run.startup_s > 0 and run.threads == math.ceil(0.5 * cores)
-    assert [iteration for iteration, _ in run.losses][:3] == [1, 2, 3]
-    assert calibration_containers() <= already_there  # this run removed the one it started
-
-
-@pytest.mark.docker
-def test_calibrate_writes_a_profile_the_replay_backend_can_load(
-    docker_engine, workload_image, tmp_path
-):
-    args = ["calibrate", "--workload", "vgg-svc", "--limits", "1", "--duration", "2"]
-    # --force: this checks what is written, not how quiet the (shared) test host is.
-    options = ["--wait-quiet", "0", "--retries", "0", "--force", "--output-dir", str(tmp_path)]
-    # A service's contention cells are slow; the next test measures a training workload's.
-    assert cli.main([*args, *options, "--only", "throughput,startup"]) == 0
-    profile = load_profile(tmp_path / "vgg-svc.json")
-    assert profile.kind.value == "inference" and profile.batch_size == 100
-    assert profile.throughput.cores == (profile.demand_cores,)
-    assert 0 < profile.demand_cores <= docker_engine.info()["NCPU"] * 1.05
-    assert profile.units_per_s(profile.demand_cores) > 0
-    assert "dlsched calibrate --workload vgg-svc" in profile.provenance.method
-    assert profile.measured_on is not None and profile.threading == "tuned"
-    assert 0 < profile.startup_cpu_s <= profile.startup_s * docker_engine.info()["NCPU"]
-
-
-@pytest.mark.docker
-def test_calibrate_fits_a_workload_contention_curve_into_its_profile(
-    workload_image, containers_left_behind, tmp_path
-):
-    shipped = Path(load_profile.__code__.co_filename).parent / "profiles" / "measured"
-    shutil.copy(shipped / "mlp-digits.json", tmp_path / "mlp-digits.json")
-    args = ["calibrate", "--workload", "mlp-digits", "--only", "contention", "--duration", "3"]
-    # 2 and 3 copies (a training's default adds 4 and 6) keep the test short.
-    options = ["--job-counts", "2,3", "--wait-quiet", "0", "--retries", "0", "--force"]
-    assert cli.main([*args, *options, "--output-dir", str(tmp_path)]) == 0
-    profile = load_profile(tmp_path / "mlp-digits.json")
-    assert profile.contention_exponent is not None and 0 <= profile.contention_exponent <= 12
-    assert profile.contention_floor is not None and 0 <= profile.contention_floor < 1
-    assert "fitted to 6 cells of 2, 3 copies" in profile.provenance.derivation
-    # The first copy ran alone, uncapped, while the second started beside it.
-    assert profile.efficiency_beside_startup is not None
-    assert 0 < profile.efficiency_beside_startup <= 1
-    # Six cells, 2 and 3 copies under free, equal and favoured limits, each with its residual.
-    cells = r"tuned [23] jobs (free|equal|favoured): R"
-    residuals = re.findall(cells, profile.provenance.derivation)
-    assert sorted(residuals) == sorted(["free", "equal", "favoured"] * 2)
-    assert not containers_left_behind()
