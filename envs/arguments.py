@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from dlsched.envs.backend import Backend
@@ -85,21 +87,25 @@ class EnvironmentSetup:
     limit_floor: float
     layout: ObservationLayout
 
+    @property
+    def slots(self) -> int:
+        """Container slots on all workers: the length of an action."""
+        return self.layout.workers * self.layout.slots_per_worker
+
+    def observation_space(self) -> gym.spaces.Box:
+        """One episode's observation space."""
+        return gym.spaces.Box(0.0, 1.0, self.layout.shape, dtype=np.float32)
+
+    def action_space(self) -> gym.spaces.Box:
+        """One episode's action space: a limit per slot, a fraction of its worker."""
+        return gym.spaces.Box(0.0, 1.0, (self.slots,), dtype=np.float32)
+
 
 def environment_setup(
     env_id: str,
     kind: JobKind,
     defaults: tuple[str, str],
-    *,
-    scenario: str | os.PathLike[str] | Scenario | None,
-    backend: str | Backend,
-    reward: str | RewardFn | None,
-    interval_s: float | None,
-    placer: Placer | None,
-    limit_floor: float,
-    backend_options: Mapping[str, Any] | None,
-    render_mode: str | None,
-    unknown: Mapping[str, object],
+    given: Mapping[str, Any],
 ) -> EnvironmentSetup:
     """Check an environment's keyword arguments (:func:`check_env_arguments`: they come from a
     user, whatever their annotations say) and resolve them.
@@ -108,34 +114,25 @@ def environment_setup(
         env_id: the environment's registered id, for messages.
         kind: the kind of job it runs.
         defaults: its default scenario and reward.
-        scenario, backend, reward, interval_s, placer, limit_floor, backend_options,
-            render_mode: its keyword arguments (see :class:`~dlsched.envs.InferenceEnv`).
-        unknown: any other keyword arguments it was given.
+        given: its constructor's arguments by name (its ``locals()``): the names of
+            :data:`ENV_ARGUMENTS` it takes (one it does not take is ``None``; see
+            :class:`~dlsched.envs.InferenceEnv`) and ``unknown``, any other keyword arguments.
 
     Raises:
         ArgumentError: an unknown keyword, or a value of the wrong type or range.
         UnknownNameError: an unknown backend, scenario or reward name.
         ScenarioError: the scenario is malformed, too large, or of the other kind.
     """
-    check_env_arguments(
-        env_id,
-        scenario=scenario,
-        backend=backend,
-        reward=reward,
-        interval_s=interval_s,
-        placer=placer,
-        limit_floor=limit_floor,
-        backend_options=backend_options,
-        render_mode=render_mode,
-        unknown=unknown,
-    )
+    arguments: dict[str, Any] = {name: given.get(name) for name in ENV_ARGUMENTS}
+    check_env_arguments(env_id, **arguments, unknown=given["unknown"])
+    scenario, backend, reward = arguments["scenario"], arguments["backend"], arguments["reward"]
     default_scenario, default_reward = defaults
     resolved = resolve_scenario(scenario or default_scenario, kind, env_id)
-    if interval_s is not None:
-        resolved = dataclasses.replace(resolved, interval_s=float(interval_s))
+    if arguments["interval_s"] is not None:
+        resolved = dataclasses.replace(resolved, interval_s=float(arguments["interval_s"]))
     check_scenario_limits(resolved)
     if isinstance(backend, str):
-        backend = make_backend(backend, **dict(backend_options or {}))
+        backend = make_backend(backend, **dict(arguments["backend_options"] or {}))
     custom = reward if callable(reward) else None
     name = reward if isinstance(reward, str) else default_reward
     return EnvironmentSetup(
@@ -144,8 +141,8 @@ def environment_setup(
         reward_name=getattr(custom, "__name__", "custom") if custom else name,
         reward=None if custom else reward_function(name),
         custom_reward=custom,
-        placer=placer,
-        limit_floor=float(limit_floor),
+        placer=arguments["placer"],
+        limit_floor=float(arguments["limit_floor"]),
         layout=ObservationLayout(len(resolved.workers), resolved.slots_per_worker),
     )
 

@@ -61,30 +61,17 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         **unknown: object,  # refused, with the closest name: gym.make passes misspellings here
     ) -> None:
         setup = environment_setup(
-            self.env_id,
-            self.kind,
-            (self.default_scenario, self.default_reward),
-            scenario=scenario,
-            backend=backend,
-            reward=reward,
-            interval_s=interval_s,
-            placer=placer,
-            limit_floor=limit_floor,
-            backend_options=backend_options,
-            render_mode=render_mode,
-            unknown=unknown,
+            self.env_id, self.kind, (self.default_scenario, self.default_reward), locals()
         )
+        self._setup = setup
         self.render_mode = render_mode
         self.scenario: Scenario = setup.scenario
         self.backend: Backend = setup.backend
         self.reward_name = setup.reward_name
-        self._reward = setup.reward
-        self._custom_reward = setup.custom_reward
         self.limit_floor = setup.limit_floor
         self.layout = setup.layout
-        self.observation_space = gym.spaces.Box(0.0, 1.0, self.layout.shape, dtype=np.float32)
-        self._slots = self.layout.workers * self.layout.slots_per_worker
-        self.action_space = gym.spaces.Box(0.0, 1.0, (self._slots,), dtype=np.float32)
+        self.observation_space = setup.observation_space()
+        self.action_space = setup.action_space()
         self._loop = SchedulingLoop(self.backend.episode_batch(self.scenario, 1), setup.placer)
         self._telemetry: Telemetry | None = None
         # The episode's snapshots, kept only for rgb_array frames (its panels span the episode).
@@ -166,7 +153,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         """
         columns = self._columns()
         limits = decision_limits([decision], columns, self.layout.slots_per_worker, 0.0)[0]
-        held = np.zeros(self._slots, dtype=bool)
+        held = np.zeros(self._setup.slots, dtype=bool)
         active = columns.active[0]
         held[columns.worker[0][active] * self.layout.slots_per_worker + columns.slot[0][active]] = (
             True
@@ -192,11 +179,11 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         self._telemetry = now
         if self._frames is not None:
             self._history.append(now)
-        if self._reward is not None:
-            reward = float(self._reward(columns)[0])
+        if self._setup.reward is not None:
+            reward = float(self._setup.reward(columns)[0])
         else:
-            assert self._custom_reward is not None
-            reward = float(self._custom_reward(now, before))
+            assert self._setup.custom_reward is not None
+            reward = float(self._setup.custom_reward(now, before))
         terminated, truncated = self._loop.ends(_ONE)
         return (
             self._observe(columns),

@@ -110,18 +110,7 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     ) -> None:
         mode = check_vector_arguments(num_envs, autoreset_mode)
         setup = environment_setup(
-            self.env_id,
-            self.kind,
-            (self.default_scenario, self.default_reward),
-            scenario=scenario,
-            backend=backend,
-            reward=reward,
-            interval_s=interval_s,
-            placer=placer,
-            limit_floor=limit_floor,
-            backend_options=backend_options,
-            render_mode=None,
-            unknown=unknown,
+            self.env_id, self.kind, (self.default_scenario, self.default_reward), locals()
         )
         if num_envs > 1 and not setup.backend.capabilities.batchable:
             raise BackendError(
@@ -131,19 +120,15 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             )
         self.metadata = {**type(self).metadata, "autoreset_mode": mode}
         self.num_envs = num_envs
+        self._setup = setup
         self.scenario: Scenario = setup.scenario
         self.backend = setup.backend
         self.reward_name = setup.reward_name
-        self._reward = setup.reward
-        self._custom_reward = setup.custom_reward
         self.limit_floor = setup.limit_floor
         self.with_telemetry = bool(telemetry)
         self.layout = setup.layout
-        self.single_observation_space = gym.spaces.Box(
-            0.0, 1.0, self.layout.shape, dtype=np.float32
-        )
-        self._slots = self.layout.workers * self.layout.slots_per_worker
-        self.single_action_space = gym.spaces.Box(0.0, 1.0, (self._slots,), dtype=np.float32)
+        self.single_observation_space = setup.observation_space()
+        self.single_action_space = setup.action_space()
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.render_mode = None
@@ -314,15 +299,15 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     def _rewards(self, columns: TelemetryColumns, live: np.ndarray) -> np.ndarray:
         if not np.count_nonzero(live):
             return np.zeros(self.num_envs)
-        if self._reward is not None:
-            return self._reward(columns)
-        assert self._custom_reward is not None
+        if self._setup.reward is not None:
+            return self._setup.reward(columns)
+        assert self._setup.custom_reward is not None
         rewards = np.zeros(self.num_envs)
         for row in np.flatnonzero(live).tolist():
             now = columns.telemetry(row)
             before = self._telemetry[row]
             assert before is not None
-            rewards[row] = self._custom_reward(now, before)
+            rewards[row] = self._setup.custom_reward(now, before)
             self._telemetry[row] = now
         return rewards
 
@@ -338,7 +323,7 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             assert rng is not None
             rngs.append(rng)
         columns = self._loop.reset(rows, rngs)
-        if self._custom_reward is not None:
+        if self._setup.custom_reward is not None:
             for row in np.flatnonzero(rows).tolist():
                 self._telemetry[row] = columns.telemetry(row)
         return columns
