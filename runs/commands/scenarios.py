@@ -2,17 +2,21 @@
 JSON Schema of scenario files.
 
 Every scenario is loaded (and so validated) before it is listed or shown; a shipped scenario
-that fails validation is reported on stderr with its problems, and the command exits with 2.
+that fails validation is reported on stderr with its problems, and the command exits with 2. A
+scenario shown is also held against its replay profiles (its workloads, the units of work a step
+holds), and its verdict is one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass
 
 from dlsched.envs.errors import DlschedError
+from dlsched.envs.replay.profile_table import ProfileTable
 from dlsched.envs.scenarios.file_format import (
     load_scenario,
     scenario_names,
@@ -159,9 +163,20 @@ def _table(summaries: list[ScenarioSummary]) -> str:
 
 def _show(name_or_path: str, *, as_json: bool) -> int:
     scenario = load_scenario(name_or_path)
+    # What the replay engine checks against the profiles (workloads known, units per step
+    # bounded), checked before the file is called valid rather than at its first episode.
+    ProfileTable(scenario)
     if as_json:
         print(json.dumps(scenario_to_data(scenario), indent=2))
     else:
         # The file itself, not a re-dump, so its comments (the paper's numbers) are shown.
         print(scenario_text(name_or_path), end="")
+    summary = ScenarioSummary.of(scenario)
+    steps = math.ceil(scenario.horizon_s / scenario.interval_s)
+    print(
+        f"dlsched scenarios: {name_or_path} is valid: {summary.kind} scenario {summary.name!r}, "
+        f"{summary.jobs_text()} jobs on {summary.workers_text()} cores, at most {steps:,} steps "
+        f"of {scenario.interval_s:g} s",
+        file=sys.stderr,
+    )
     return 0

@@ -1191,7 +1191,9 @@ def test_cli_lists_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_cli_shows_one_scenario_file_with_its_comments(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scenarios", "flowcon-10-random"]) == 0
-    shown = capsys.readouterr().out
+    captured = capsys.readouterr()
+    shown = captured.out
+    assert captured.err.startswith("dlsched scenarios: flowcon-10-random is valid: training ")
     assert "# paper: makespan 1350.7 s FlowCon vs 1384.9 s DS" in shown
     assert parse_scenario(yaml.safe_load(shown), "shown") == load_scenario("flowcon-10-random")
 
