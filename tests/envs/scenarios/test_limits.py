@@ -80,8 +80,9 @@ UNBOUNDED = {
         lambda: BASE + "interval_s: 1.0e-9\n", "horizon_s / interval_s", "MAX_STEPS"
     ),
     "units-per-step": Unbounded(  # once minutes at step 0, completing 1e294 batches one by one
-        lambda: BASE.replace("horizon_s: 600", "horizon_s: 1.0e+300\ninterval_s: 1.0e+295")
-        .replace("[20]}", "[20], arrival: {kind: fixed, every_s: 1.0e+290}}"),
+        lambda: BASE.replace("horizon_s: 600", "horizon_s: 1.0e+300\ninterval_s: 1.0e+295").replace(
+            "[20]}", "[20], arrival: {kind: fixed, every_s: 1.0e+290}}"
+        ),
         "interval_s = 1e+295",
         "MAX_UNITS_PER_STEP",
     ),
