@@ -104,6 +104,14 @@ MAX_UNITS_PER_STEP = Limit(
 ``interval_s``): the replay model draws and completes every one (a service's batches over a
 step of 10**295 s never end). Checked against the profiles where a replay environment is made."""
 
+MAX_ITERATIONS = Limit(
+    "MAX_ITERATIONS", 10_000_000, "training iterations per episode (every job's, summed)"
+)
+"""Iterations of one episode's training jobs, each job's at its group's largest count (its own
+``iterations``, else its workload's default): the replay model draws every iteration's work and
+loss when a job is placed and keeps them (16 bytes an iteration: 160 MB at the limit). Checked
+against the profiles where a replay environment is made."""
+
 MAX_NAME_LENGTH = 100
 """Characters of a scenario's name: it is part of folder, experiment and run names."""
 MAX_TEXT_LENGTH = 1000
@@ -120,6 +128,7 @@ COUNT_LIMITS: tuple[Limit, ...] = (
     MAX_JOBS,
     MAX_STEPS,
     MAX_UNITS_PER_STEP,
+    MAX_ITERATIONS,
 )
 """Every limit that an environment variable can raise."""
 

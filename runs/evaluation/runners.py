@@ -27,6 +27,7 @@ import dlsched.envs  # noqa: F401  (registers the environment ids)
 from dlsched.envs.backends import backend_class
 from dlsched.envs.errors import ArgumentError
 from dlsched.envs.inference_env import InferenceEnv
+from dlsched.envs.replay.profile_table import ProfileTable
 from dlsched.envs.scenarios.limits import Limit
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
@@ -52,9 +53,13 @@ and are handed over as they end, and only their scores are kept), but each takes
 #: Episodes run at once on the batched environment, at most: beyond a few hundred a batch steps
 #: no faster (``dlsched bench replay``).
 EPISODES_AT_ONCE = 256
-#: Container samples (one per job per step, about 330 bytes each) that the episodes run at once
-#: may record, at most: a batch of a large cluster's episodes is smaller.
-SAMPLES_AT_ONCE = 500_000
+#: Bytes the records and the replay draws of the episodes run at once may take, about: a batch
+#: of a large cluster's (or of long training jobs') episodes is smaller.
+BYTES_AT_ONCE = 200 << 20
+#: Bytes of one container sample (one per job per step) in an episode's records, about.
+SAMPLE_BYTES = 330
+#: Bytes of one training iteration's draws (its work and its loss) in the replay engine.
+ITERATION_BYTES = 16
 
 ENV_IDS: Mapping[JobKind, str] = {
     JobKind.INFERENCE: InferenceEnv.env_id,
@@ -311,11 +316,17 @@ def check_evaluation_size(policies: int, seeds: int) -> None:
 
 
 def episodes_at_once(scenario: Scenario) -> int:
-    """How many of ``scenario``'s episodes :func:`evaluation_episodes` runs at once: at most
-    :data:`EPISODES_AT_ONCE`, and few enough that their records hold at most
-    :data:`SAMPLES_AT_ONCE` container samples."""
+    """How many of ``scenario``'s episodes :func:`evaluation_episodes` runs at once on the replay
+    engine: at most :data:`EPISODES_AT_ONCE`, and few enough that their records and draws take
+    about :data:`BYTES_AT_ONCE`.
+
+    Raises:
+        ScenarioError, UnknownNameError: the scenario does not fit its replay profiles.
+    """
     samples = scenario.max_jobs * (math.ceil(scenario.horizon_s / scenario.interval_s) + 1)
-    return max(1, min(EPISODES_AT_ONCE, SAMPLES_AT_ONCE // max(samples, 1)))
+    iterations = ProfileTable(scenario).max_iterations
+    episode_bytes = samples * SAMPLE_BYTES + iterations * ITERATION_BYTES
+    return max(1, min(EPISODES_AT_ONCE, BYTES_AT_ONCE // max(episode_bytes, 1)))
 
 
 def evaluate(
@@ -385,7 +396,6 @@ def evaluation_episodes(
     ordered = sorted(policies, key=lambda policy: policy.name != DEFAULT_POLICY)
     options = dict(backend_options or {})
     steps_per_episode = math.ceil(scenario.horizon_s / scenario.interval_s)
-    at_once = episodes_at_once(scenario)
     with tqdm(
         total=len(ordered) * len(seeds) * steps_per_episode,
         desc=scenario.name,
@@ -397,6 +407,7 @@ def evaluation_episodes(
         for policy in ordered:
             episodes: Iterable[EpisodeResult]
             if batched and len(seeds) > 1 and at_once_refusal(policy, backend) is None:
+                at_once = episodes_at_once(scenario)
                 episodes = _batches(scenario, policy, seeds, backend, options, at_once, bar)
             else:
                 episodes = _one_at_a_time(scenario, policy, seeds, backend, options, bar)

@@ -67,9 +67,9 @@ def test_seeds_run_in_batches_and_give_the_records_of_one_batch(
         batches.append(len(args[2]))
         return run_episodes(*args, **kwargs)
 
-    # a batch holds at most SAMPLES_AT_ONCE container samples: three of these episodes
+    # a batch's records take about BYTES_AT_ONCE: three of these episodes'
     samples = SHORT.max_jobs * (round(SHORT.horizon_s / SHORT.interval_s) + 1)
-    monkeypatch.setattr(runners, "SAMPLES_AT_ONCE", 3 * samples + 1)
+    monkeypatch.setattr(runners, "BYTES_AT_ONCE", 3 * samples * runners.SAMPLE_BYTES + 1)
     monkeypatch.setattr(runners, "run_episodes", counted)
     results = evaluate(SHORT, [policy], seeds, progress=False)
     assert batches == [3, 3, 1]
