@@ -57,6 +57,7 @@ from dlsched.envs.loop import SchedulingLoop
 from dlsched.envs.observation import encode
 from dlsched.envs.placement import Placer
 from dlsched.envs.rewards import RewardFn
+from dlsched.envs.scenarios.limits import MAX_BATCH_SLOTS
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.telemetry import Telemetry
 from dlsched.envs.telemetry_columns import TelemetryColumns
@@ -112,6 +113,12 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         setup = environment_setup(
             self.env_id, self.kind, (self.default_scenario, self.default_reward), locals()
         )
+        if MAX_BATCH_SLOTS.exceeded(num_envs * setup.slots):
+            raise ArgumentError(
+                f"num_envs={num_envs:,} episodes x {setup.slots:,} slots of scenario "
+                f"{setup.scenario.name!r} = {num_envs * setup.slots:,} slots: expected "
+                f"{MAX_BATCH_SLOTS.expected()}; make fewer episodes at once"
+            )
         if num_envs > 1 and not setup.backend.capabilities.batchable:
             raise BackendError(
                 f"backend {setup.backend.name!r} runs one episode at a time, not {num_envs}; "

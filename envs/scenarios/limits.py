@@ -112,6 +112,12 @@ MAX_ITERATIONS = Limit(
 loss when a job is placed and keeps them (16 bytes an iteration: 160 MB at the limit). Checked
 against the profiles where a replay environment is made."""
 
+MAX_BATCH_SLOTS = Limit(
+    "MAX_BATCH_SLOTS", 1 << 22, "slots in a batched environment (num_envs x the scenario's slots)"
+)
+"""Slots of all the episodes of a batched environment (``gym.make_vec``): its observations
+take 64 bytes a slot, its state arrays as much again (about 512 MiB at the limit)."""
+
 MAX_NAME_LENGTH = 100
 """Characters of a scenario's name: it is part of folder, experiment and run names."""
 MAX_TEXT_LENGTH = 1000
@@ -129,6 +135,7 @@ COUNT_LIMITS: tuple[Limit, ...] = (
     MAX_STEPS,
     MAX_UNITS_PER_STEP,
     MAX_ITERATIONS,
+    MAX_BATCH_SLOTS,
 )
 """Every limit that an environment variable can raise."""
 
