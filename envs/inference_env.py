@@ -30,9 +30,11 @@ class InferenceEnv(_InferenceKind, SchedulingEnv):
     ``Box(0, 1, (workers * slots_per_worker,), float32)``: the CPU limit of the job in each slot,
     as a fraction of its worker's cores (``1`` means no cap). Entries of empty slots are ignored.
     Values above 1 are clipped to 1; values below the floor (``limit_floor``, default 0.02,
-    negative values included) are raised to the floor. A NaN or infinite entry, or an array of
-    another shape, raises :class:`~dlsched.envs.errors.ActionError`. Limits of a worker may sum
-    above 1: Docker quotas may overcommit, and the CPU is then shared by the kernel.
+    negative values included) are raised to the floor. The first action with entries outside
+    ``[0, 1]`` warns once (:class:`~dlsched.envs.errors.ActionClippedWarning`): clipping is right
+    for an agent's raw output, but not for limits given in cores. A NaN or infinite entry, or an
+    array of another shape, raises :class:`~dlsched.envs.errors.ActionError`. Limits of a worker
+    may sum above 1: Docker quotas may overcommit, and the CPU is then shared by the kernel.
     :meth:`step_decision` takes a typed :class:`~dlsched.envs.decision.Decision` (limits by job
     id, migrations) instead.
 

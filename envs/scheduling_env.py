@@ -22,7 +22,12 @@ import numpy as np
 from dlsched.envs.arguments import DEFAULT_LIMIT_FLOOR, check_seed, environment_setup
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Decision
-from dlsched.envs.decision_checks import action_limits, check_decision, decision_limits
+from dlsched.envs.decision_checks import (
+    ClipNotice,
+    action_limits,
+    check_decision,
+    decision_limits,
+)
 from dlsched.envs.loop import SchedulingLoop
 from dlsched.envs.observation import encode
 from dlsched.envs.placement import Placer
@@ -64,6 +69,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
             self.env_id, self.kind, (self.default_scenario, self.default_reward), locals()
         )
         self._setup = setup
+        self._clip_notice = ClipNotice()
         self.render_mode = render_mode
         self.scenario: Scenario = setup.scenario
         self.backend: Backend = setup.backend
@@ -100,7 +106,9 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         return self._observe(columns), self._info(columns, now)
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        return self._step(action_limits(action, None, self.layout, self.limit_floor), None)
+        return self._step(
+            action_limits(action, None, self.layout, self.limit_floor, self._clip_notice), None
+        )
 
     def step_decision(
         self, decision: Decision

@@ -51,7 +51,7 @@ from dlsched.envs.arguments import (
 )
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Decision, Migration
-from dlsched.envs.decision_checks import action_limits, decision_limits
+from dlsched.envs.decision_checks import ClipNotice, action_limits, decision_limits
 from dlsched.envs.errors import ActionError, ArgumentError, BackendError
 from dlsched.envs.loop import SchedulingLoop
 from dlsched.envs.observation import encode
@@ -128,6 +128,7 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self.metadata = {**type(self).metadata, "autoreset_mode": mode}
         self.num_envs = num_envs
         self._setup = setup
+        self._clip_notice = ClipNotice()
         self.scenario: Scenario = setup.scenario
         self.backend = setup.backend
         self.reward_name = setup.reward_name
@@ -201,7 +202,9 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
                 or a migration the single environment refuses.
         """
         self._columns()
-        limits = action_limits(actions, self.num_envs, self.layout, self.limit_floor)
+        limits = action_limits(
+            actions, self.num_envs, self.layout, self.limit_floor, self._clip_notice
+        )
         return self._step(limits, migrations)
 
     def step_decisions(
