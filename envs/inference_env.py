@@ -66,12 +66,13 @@ class InferenceEnv(_InferenceKind, SchedulingEnv):
     - ``placer``: the :class:`~dlsched.envs.placement.Placer` for arriving jobs.
     - ``limit_floor``: the lowest limit, a fraction of a worker in ``(0, 1]``.
     - ``backend_options``: keyword arguments of the backend's constructor.
-    - ``render_mode``: ``"ansi"`` (a text table of the jobs at every ``render()``) or
-      ``"rgb_array"`` (the episode's latency/loss and limit panels as an image); ``None``
-      (default) renders nothing. See :mod:`dlsched.envs.rendering`.
+    - ``render_mode``: ``"ansi"`` (a text table of the jobs at every ``render()``),
+      ``"human"`` (that table printed at every ``reset`` and ``step``) or ``"rgb_array"`` (the
+      episode's latency/loss and limit panels as an image); ``None`` (default) renders nothing.
+      See :mod:`dlsched.envs.rendering`.
 
     ## Version History
-    - v0: initial version.
+    - v0: initial version (``render_mode="human"`` added later; the dynamics are unchanged).
     """
 
 

@@ -103,6 +103,8 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         now = columns.telemetry(0)
         self._telemetry = now
         self._history = [now] if self._frames is not None else []
+        if self.render_mode == "human":
+            self.render()
         return self._observe(columns), self._info(columns, now)
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -124,11 +126,15 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def render(self) -> str | np.ndarray | None:
         """The current step as ``render_mode`` asks (see :mod:`dlsched.envs.rendering`).
 
-        ``ansi``: a text table of the jobs; ``rgb_array``: the latency (or loss) and limit panels
+        ``ansi``: a text table of the jobs; ``human``: that table printed (each ``reset`` and
+        ``step`` renders it by itself); ``rgb_array``: the latency (or loss) and limit panels
         of the episode so far, ``uint8`` of shape ``(480, 720, 3)``; ``None`` without a mode.
         """
         if self.render_mode == "ansi":
             return render_ansi(self._telemetry, self.kind)
+        if self.render_mode == "human":
+            print(render_ansi(self._telemetry, self.kind), flush=True)
+            return None
         if self._frames is not None:
             return self._frames.frame(self._history, self.kind)
         return None
@@ -193,6 +199,8 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
             assert self._setup.custom_reward is not None
             reward = float(self._setup.custom_reward(now, before))
         terminated, truncated = self._loop.ends(_ONE)
+        if self.render_mode == "human":
+            self.render()
         return (
             self._observe(columns),
             reward,
