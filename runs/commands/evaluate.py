@@ -27,6 +27,7 @@ from dlsched.runs.commands.options import (
     add_evaluation_outputs,
     add_policies,
 )
+from dlsched.runs.evaluation.runners import check_backend
 from dlsched.runs.policy_specs import build_policies
 from dlsched.runs.tracking.compare import ScenarioComparison, render_table
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
@@ -128,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     if args.no_tracking:
         _print(evaluate_untracked(request, progress), None, args.json)
         return 0
+    # nothing is recorded (no store, no run, no folder) for an evaluation that cannot start
+    check_backend(scenario, request.backend, request.backend_options)
     # MLflow (about 1 s to import) only when tracking
     from dlsched.runs.tracking.owners import end_orphaned_runs
     from dlsched.runs.tracking.store import connect

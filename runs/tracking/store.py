@@ -40,7 +40,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from dlsched.envs.errors import TrackingError
-from dlsched.runs.tracking.target import ENV_VAR, TrackingTarget
+from dlsched.runs.tracking.target import ENV_VAR, TrackingTarget, sqlite_path
 
 #: Seconds the up-front check waits for an HTTP tracking server's health endpoint.
 PROBE_TIMEOUT_S = 5.0
@@ -124,13 +124,6 @@ def _client(target: TrackingTarget, untracked: bool = True) -> MlflowClient:
             f"{type(error).__name__}: {first_line(error)}. {target.fix_hint(untracked=untracked)}"
         ) from error
     return client
-
-
-def sqlite_path(target: TrackingTarget) -> Path | None:
-    """The file of a sqlite store (``sqlite:///rel.db``, ``sqlite:////abs.db``); ``None`` for an
-    in-memory one."""
-    path = urlparse(target.uri).path[1:]
-    return Path(path) if path and path != ":memory:" else None
 
 
 def _create_or_open_sqlite(target: TrackingTarget, path: Path) -> MlflowClient:

@@ -163,13 +163,22 @@ def _sync_evaluation(
     evaluation_id = parent.data.tags[TAG_EVALUATION]
     children: dict[str, list[Run]] = {}
     query = f"tags.`{TAG_EVALUATION}` = '{evaluation_id}' and tags.`{TAG_KIND}` = 'episode'"
-    for child in client.search_runs([experiment_id], query, ViewType.ACTIVE_ONLY, 10_000):
-        children.setdefault(child.info.run_name, []).append(child)
-    uploaded, already, results = [], [], []
+    token: str | None = None
+    while True:  # every page: an episode missed here would be uploaded twice
+        page = client.search_runs(
+            [experiment_id], query, ViewType.ACTIVE_ONLY, 1000, page_token=token
+        )
+        for child in page:
+            children.setdefault(child.info.run_name, []).append(child)
+        token = page.token
+        if not token:
+            break
+    uploaded, already = [], []
     version, commit = dlsched_version(), source_commit()
-    for episode_dir in folder.episode_dirs():
-        result = read_episode(episode_dir)
-        results.append(result)
+    # every episode read (and its files' sizes checked) before any is uploaded
+    episode_dirs = folder.episode_dirs()
+    results = [read_episode(episode_dir) for episode_dir in episode_dirs]
+    for episode_dir, result in zip(episode_dirs, results, strict=True):
         name = episode_dir.name
         runs = children.get(name, [])
         if any(run.info.status == "FINISHED" for run in runs):

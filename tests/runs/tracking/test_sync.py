@@ -94,3 +94,22 @@ def test_an_episode_stored_twice_is_counted_once_by_compare(capsys, missed_evalu
     for policy in compared["policies"]:
         assert policy["seeds"] == list(range(SEEDS))
         assert {metric["n"] for metric in policy["metrics"].values()} <= {SEEDS, 0}
+
+
+@pytest.mark.parametrize(
+    ("file", "limit"),
+    [("trajectory.csv", "MAX_TRAJECTORY_BYTES"), ("episode.json", "MAX_RECORD_BYTES")],
+)
+def test_an_episode_file_over_its_limit_is_refused_before_anything_is_read_or_uploaded(
+    capsys, missed_evaluation, file, limit
+):
+    folder, uri = missed_evaluation
+    bomb = sorted(folder.glob(f"*/{file}"))[-1]
+    with bomb.open("r+b") as stream:  # a sparse GiB: no disk used, but over the default limit
+        stream.truncate(1 << 30)
+
+    assert main(["runs", "sync", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bomb} has 1,073,741,824 bytes" in err and f"DLSCHED_{limit}=N" in err
+    assert "Traceback" not in err
+    assert _episode_runs(uri) == []  # refused before the first upload
