@@ -27,7 +27,6 @@ from dlsched.runs.commands.options import (
     add_evaluation_outputs,
     add_policies,
 )
-from dlsched.runs.evaluation.runners import check_backend
 from dlsched.runs.policy_specs import build_policies
 from dlsched.runs.tracking.compare import ScenarioComparison, render_table
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
@@ -107,7 +106,7 @@ def episode_plots(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched evaluate`` as ``args`` say; the exit code."""
-    from dlsched.runs.evaluation.runners import check_evaluation_size
+    from dlsched.runs.evaluation.runners import check_backend, check_evaluation_size
     from dlsched.runs.tracking.target import resolve_tracking_uri
     from dlsched.runs.tracking.tracked_evaluation import EvaluationRequest, evaluate_untracked
 
