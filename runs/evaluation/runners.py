@@ -24,7 +24,7 @@ import numpy as np
 from tqdm import tqdm
 
 import dlsched.envs  # noqa: F401  (registers the environment ids)
-from dlsched.envs.backends import backend_class
+from dlsched.envs.backends import backend_class, make_backend
 from dlsched.envs.errors import ArgumentError
 from dlsched.envs.inference_env import InferenceEnv
 from dlsched.envs.replay.profile_table import ProfileTable
@@ -299,6 +299,22 @@ def episode_metrics(
         ),
         unfinished_jobs=float(len(jobs) - len(finished)),
     )
+
+
+def check_backend(
+    scenario: Scenario, backend: str, backend_options: Mapping[str, str] | None = None
+) -> None:
+    """Check that ``backend`` could start an episode of ``scenario`` now (a real backend's
+    engines answer), starting nothing: a command asks before it opens its tracking run.
+
+    Raises:
+        BackendError: it could not, saying why and the fix.
+    """
+    ready = make_backend(backend, **dict(backend_options or {}))
+    try:
+        ready.check_ready(scenario)
+    finally:
+        ready.close()
 
 
 def check_evaluation_size(policies: int, seeds: int) -> None:
