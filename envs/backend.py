@@ -22,6 +22,7 @@ from dlsched.envs.backend_episode import BackendEpisode
 from dlsched.envs.decision import Placements
 from dlsched.envs.episode_batch import EpisodeBatch
 from dlsched.envs.errors import BackendError
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.scenarios.model import JobSpec, Scenario
 from dlsched.envs.telemetry import Telemetry
 
@@ -90,9 +91,24 @@ class Backend(ABC):
     def close(self) -> None:
         """Stop everything this backend started."""
 
+    def check_ready(self, scenario: Scenario) -> None:  # noqa: B027  (nothing by default)
+        """Check that an episode of ``scenario`` could start now, starting nothing: what a
+        command asks before it records anything, so that one that cannot run records nothing.
+        Nothing to check by default (a simulation needs nothing outside the process).
+
+        Raises:
+            BackendError: it could not start (a subclass saying why and the fix).
+        """
+
     def incidents(self) -> tuple[str, ...]:
         """What happened in the current (or last) episode that makes its figures doubtful,
         one sentence each (a container removed from outside, say); none by default."""
+        return ()
+
+    def progress_traces(self) -> tuple[ProgressTrace, ...]:
+        """Every placed job's progress event by event in the current episode (until the next
+        reset or close), for backends that see the workloads' own events; none by default (the
+        replay model has no time finer than its step)."""
         return ()
 
     def episode_batch(self, scenario: Scenario, episodes: int) -> EpisodeBatch:

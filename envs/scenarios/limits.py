@@ -62,7 +62,7 @@ class Limit:
         if not text.isdigit() or int(text) < 1:
             raise ScenarioError(
                 f"{self.variable}={os.environ[self.variable]!r}: expected a whole number >= 1 "
-                f"(the most {self.unit} a scenario may have; default {self.default:,}); fix or "
+                f"(the most {self.unit} dlsched accepts; default {self.default:,}); fix or "
                 f"unset it"
             )
         return int(text)

@@ -106,7 +106,7 @@ def episode_plots(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched evaluate`` as ``args`` say; the exit code."""
-    from dlsched.runs.evaluation.runners import check_evaluation_size
+    from dlsched.runs.evaluation.runners import check_backend, check_evaluation_size
     from dlsched.runs.tracking.target import resolve_tracking_uri
     from dlsched.runs.tracking.tracked_evaluation import EvaluationRequest, evaluate_untracked
 
@@ -128,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     if args.no_tracking:
         _print(evaluate_untracked(request, progress), None, args.json)
         return 0
+    # nothing is recorded (no store, no run, no folder) for an evaluation that cannot start
+    check_backend(scenario, request.backend, request.backend_options)
     # MLflow (about 1 s to import) only when tracking
     from dlsched.runs.tracking.owners import end_orphaned_runs
     from dlsched.runs.tracking.store import connect

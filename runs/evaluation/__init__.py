@@ -18,7 +18,8 @@ One module per concept, every public name of them importable from here
   form;
 - :mod:`.metrics`: the metric catalogue (:class:`EpisodeMetrics`, :data:`METRICS`);
 - :mod:`.runners`: running and scoring episodes (:func:`run_episode`,
-  :func:`run_episodes`, :func:`evaluation_episodes`, :func:`evaluate`);
+  :func:`run_episodes`, :func:`evaluation_episodes`, :func:`evaluate`; :func:`check_backend`
+  before any);
 - :mod:`.summaries`: the statistics across seeds (:func:`estimate`, :func:`summarise`).
 """
 
@@ -48,6 +49,7 @@ from dlsched.runs.evaluation.runners import (
     ENV_IDS,
     MAX_EPISODES,
     at_once_refusal,
+    check_backend,
     check_evaluation_size,
     episode_metrics,
     episode_result,
@@ -90,6 +92,7 @@ __all__ = [
     "StepRecord",
     "at_once_refusal",
     "backend_label",
+    "check_backend",
     "check_evaluation_size",
     "episode_metrics",
     "episode_result",

@@ -9,9 +9,10 @@ not mixed with its earlier version) and backend, then by policy and evaluation: 
 was evaluated several times on a scenario gets one row per evaluation, labelled
 ``<policy>@<evaluation time>``, so nothing is pooled or dropped silently; evaluations whose
 episodes are identical (the same seeds and scores: a deterministic evaluation run again) are
-one row, under the newest, labelled with how many there were (``default x4``). A row's ratios are to
-the ``default`` (and ``oracle``) of its own evaluation if there is one, else to the newest such
-row of the scenario.
+one row, under the newest, labelled with how many there were (``default x4``). An episode
+stored twice (two runs of one evaluation, policy and seed: uploaded by two syncs at once, say)
+is counted once, by its first run. A row's ratios are to the ``default`` (and ``oracle``) of
+its own evaluation if there is one, else to the newest such row of the scenario.
 """
 
 from __future__ import annotations
@@ -83,9 +84,13 @@ class ScenarioComparison:
 
 
 def compare_stored(episodes: Sequence[StoredEpisode]) -> list[ScenarioComparison]:
-    """Group stored episodes into comparisons, ordered by scenario name and backend."""
+    """Group stored episodes into comparisons, ordered by scenario name and backend; each
+    episode once, however many runs hold it."""
     groups: dict[tuple[str, str, str], list[StoredEpisode]] = {}
+    first_runs: dict[tuple[str, str, int], StoredEpisode] = {}
     for episode in sorted(episodes, key=lambda e: (e.started_ms, e.run_id)):
+        first_runs.setdefault(episode.identity, episode)
+    for episode in first_runs.values():
         groups.setdefault((episode.scenario, episode.scenario_hash, episode.backend), []).append(
             episode
         )

@@ -9,12 +9,17 @@ Layout (``root`` is ``./dlsched-runs`` unless ``--out`` says otherwise)::
         <policy>-seed<seed>/
             trajectory.csv             every step, every container (TRAJECTORY_COLUMNS)
             episode.json               identity, metrics, job outcomes, per-step aggregates
+            progress.csv               every iteration or batch of every job, with its time
+                                       (Docker episodes only: PROGRESS_COLUMNS)
             *.png                      the episode's plots (dlsched.runs.tracking.plots)
 
 The folder of an evaluation is created once and never reused, so a second evaluation cannot
 overwrite a first; a finished episode is on disk whatever happens to the tracking server later,
 and ``dlsched runs sync`` reads it back (:func:`read_episode`, :func:`read_tracking`) to upload
-what the store missed.
+what the store missed, as ``dlsched validate --against recorded:<folder>`` does to compare. What
+is read back is bounded: each file's size is checked against its limit
+(:data:`MAX_RECORD_BYTES`, :data:`MAX_TRAJECTORY_BYTES`, :data:`MAX_PROGRESS_BYTES`; raised by
+the environment variable each names, as the scenario limits are) before it is read.
 """
 
 from __future__ import annotations
@@ -23,15 +28,21 @@ import csv
 import dataclasses
 import json
 import secrets
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import numpy as np
 
 from dlsched.envs.errors import TrackingError
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.scenarios.limits import Limit
+from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.telemetry import JobState, QoEClass
 from dlsched.runs.evaluation.metrics import EpisodeMetrics
 from dlsched.runs.evaluation.records import (
@@ -62,6 +73,27 @@ TRAJECTORY_FILE = "trajectory.csv"
 EPISODE_FILE = "episode.json"
 SCENARIO_FILE = "scenario.yaml"
 TRACKING_FILE = "tracking.json"
+PROGRESS_FILE = "progress.csv"
+
+MAX_RECORD_BYTES = Limit(
+    "MAX_RECORD_BYTES", 256 << 20, "bytes in a record read back (episode.json, tracking.json)"
+)
+"""An episode's record (its steps' aggregates and jobs) or a folder's tracking record: 256 MiB,
+an episode of a million steps (a paper's episode records a few hundred kB); read whole, it
+takes about ten times that in memory."""
+MAX_TRAJECTORY_BYTES = Limit(
+    "MAX_TRAJECTORY_BYTES", 512 << 20, "bytes in an episode's trajectory table (trajectory.csv)"
+)
+"""An episode's table of every container at every step: 512 MiB, about three million rows (a
+paper's episode writes a few MB); read back as one record per row, or uploaded by ``dlsched runs
+sync``."""
+MAX_PROGRESS_BYTES = Limit(
+    "MAX_PROGRESS_BYTES", 512 << 20, "bytes in an episode's progress events (progress.csv)"
+)
+"""An episode's every iteration and batch with its time: 512 MiB, about 15 million events (an
+episode of docker-training-4 writes about 60 kB)."""
+#: Columns of ``progress.csv``: one row per iteration or batch of a job.
+PROGRESS_COLUMNS: tuple[str, ...] = ("job_id", "unit", "time_s", "count")
 
 #: Columns of ``trajectory.csv``: the step, then one :class:`ContainerSample` field each.
 TRAJECTORY_COLUMNS: tuple[str, ...] = (
@@ -114,7 +146,7 @@ def read_tracking(folder: Path) -> TrackingRecord:
     """
     path = folder / TRACKING_FILE
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(_bounded(path, MAX_RECORD_BYTES).read_text())
         return TrackingRecord(**data)
     except FileNotFoundError:
         raise TrackingError(
@@ -123,6 +155,22 @@ def read_tracking(folder: Path) -> TrackingRecord:
         ) from None
     except (ValueError, TypeError) as error:
         raise TrackingError(f"{path} is not a dlsched tracking record: {error}") from None
+
+
+def _bounded(path: Path, limit: Limit) -> Path:
+    """``path``, once its size is found within ``limit`` (without reading it).
+
+    Raises:
+        TrackingError: it is larger, naming its size, the limit and the variable that raises it.
+        FileNotFoundError: there is no such file.
+    """
+    size = path.stat().st_size
+    if limit.exceeded(size):
+        raise TrackingError(
+            f"{path} has {size:,} bytes: expected {limit.expected()}. dlsched wrote no such "
+            "file: check that it is the file of a dlsched evaluation"
+        )
+    return path
 
 
 def episode_name(policy: PolicyIdentity, seed: int) -> str:
@@ -185,6 +233,8 @@ class EvaluationFolder:
         try:
             folder.mkdir(exist_ok=False)
             write_trajectory(result, folder / TRAJECTORY_FILE)
+            if result.progress_traces:
+                write_progress(result.progress_traces, folder / PROGRESS_FILE)
             (folder / EPISODE_FILE).write_text(json.dumps(episode_record(result), indent=1))
             (folder / SCENARIO_FILE).write_text(scenario_yaml)
         except OSError as error:
@@ -208,6 +258,42 @@ def write_trajectory(result: EpisodeResult, path: Path) -> None:
                 )
 
 
+def write_progress(traces: tuple[ProgressTrace, ...], path: Path) -> None:
+    """Write every job's progress events, job after job (:data:`PROGRESS_COLUMNS`)."""
+    with path.open("w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(PROGRESS_COLUMNS)
+        for trace in traces:
+            writer.writerows(
+                (trace.job_id, trace.unit, repr(time_s), count)
+                for time_s, count in zip(trace.times_s.tolist(), trace.counts.tolist(), strict=True)
+            )
+
+
+def read_progress(path: Path, truncated: frozenset[str]) -> tuple[ProgressTrace, ...]:
+    """The traces :func:`write_progress` wrote, in its order (``truncated``: the jobs whose
+    traces were cut at :data:`~dlsched.envs.progress_trace.MAX_TRACE_EVENTS`)."""
+    times: defaultdict[str, list[float]] = defaultdict(list)
+    counts: defaultdict[str, list[int]] = defaultdict(list)
+    units: dict[str, str] = {}
+    with path.open(newline="") as stream:
+        for row in csv.DictReader(stream):
+            job_id = row["job_id"]
+            units.setdefault(job_id, row["unit"])
+            times[job_id].append(float(row["time_s"]))
+            counts[job_id].append(int(row["count"]))
+    return tuple(
+        ProgressTrace(
+            job_id,
+            unit,
+            np.asarray(times[job_id], dtype=np.float64),
+            np.asarray(counts[job_id], dtype=np.int64),
+            job_id in truncated,
+        )
+        for job_id, unit in units.items()
+    )
+
+
 def _cell(value: object) -> str:
     if value is None:
         return ""
@@ -228,6 +314,7 @@ def episode_record(result: EpisodeResult) -> dict[str, object]:
         "backend_options": dict(result.backend_options),
         "seed": result.seed,
         "incidents": list(result.incidents),
+        "progress_truncated": [trace.job_id for trace in result.progress_traces if trace.truncated],
         "metrics": to_jsonable(result.metrics),
         "jobs": [{**to_jsonable(job), "completion_s": job.completion_s} for job in result.jobs],
         "steps": [
@@ -276,14 +363,52 @@ def _optional(cell: str, parse: Callable[[str], _T]) -> _T | None:
 def read_episode(folder: Path, containers: bool = False) -> EpisodeResult:
     """An episode read back from its folder (what :meth:`EvaluationFolder.write_episode` wrote).
 
+    Every file's size is checked first, ``trajectory.csv``'s and ``progress.csv``'s too when
+    they are not read here (the caller uploads them: ``dlsched runs sync``).
+
     Args:
         folder: the episode's folder (``<evaluation>/<policy>-seed<seed>``).
         containers: also read the per-container rows of ``trajectory.csv`` into each step's
-            ``containers``; without it the steps carry their aggregates only.
+            ``containers``, and the progress events of ``progress.csv`` (where the episode
+            has them); without it the steps carry their aggregates only.
+
+    Raises:
+        TrackingError: a file is missing, larger than its limit, or not what dlsched writes.
+        ScenarioError: its scenario file is not a valid scenario.
     """
-    record = json.loads((folder / EPISODE_FILE).read_text())
+    try:
+        record_file = _bounded(folder / EPISODE_FILE, MAX_RECORD_BYTES)
+        trajectory_file = _bounded(folder / TRAJECTORY_FILE, MAX_TRAJECTORY_BYTES)
+        progress_file = folder / PROGRESS_FILE
+        has_progress = progress_file.exists() and bool(_bounded(progress_file, MAX_PROGRESS_BYTES))
+    except FileNotFoundError as error:
+        raise TrackingError(
+            f"episode folder {folder} lacks {Path(str(error.filename)).name}: dlsched writes "
+            f"{EPISODE_FILE}, {TRAJECTORY_FILE} and {SCENARIO_FILE} in every episode's folder"
+        ) from None
     scenario = load_scenario(str(folder / SCENARIO_FILE))
-    rows = read_trajectory(folder / TRAJECTORY_FILE) if containers else {}
+    try:
+        record = json.loads(record_file.read_text())
+        rows = read_trajectory(trajectory_file) if containers else {}
+        traces = (
+            read_progress(progress_file, frozenset(record.get("progress_truncated", ())))
+            if containers and has_progress
+            else ()
+        )
+        return _episode_result(record, scenario, rows, traces)
+    except (ValueError, KeyError, TypeError) as error:
+        raise TrackingError(
+            f"episode folder {folder} holds no dlsched episode as dlsched writes one "
+            f"({type(error).__name__}: {error})"
+        ) from None
+
+
+def _episode_result(
+    record: dict[str, Any],
+    scenario: Scenario,
+    rows: dict[int, tuple[ContainerSample, ...]],
+    traces: tuple[ProgressTrace, ...],
+) -> EpisodeResult:
     step_fields = {f.name for f in dataclasses.fields(StepRecord)} - {"containers"}
     steps = tuple(
         StepRecord(**{key: step[key] for key in step_fields}, containers=rows.get(step["step"], ()))
@@ -305,4 +430,5 @@ def read_episode(folder: Path, containers: bool = False) -> EpisodeResult:
         metrics=EpisodeMetrics(**record["metrics"]),
         backend_options=record["backend_options"],
         incidents=tuple(record.get("incidents", ())),
+        progress_traces=traces,
     )
