@@ -29,7 +29,12 @@ from dlsched.runs.commands.options import (
     add_policies,
 )
 from dlsched.runs.fidelity.validation_report import render_report, report_data
-from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_validation
+from dlsched.runs.fidelity.validation_sides import (
+    REPLAY,
+    STOCK_REPLAY_SEEDS,
+    Side,
+    run_validation,
+)
 from dlsched.runs.policy_specs import build_policies
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 
@@ -111,6 +116,15 @@ def register(subparsers: Subcommands) -> None:
         records_help=f"folder of the local records ({DEFAULT_OUT}/<id>/...)",
         no_tracking_help="record nothing: only print the report",
     )
+    parser.add_argument(
+        "--replay-seeds",
+        type=int,
+        metavar="M",
+        help="seeds replay runs in all, for the outcomes as distributions (a scenario that "
+        "draws the same jobs every seed: its seeds are reruns of one episode, and the host's "
+        f"spread); default {STOCK_REPLAY_SEEDS} for a stock scenario, else as many as "
+        "--episodes",
+    )
     parser.add_argument("--no-plots", action="store_true", help="draw and log no plots")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(handler=run)
@@ -182,7 +196,9 @@ def run(args: argparse.Namespace) -> int:
             f"--held-out {','.join(unknown)} is not among the policies validated "
             f"({', '.join(names)}); name policies of --policy"
         )
-    reference = reference_side(args.against, args.workload_threading, scenario_threading(scenario))
+    threading = scenario_threading(scenario)
+    reference = reference_side(args.against, args.workload_threading, threading)
+    replay_seeds = _replay_seeds(args.replay_seeds, threading)  # refused before any probe
     warnings = host_warnings(scenario, reference)
     speed = resolve_host_speed(args.host_speed, scenario, reference)
     with tempfile.TemporaryDirectory(prefix="dlsched-rescaled-") as scratch:
@@ -209,8 +225,29 @@ def run(args: argparse.Namespace) -> int:
             model=model,
             held_out=held_out,
             host_speed=None if bracket is not None else speed,
+            replay_seeds=replay_seeds,
         )
         return _validate(request, args, target, warnings, out)
+
+
+#: The most seeds ``--replay-seeds`` runs (each a replay episode per policy, kept in memory).
+MAX_REPLAY_SEEDS = 10_000
+
+
+def _replay_seeds(given: int | None, threading: str) -> int:
+    """``--replay-seeds``, or its default for a scenario of ``threading``.
+
+    Raises:
+        BackendError: a count below 0 or above :data:`MAX_REPLAY_SEEDS`.
+    """
+    if given is None:
+        return STOCK_REPLAY_SEEDS if threading == "stock" else 0
+    if not 0 <= given <= MAX_REPLAY_SEEDS:
+        raise BackendError(
+            f"--replay-seeds {given}: expected 0 to {MAX_REPLAY_SEEDS} (replay's seeds for the "
+            "distributions; a few dozen show a spread)"
+        )
+    return given
 
 
 def _validate(
@@ -236,6 +273,7 @@ def _validate(
             held_out=request.held_out,
             progress=progress,
             warnings=warnings,
+            replay_seeds=request.replay_seeds,
         )
         _print(report_data(report) if args.json else render_report(report), args.json)
         return 0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
@@ -13,10 +15,12 @@ from repo_paths import MODEL_V0_1_0
 
 from dlsched.baselines import make
 from dlsched.envs.errors import BackendError
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.replay.profile import PROFILES_DIR
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main as cli_main
+from dlsched.runs.fidelity.validation_plots import plot_distributions, plot_paces
 from dlsched.runs.fidelity.validation_report import render_report
 from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_validation
 from dlsched.runs.fidelity.validation_statistics import (
@@ -368,3 +372,51 @@ def test_replay_is_within_a_loose_bound_of_the_host(
         or "this host's speed changed while its episodes ran" in warning
         for warning in data["warnings"]
     ), data["warnings"]
+
+
+def test_replay_runs_more_seeds_for_the_distributions_of_a_scenario_that_reruns_one_episode():
+    scenario = load_scenario("docker-training-4-stock")
+    report, model, reference = run_validation(
+        scenario, [make("default")], (0, 1), reference=REPLAY, progress=False, replay_seeds=12
+    )
+    assert len(model) == len(reference) == 2  # the pairs are the shared seeds'
+    summary = report.distributions
+    assert summary is not None and len(summary.jobs) == 4
+    assert all(
+        (len(job.outcomes.replay), len(job.outcomes.host)) == (12, 2) for job in summary.jobs
+    )
+    drawn, _, _ = run_validation(
+        load_scenario("flowcon-10-random"), [make("default")], (0, 1), REPLAY, progress=False,
+        replay_seeds=12,
+    )  # fmt: skip
+    assert drawn.distributions is None  # its seeds draw other jobs: no reruns to compare
+
+
+@pytest.mark.parametrize("count", ["-1", "10001"])
+def test_a_replay_seed_count_out_of_range_is_refused(capsys, count):
+    code = cli_main(
+        ["validate", "--scenario", "docker-training-4", "--policy", "default", "--against",
+         "replay:measured", "--replay-seeds", count, "--no-tracking"]
+    )  # fmt: skip
+    assert code == 2
+    assert f"--replay-seeds {count}: expected 0 to 10000" in capsys.readouterr().err
+
+
+def test_the_distributions_and_the_paces_are_drawn_where_there_is_something_to_draw(tmp_path):
+    scenario = load_scenario("docker-training-4-stock")
+    report, model, reference = run_validation(
+        scenario, [make("default")], (0, 1), reference=REPLAY, progress=False, replay_seeds=8
+    )
+    drawn = plot_distributions(report, tmp_path / "distributions.png")
+    assert drawn is not None and drawn.read_bytes().startswith(b"\x89PNG")
+    single, _, _ = run_validation(scenario, [make("default")], (0,), REPLAY, progress=False)
+    assert plot_distributions(single, tmp_path / "none.png") is None  # one host seed: no spread
+
+    assert plot_paces(model[0], reference[0], tmp_path / "paces.png") is None  # no host events
+    traces = tuple(
+        ProgressTrace(job.job_id, "iteration", np.linspace(1.0, 20.0, 40), np.arange(1, 41))
+        for job in reference[0].jobs
+    )
+    host = dataclasses.replace(reference[0], progress_traces=traces)
+    paces = plot_paces(model[0], host, tmp_path / "paces.png")
+    assert paces is not None and paces.read_bytes().startswith(b"\x89PNG")
