@@ -134,22 +134,67 @@ def test_a_misspelt_option_gets_the_one_meant(capsys: pytest.CaptureFixture[str]
             ["evaluate", "--scenario", "dqoes-varied-burst", "--policy", "dqoes", "--epsiodes", "3"]
         )
     assert exited.value.code == 2
-    err = capsys.readouterr().err
-    assert "dlsched evaluate: error: unrecognized arguments: --epsiodes 3" in err
-    assert "--epsiodes (did you mean --episodes?)" in err
+    assert capsys.readouterr().err == (
+        "dlsched evaluate: error: unrecognized --epsiodes; did you mean --episodes?\n"
+        "(see dlsched evaluate --help)\n"
+    )
 
 
-def test_a_misspelt_command_or_choice_gets_the_one_meant(
+def test_a_misspelt_required_option_is_named_not_said_missing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 34 item 5: argparse said "--policy is required", never naming --polcy."""
+    with pytest.raises(SystemExit) as exited:
+        main(
+            [
+                "evaluate",
+                "--scenario",
+                "dqoes-varied-burst",
+                "--polcy",
+                "default",
+                "--episodes",
+                "1",
+            ]
+        )
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "dlsched evaluate: error: unrecognized --polcy; did you mean --policy?\n"
+        "(see dlsched evaluate --help)\n"
+    )
+    with pytest.raises(SystemExit):  # abbreviations argparse takes are not misspellings
+        main(["evaluate", "--scen", "dqoes-varied-burst"])
+    assert capsys.readouterr().err.startswith(
+        "dlsched evaluate: error: the following arguments are required: --policy\n"
+    )
+
+
+def test_a_refusal_is_its_line_then_where_the_usage_is(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 35 item 8: the 8-line usage came before the one line that matters."""
+    with pytest.raises(SystemExit) as exited:
+        main(["evaluate", "--scenario", "dqoes-varied-burst"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "dlsched evaluate: error: the following arguments are required: --policy",
+        "(see dlsched evaluate --help)",
+    ]
+
+
+def test_a_misspelt_command_or_choice_gets_the_one_meant_first(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["evalute"])
     assert exited.value.code == 2
-    assert "did you mean 'evaluate'?" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith(
+        "dlsched: error: argument COMMAND: invalid choice 'evalute'; did you mean 'evaluate'? "
+        "(choose from 'scenarios', "
+    )
     with pytest.raises(SystemExit):
         main(["evaluate", "--scenario", "x", "--backend", "dockr"])
-    err = capsys.readouterr().err
-    assert "dlsched evaluate: error: argument --backend" in err and "'docker'?" in err
+    assert capsys.readouterr().err.startswith(
+        "dlsched evaluate: error: argument --backend: invalid choice 'dockr'; did you mean "
+        "'docker'? (choose from 'replay', 'docker')\n"
+    )
 
 
 def test_list_options_take_commas_and_repetition_alike() -> None:
