@@ -269,7 +269,7 @@ def test_out_beside_no_tracking_is_refused_not_ignored(
 
 
 def test_a_bug_is_one_line_naming_its_log_and_exit_1(capsys, tmp_path, monkeypatch):
-    from dlsched.runs.commands import scenarios
+    from dlsched.runs.commands import compare, scenarios
 
     def buggy(args):
         raise ZeroDivisionError("a bug")
@@ -280,7 +280,33 @@ def test_a_bug_is_one_line_naming_its_log_and_exit_1(capsys, tmp_path, monkeypat
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
     assert "dlsched scenarios: internal error (a bug of dlsched" in err
+    assert "--verbose" not in err  # scenarios has no such option
     log = Path(err.split("(traceback: ")[1].split(";")[0])
     assert "ZeroDivisionError: a bug" in log.read_text() and "Traceback" in log.read_text()
+    monkeypatch.setattr(compare, "run", buggy)
     with pytest.raises(ZeroDivisionError):  # --verbose: the traceback in the terminal
-        main(["scenarios", "--verbose"])
+        main(["compare", "--verbose"])
+
+
+def test_a_mistake_leaves_no_log_behind(capsys, tmp_path, monkeypatch):
+    """Issue 34 item 11: every refused command wrote dlsched-runs/logs/<cmd>-*.log here."""
+    monkeypatch.chdir(tmp_path)
+    for argv in (
+        ["scenarios", "nosuch"],
+        ["evaluate", "--scenario", "nosuch", "--policy", "default", "--no-tracking"],
+        ["evaluate", "--scenario", "dqoes-varied-burst", "--policy", "nosuch", "--no-tracking"],
+        ["train", "--scenario", "dqoes-varied-burst", "--timesteps", "0", "--no-tracking"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"dlsched {argv[0]}: error: ") and "(details: " not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_only_commands_that_use_mlflow_or_docker_offer_verbose(capsys) -> None:
+    """Issue 34 item 13: scenarios offered --verbose for "MLflow's own log messages"."""
+    for command in COMMANDS:
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        offered = "--verbose" in capsys.readouterr().out
+        assert offered is (command not in ("scenarios", "baselines")), command
