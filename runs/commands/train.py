@@ -306,7 +306,7 @@ def _print_outcome(
     """Print where a training's files, run and model are; re-raise its interruption."""
     print(f"local files: {result.folder.resolve()}")
     if result.run_id is not None and target is not None:
-        print(f"MLflow run {result.run_id} (experiment {result.experiment_id}) in {target.uri}")
+        print(f"MLflow: experiment {result.experiment!r}, run {result.run_id} in {target.uri}")
     print(f"model: {result.model_uri}")
     if latest_weights:
         print(f"latest weights: {result.final_model_uri}")
