@@ -18,6 +18,7 @@ from pathlib import Path
 
 from dlsched.envs.errors import PolicyError
 from dlsched.envs.scenarios.model import Scenario
+from dlsched.policies.model_files import MODEL_FILE, model_files
 from dlsched.policies.policy import ParamValue, Policy
 from dlsched.policies.pretrained import PRETRAINED_SCHEME, is_pretrained_spec, load_pretrained
 
@@ -63,9 +64,6 @@ def resolve_policy(
         )
     if is_pretrained_spec(spec):
         return load_pretrained(spec)
-    # imported here: it loads SB3 and torch, which a baseline does not need
-    from dlsched.policies.learned import MODEL_FILE, load_model
-
     if spec.startswith(MLFLOW_SCHEMES):
         return _load_from_mlflow(spec, tracking_uri)
     path = Path(spec).expanduser()
@@ -75,6 +73,11 @@ def resolve_policy(
             "`dlsched train` wrote, a runs:/<run_id>/model URI, a pretrained:<name> "
             "(`dlsched baselines` lists them), or a baseline name"
         )
+    # checked here, and again as it is loaded, so that a file that is no model or too large
+    # is refused at once rather than after the seconds SB3 and torch take to import
+    model_files(path)
+    from dlsched.policies.learned import load_model
+
     return load_model(path, source=spec)
 
 

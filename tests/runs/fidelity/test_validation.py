@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-from repo_paths import MODEL_V0_1_0
+from repo_paths import MODEL_V0_1_0, README
 
 from dlsched.baselines import make
 from dlsched.envs.errors import BackendError
@@ -18,7 +18,12 @@ from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main as cli_main
 from dlsched.runs.fidelity.validation_report import render_report
-from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_validation
+from dlsched.runs.fidelity.validation_sides import (
+    MAX_RECORDING_BYTES,
+    REPLAY,
+    Side,
+    run_validation,
+)
 from dlsched.runs.fidelity.validation_statistics import (
     ErrorSummary,
     JobComparison,
@@ -290,6 +295,44 @@ def test_replay_against_its_own_recording_reports_no_error_and_refuses_what_it_l
     assert "not 'docker-inference-6' as it is now" in capsys.readouterr().err
     assert validate("--scenario", "docker-inference-3", "--against", f"recorded:{tmp_path}") == 2
     assert "no recorded episode there" in capsys.readouterr().err
+
+
+def test_a_recording_too_large_or_not_dlsched_s_is_refused_before_anything_runs(
+    tmp_path, monkeypatch, capsys, mlflow_store
+):
+    folder, uri = mlflow_store
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv(MAX_RECORDING_BYTES.variable, raising=False)
+    evaluate = ["evaluate", "--scenario", "docker-inference-3", "--policy", "default,equal"]
+    options = ["--episodes", "1", "--tracking-uri", uri, "--out", str(tmp_path), "--no-progress"]
+    assert cli_main([*evaluate, *options, "--experiment", f"too-large-{tmp_path.name}"]) == 0
+    (recording,) = [path for path in tmp_path.iterdir() if path.is_dir()]
+    capsys.readouterr()
+
+    def validate() -> tuple[int, str]:
+        code = cli_main([
+            "validate", "--scenario", "docker-inference-3", "--policy", "default,equal",
+            "--episodes", "1", "--against", f"recorded:{recording}", "--no-tracking",
+        ])  # fmt: skip
+        return code, capsys.readouterr().err
+
+    with (recording / "equal-seed0" / "trajectory.csv").open("r+b") as table:
+        table.truncate(MAX_RECORDING_BYTES.default)  # sparse: no disk taken
+    code, err = validate()
+    assert code == 2 and "Traceback" not in err
+    first = err.splitlines()[0]
+    assert f"--against recorded:{recording}: episode equal-seed0 takes 16," in first
+    assert f"expected at most {MAX_RECORDING_BYTES.default:,} bytes" in first
+    assert f"{MAX_RECORDING_BYTES.variable}=N" in first
+    assert f"`{MAX_RECORDING_BYTES.variable}`" in README.read_text()
+    assert "replay" not in err  # refused before the model's episodes ran
+
+    shutil.rmtree(recording / "equal-seed0")
+    episode = recording / "default-seed0" / "episode.json"
+    episode.write_text(episode.read_text()[:100])
+    code, err = validate()
+    assert code == 2 and "Traceback" not in err
+    assert f"{recording / 'default-seed0'} holds no episode dlsched recorded" in err
 
 
 def test_a_model_is_held_out_by_the_path_that_names_it(capsys):
