@@ -6,8 +6,10 @@ engine, by default). Any side can stand on either side, so that a recalibrated s
 against the shipped one, and so that replay against itself is a test of the comparison (zero
 error). A side may also be *recorded*: the episodes of an earlier evaluation read from its
 folder, so that a change of the replay model is held against yesterday's host run without
-running it again. A recorded episode is read into memory whole, so its files are measured first,
-against :data:`MAX_RECORDING_BYTES`.
+running it again. A recording's files are measured, every episode's, before any side runs
+(within :data:`~dlsched.runs.tracking.trajectory.MAX_RECORD_BYTES` and
+:data:`~dlsched.runs.tracking.trajectory.MAX_TRAJECTORY_BYTES`, as ``dlsched runs sync`` reads
+them).
 
 :func:`run_validation` runs every policy on every seed on both sides (:func:`run_sides` says
 in which order) and builds the report (:mod:`~dlsched.runs.fidelity.validation_report`);
@@ -22,25 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from dlsched.envs.errors import BackendError, DlschedError, TrackingError
-from dlsched.envs.scenarios.limits import Limit
+from dlsched.envs.errors import BackendError, TrackingError
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.policy import Policy
 from dlsched.runs.evaluation.records import EpisodeResult, PolicyIdentity, backend_label
 from dlsched.runs.fidelity.validation_report import ValidationReport, build_report
 from dlsched.runs.tracking.trajectory import (
     EPISODE_FILE,
-    TRAJECTORY_FILE,
     EvaluationFolder,
+    episode_files,
     read_episode,
 )
-
-MAX_RECORDING_BYTES = Limit(
-    "MAX_RECORDING_BYTES", 16 << 20, "bytes of a recorded episode (episode.json, trajectory.csv)"
-)
-"""What one recorded episode's files may take: each row of ``trajectory.csv`` becomes objects in
-memory (34 MB of it took 7 s and 280 MB to read on 2 cores). The largest shipped scenario records
-1.4 MB per episode, an hour of a Docker episode far less."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +90,8 @@ class Side:
                 "write under --out); name the folder of one evaluation"
             )
         for episode in episodes:  # at once, rather than once the model's episodes have run
-            _check_recorded_size(episode, folder)
-        first = _read_recorded(episodes[0], folder, containers=False)
+            episode_files(episode)
+        first = read_episode(episodes[0])
         return cls(first.backend, dict(first.backend_options), recorded=folder)
 
     def recorded_episodes(
@@ -122,7 +116,7 @@ class Side:
                         f"--against recorded:{self.recorded}: no episode {path.name} there (it "
                         f"holds {held}); validate the policies and seeds it recorded"
                     )
-                result = _read_recorded(path, self.recorded, containers=True)
+                result = read_episode(path, containers=True)
                 recorded, asked = result.scenario.content_hash(), scenario.content_hash()
                 if recorded != asked:
                     raise TrackingError(
@@ -152,43 +146,6 @@ class Side:
         if self.profile_set is None:
             return scenario
         return dataclasses.replace(scenario, profile_set=self.profile_set)
-
-
-def _read_recorded(path: Path, recording: Path, containers: bool) -> EpisodeResult:
-    """The episode recorded in folder ``path`` of ``recording``, its per-container rows too if
-    ``containers``.
-
-    Raises:
-        TrackingError: its files take more than :data:`MAX_RECORDING_BYTES`, or hold no episode
-            dlsched recorded.
-    """
-    _check_recorded_size(path, recording)
-    try:
-        return read_episode(path, containers=containers)
-    except DlschedError:  # its scenario file, refused as such
-        raise
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise TrackingError(
-            f"--against recorded:{recording}: {path} holds no episode dlsched recorded "
-            f"({type(error).__name__}: {error}); name the folder of an evaluation that "
-            "`dlsched evaluate --out` or `dlsched validate` wrote"
-        ) from error
-
-
-def _check_recorded_size(path: Path, recording: Path) -> None:
-    """Refuse episode folder ``path`` of ``recording`` if its files take more than
-    :data:`MAX_RECORDING_BYTES`.
-
-    Raises:
-        TrackingError: naming the size, the limit and the variable that raises it.
-    """
-    files = (path / EPISODE_FILE, path / TRAJECTORY_FILE)
-    size = sum(file.stat().st_size for file in files if file.is_file())
-    if MAX_RECORDING_BYTES.exceeded(size):
-        raise TrackingError(
-            f"--against recorded:{recording}: episode {path.name} takes {size:,} bytes: "
-            f"expected {MAX_RECORDING_BYTES.expected()}"
-        )
 
 
 #: The model: replay on the scenario's own profiles.

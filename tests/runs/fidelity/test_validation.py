@@ -18,18 +18,14 @@ from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main as cli_main
 from dlsched.runs.fidelity.validation_report import render_report
-from dlsched.runs.fidelity.validation_sides import (
-    MAX_RECORDING_BYTES,
-    REPLAY,
-    Side,
-    run_validation,
-)
+from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_validation
 from dlsched.runs.fidelity.validation_statistics import (
     ErrorSummary,
     JobComparison,
     ranking_agreement,
     seed_agreement,
 )
+from dlsched.runs.tracking.trajectory import MAX_RECORD_BYTES, MAX_TRAJECTORY_BYTES
 
 
 def _scaled_set(tmp_path: Path, source: str, factor: float) -> str:
@@ -71,13 +67,18 @@ def test_replay_against_its_seeded_twin_reports_no_error():
     assert agreement is not None and agreement.seeds == 2
     assert agreement.host_spread == agreement.replay_spread
     assert agreement.mean_jobs.jobs == 8 and agreement.mean_jobs.median == 0.0
+    # Against itself, replay's distributions are the host's: no distance, full coverage.
+    summary = report.distributions
+    assert summary is not None and len(summary.jobs) == 8
+    assert summary.median_w1 == 0.0 and summary.coverage == 1.0
+    assert "as distributions over the reruns" in render_report(report)
 
 
 def test_a_scenario_that_draws_its_jobs_has_no_seed_agreement():
     report, _, _ = run_validation(
         load_scenario("flowcon-10-random"), [make("default")], (0, 1), REPLAY, progress=False
     )
-    assert report.seed_agreement is None
+    assert report.seed_agreement is None and report.distributions is None
     assert "the same jobs on every seed" not in render_report(report)
 
 
@@ -302,7 +303,7 @@ def test_a_recording_too_large_or_not_dlsched_s_is_refused_before_anything_runs(
 ):
     folder, uri = mlflow_store
     monkeypatch.chdir(folder)
-    monkeypatch.delenv(MAX_RECORDING_BYTES.variable, raising=False)
+    monkeypatch.delenv(MAX_TRAJECTORY_BYTES.variable, raising=False)
     evaluate = ["evaluate", "--scenario", "docker-inference-3", "--policy", "default,equal"]
     options = ["--episodes", "1", "--tracking-uri", uri, "--out", str(tmp_path), "--no-progress"]
     assert cli_main([*evaluate, *options, "--experiment", f"too-large-{tmp_path.name}"]) == 0
@@ -316,15 +317,19 @@ def test_a_recording_too_large_or_not_dlsched_s_is_refused_before_anything_runs(
         ])  # fmt: skip
         return code, capsys.readouterr().err
 
-    with (recording / "equal-seed0" / "trajectory.csv").open("r+b") as table:
-        table.truncate(MAX_RECORDING_BYTES.default)  # sparse: no disk taken
+    table = recording / "equal-seed0" / "trajectory.csv"
+    with table.open("r+b") as stream:
+        stream.truncate(MAX_TRAJECTORY_BYTES.default + 1)  # sparse: no disk taken
     code, err = validate()
     assert code == 2 and "Traceback" not in err
     first = err.splitlines()[0]
-    assert f"--against recorded:{recording}: episode equal-seed0 takes 16," in first
-    assert f"expected at most {MAX_RECORDING_BYTES.default:,} bytes" in first
-    assert f"{MAX_RECORDING_BYTES.variable}=N" in first
-    assert f"`{MAX_RECORDING_BYTES.variable}`" in README.read_text()
+    assert f"{table} has {MAX_TRAJECTORY_BYTES.default + 1:,} bytes" in first
+    assert f"expected at most {MAX_TRAJECTORY_BYTES.default:,} bytes" in first
+    assert f"{MAX_TRAJECTORY_BYTES.variable}=N" in first
+    readme = README.read_text()
+    assert all(
+        f"`{limit.variable}`" in readme for limit in (MAX_RECORD_BYTES, MAX_TRAJECTORY_BYTES)
+    )
     assert "replay" not in err  # refused before the model's episodes ran
 
     shutil.rmtree(recording / "equal-seed0")
@@ -332,7 +337,7 @@ def test_a_recording_too_large_or_not_dlsched_s_is_refused_before_anything_runs(
     episode.write_text(episode.read_text()[:100])
     code, err = validate()
     assert code == 2 and "Traceback" not in err
-    assert f"{recording / 'default-seed0'} holds no episode dlsched recorded" in err
+    assert f"episode folder {recording / 'default-seed0'} holds no dlsched episode" in err
 
 
 def test_a_model_is_held_out_by_the_path_that_names_it(capsys):
