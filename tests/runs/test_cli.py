@@ -289,13 +289,16 @@ def test_a_bug_is_one_line_naming_its_log_and_exit_1(capsys, tmp_path, monkeypat
 
 
 def test_a_mistake_leaves_no_log_behind(capsys, tmp_path, monkeypatch):
-    """Issue 34 item 11: every refused command wrote dlsched-runs/logs/<cmd>-*.log here."""
+    """Issue 34 item 11: every refused command wrote dlsched-runs/logs/<cmd>-*.log here, and a
+    tracked one an empty mlflow.db (the default store, here)."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     for argv in (
         ["scenarios", "nosuch"],
-        ["evaluate", "--scenario", "nosuch", "--policy", "default", "--no-tracking"],
+        ["evaluate", "--scenario", "nosuch", "--policy", "default"],
         ["evaluate", "--scenario", "dqoes-varied-burst", "--policy", "nosuch", "--no-tracking"],
-        ["train", "--scenario", "dqoes-varied-burst", "--timesteps", "0", "--no-tracking"],
+        ["train", "--scenario", "dqoes-varied-burst", "--timesteps", "0"],
+        ["train", "--scenario", "dqoes-varied-burst", "--timesteps", "100", "--n-envs", "100000"],
     ):
         assert main(argv) == 2
         err = capsys.readouterr().err
