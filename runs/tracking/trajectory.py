@@ -9,6 +9,8 @@ Layout (``root`` is ``./dlsched-runs`` unless ``--out`` says otherwise)::
         <policy>-seed<seed>/
             trajectory.csv             every step, every container (TRAJECTORY_COLUMNS)
             episode.json               identity, metrics, job outcomes, per-step aggregates
+            progress.csv               every iteration or batch of every job, with its time
+                                       (Docker episodes only: PROGRESS_COLUMNS)
             *.png                      the episode's plots (dlsched.runs.tracking.plots)
 
 The folder of an evaluation is created once and never reused, so a second evaluation cannot
@@ -16,8 +18,8 @@ overwrite a first; a finished episode is on disk whatever happens to the trackin
 and ``dlsched runs sync`` reads it back (:func:`read_episode`, :func:`read_tracking`) to upload
 what the store missed, as ``dlsched validate --against recorded:<folder>`` does to compare. What
 is read back is bounded: each file's size is checked against its limit
-(:data:`MAX_RECORD_BYTES`, :data:`MAX_TRAJECTORY_BYTES`; raised by the environment variable
-each names, as the scenario limits are) before it is read.
+(:data:`MAX_RECORD_BYTES`, :data:`MAX_TRAJECTORY_BYTES`, :data:`MAX_PROGRESS_BYTES`; raised by
+the environment variable each names, as the scenario limits are) before it is read.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import csv
 import dataclasses
 import json
 import secrets
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,7 +36,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from dlsched.envs.errors import TrackingError
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.limits import Limit
 from dlsched.envs.scenarios.model import Scenario
@@ -67,6 +73,7 @@ TRAJECTORY_FILE = "trajectory.csv"
 EPISODE_FILE = "episode.json"
 SCENARIO_FILE = "scenario.yaml"
 TRACKING_FILE = "tracking.json"
+PROGRESS_FILE = "progress.csv"
 
 MAX_RECORD_BYTES = Limit(
     "MAX_RECORD_BYTES", 256 << 20, "bytes in a record read back (episode.json, tracking.json)"
@@ -80,6 +87,13 @@ MAX_TRAJECTORY_BYTES = Limit(
 """An episode's table of every container at every step: 512 MiB, about three million rows (a
 paper's episode writes a few MB); read back as one record per row, or uploaded by ``dlsched runs
 sync``."""
+MAX_PROGRESS_BYTES = Limit(
+    "MAX_PROGRESS_BYTES", 512 << 20, "bytes in an episode's progress events (progress.csv)"
+)
+"""An episode's every iteration and batch with its time: 512 MiB, about 15 million events (an
+episode of docker-training-4 writes about 60 kB)."""
+#: Columns of ``progress.csv``: one row per iteration or batch of a job.
+PROGRESS_COLUMNS: tuple[str, ...] = ("job_id", "unit", "time_s", "count")
 
 #: Columns of ``trajectory.csv``: the step, then one :class:`ContainerSample` field each.
 TRAJECTORY_COLUMNS: tuple[str, ...] = (
@@ -219,6 +233,8 @@ class EvaluationFolder:
         try:
             folder.mkdir(exist_ok=False)
             write_trajectory(result, folder / TRAJECTORY_FILE)
+            if result.progress_traces:
+                write_progress(result.progress_traces, folder / PROGRESS_FILE)
             (folder / EPISODE_FILE).write_text(json.dumps(episode_record(result), indent=1))
             (folder / SCENARIO_FILE).write_text(scenario_yaml)
         except OSError as error:
@@ -242,6 +258,42 @@ def write_trajectory(result: EpisodeResult, path: Path) -> None:
                 )
 
 
+def write_progress(traces: tuple[ProgressTrace, ...], path: Path) -> None:
+    """Write every job's progress events, job after job (:data:`PROGRESS_COLUMNS`)."""
+    with path.open("w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(PROGRESS_COLUMNS)
+        for trace in traces:
+            writer.writerows(
+                (trace.job_id, trace.unit, repr(time_s), count)
+                for time_s, count in zip(trace.times_s.tolist(), trace.counts.tolist(), strict=True)
+            )
+
+
+def read_progress(path: Path, truncated: frozenset[str]) -> tuple[ProgressTrace, ...]:
+    """The traces :func:`write_progress` wrote, in its order (``truncated``: the jobs whose
+    traces were cut at :data:`~dlsched.envs.progress_trace.MAX_TRACE_EVENTS`)."""
+    times: defaultdict[str, list[float]] = defaultdict(list)
+    counts: defaultdict[str, list[int]] = defaultdict(list)
+    units: dict[str, str] = {}
+    with path.open(newline="") as stream:
+        for row in csv.DictReader(stream):
+            job_id = row["job_id"]
+            units.setdefault(job_id, row["unit"])
+            times[job_id].append(float(row["time_s"]))
+            counts[job_id].append(int(row["count"]))
+    return tuple(
+        ProgressTrace(
+            job_id,
+            unit,
+            np.asarray(times[job_id], dtype=np.float64),
+            np.asarray(counts[job_id], dtype=np.int64),
+            job_id in truncated,
+        )
+        for job_id, unit in units.items()
+    )
+
+
 def _cell(value: object) -> str:
     if value is None:
         return ""
@@ -262,6 +314,7 @@ def episode_record(result: EpisodeResult) -> dict[str, object]:
         "backend_options": dict(result.backend_options),
         "seed": result.seed,
         "incidents": list(result.incidents),
+        "progress_truncated": [trace.job_id for trace in result.progress_traces if trace.truncated],
         "metrics": to_jsonable(result.metrics),
         "jobs": [{**to_jsonable(job), "completion_s": job.completion_s} for job in result.jobs],
         "steps": [
@@ -307,17 +360,34 @@ def _optional(cell: str, parse: Callable[[str], _T]) -> _T | None:
     return None if cell == "" else parse(cell)
 
 
-def episode_files(folder: Path) -> tuple[Path, Path]:
-    """The record and the trajectory table of the episode in ``folder``, once both are found
-    within their limits (neither is read): a reader of many episodes checks them all first.
+@dataclass(frozen=True)
+class EpisodeFiles:
+    """The files of one recorded episode, each found within its limit.
+
+    Attributes:
+        record: ``episode.json``.
+        trajectory: ``trajectory.csv``.
+        progress: ``progress.csv`` (``None``: the episode recorded no progress events).
+    """
+
+    record: Path
+    trajectory: Path
+    progress: Path | None
+
+
+def episode_files(folder: Path) -> EpisodeFiles:
+    """The files of the episode in ``folder``, once each is found within its limit (none is
+    read): a reader of many episodes checks them all first.
 
     Raises:
         TrackingError: a file is missing or larger than its limit.
     """
+    progress = folder / PROGRESS_FILE
     try:
-        return (
+        return EpisodeFiles(
             _bounded(folder / EPISODE_FILE, MAX_RECORD_BYTES),
             _bounded(folder / TRAJECTORY_FILE, MAX_TRAJECTORY_BYTES),
+            _bounded(progress, MAX_PROGRESS_BYTES) if progress.exists() else None,
         )
     except FileNotFoundError as error:
         raise TrackingError(
@@ -329,24 +399,30 @@ def episode_files(folder: Path) -> tuple[Path, Path]:
 def read_episode(folder: Path, containers: bool = False) -> EpisodeResult:
     """An episode read back from its folder (what :meth:`EvaluationFolder.write_episode` wrote).
 
-    Every file's size is checked first, ``trajectory.csv``'s too when it is not read here (the
-    caller uploads it: ``dlsched runs sync``).
+    Every file's size is checked first, ``trajectory.csv``'s and ``progress.csv``'s too when
+    they are not read here (the caller uploads them: ``dlsched runs sync``).
 
     Args:
         folder: the episode's folder (``<evaluation>/<policy>-seed<seed>``).
         containers: also read the per-container rows of ``trajectory.csv`` into each step's
-            ``containers``; without it the steps carry their aggregates only.
+            ``containers``, and the progress events of ``progress.csv`` (where the episode
+            has them); without it the steps carry their aggregates only.
 
     Raises:
         TrackingError: a file is missing, larger than its limit, or not what dlsched writes.
         ScenarioError: its scenario file is not a valid scenario.
     """
-    record_file, trajectory_file = episode_files(folder)
+    files = episode_files(folder)
     scenario = load_scenario(str(folder / SCENARIO_FILE))
     try:
-        record = json.loads(record_file.read_text())
-        rows = read_trajectory(trajectory_file) if containers else {}
-        return _episode_result(record, scenario, rows)
+        record = json.loads(files.record.read_text())
+        rows = read_trajectory(files.trajectory) if containers else {}
+        traces = (
+            read_progress(files.progress, frozenset(record.get("progress_truncated", ())))
+            if containers and files.progress is not None
+            else ()
+        )
+        return _episode_result(record, scenario, rows, traces)
     except (ValueError, KeyError, TypeError) as error:
         raise TrackingError(
             f"episode folder {folder} holds no dlsched episode as dlsched writes one "
@@ -355,7 +431,10 @@ def read_episode(folder: Path, containers: bool = False) -> EpisodeResult:
 
 
 def _episode_result(
-    record: dict[str, Any], scenario: Scenario, rows: dict[int, tuple[ContainerSample, ...]]
+    record: dict[str, Any],
+    scenario: Scenario,
+    rows: dict[int, tuple[ContainerSample, ...]],
+    traces: tuple[ProgressTrace, ...],
 ) -> EpisodeResult:
     step_fields = {f.name for f in dataclasses.fields(StepRecord)} - {"containers"}
     steps = tuple(
@@ -378,4 +457,5 @@ def _episode_result(
         metrics=EpisodeMetrics(**record["metrics"]),
         backend_options=record["backend_options"],
         incidents=tuple(record.get("incidents", ())),
+        progress_traces=traces,
     )
