@@ -8,7 +8,7 @@ Layout in the store (docs/tracking.md, "Runs and tracking"):
 - one **child run per episode** (tag ``mlflow.parentRunId``), named ``<policy>-seed<seed>``, with
   params (policy and every parameter, scenario name, content hash and kind, backend, seed,
   dlsched version, git commit when the code runs from a checkout), per-step metrics (step =
-  environment step), per-episode metrics ``episode/<metric>``, and artifacts (the trajectory
+  simulated second), per-episode metrics ``episode/<metric>``, and artifacts (the trajectory
   table, the scenario file, the episode record, and its plots when asked for) logged from the
   local episode folder of :mod:`dlsched.runs.tracking.trajectory`, which is written first.
 
@@ -35,6 +35,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlparse
@@ -226,7 +227,7 @@ class EvaluationTracker:
                 tags[MLFLOW_GIT_COMMIT] = self.commit
             with deferred():  # a run created, its id not yet kept, could never be ended
                 run = self.client.create_run(
-                    self.experiment_id, run_name=self.evaluation_id, tags=tags
+                    self.experiment_id, run_name=self._run_name(), tags=tags
                 )
                 self.parent_run_id = run.info.run_id
             log_in_batches(self.client, self.parent_run_id, params=self._evaluation_params())
@@ -253,6 +254,13 @@ class EvaluationTracker:
         status = "KILLED" if issubclass(kind, KeyboardInterrupt) else "FAILED"
         with contextlib.suppress(*STORE_ERRORS):  # the original exception is what matters
             end_run(self.client, self.parent_run_id, status, sys.stderr)
+
+    def _run_name(self) -> str:
+        """The parent run's name: its start (UTC) and its policies, in that order, since
+        MLflow's runs table shows only a name's first 20 characters or so (the evaluation id,
+        which begins with the scenario, the experiment's name already, is its tag)."""
+        policies = ", ".join(dict.fromkeys(policy.name for policy in self.policies))
+        return f"{datetime.now(UTC):%H:%M:%S} {policies}"
 
     def _experiment(self) -> str:
         """The experiment's id: one experiment per scenario content (:data:`TAG_SCENARIO_HASH`).
