@@ -589,6 +589,33 @@ def test_train_command_trains_and_says_how_to_evaluate(
     assert config["policy_kwargs"] == {"log_std_init": -1}
 
 
+def test_train_command_names_its_experiment_and_says_once_that_timesteps_round_up(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    mlflow_store: tuple[Path, str],
+) -> None:
+    folder, uri = mlflow_store
+    monkeypatch.chdir(folder)  # the store's artifacts live beside it
+    scenario = write_scenario(tmp_path, TINY)
+    experiment = f"train-rounding-{uuid.uuid4().hex[:8]}"
+    code = main([
+        "train", "--scenario", str(scenario), "--timesteps", "100", "--n-envs", "2",
+        "--eval-every", "0", "--net-arch", "8", "--hp", "n_steps=32", "--hp", "batch_size=32",
+        "--tracking-uri", uri, "--experiment", experiment, "--no-progress",
+        "--out", str(tmp_path / "out"),
+    ])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert err.count("rounds up") == 1
+    assert (
+        "note: --timesteps 100 rounds up to 128: training runs whole rollouts of n_steps x "
+        "environments = 32 x 2 steps"
+    ) in err
+    assert ": 128 timesteps, done" in out
+    assert f"MLflow: experiment {experiment!r}, run " in out
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
