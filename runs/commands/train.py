@@ -51,6 +51,7 @@ SB3_ONLY: Mapping[str, object] = {
     "actions": _SB3_DEFAULTS.actions.value,
     "max_step": _SB3_DEFAULTS.max_step,
     "frame_stack": _SB3_DEFAULTS.frame_stack,
+    "speed_spread": _SB3_DEFAULTS.speed_spread,
     "slot_agents": False,
     "own_weight": _SB3_DEFAULTS.own_weight,
     "policy_kwarg": [],
@@ -142,6 +143,12 @@ def register(subparsers: Subcommands) -> None:
     )
     sb3_option("--max-step", "largest factor of one relative action", type=float)
     sb3_option("--frame-stack", "consecutive observations the agent sees at once", type=int)
+    sb3_option(
+        "--speed-spread",
+        "on replay, each workload's speed drawn per training episode with this coefficient of "
+        "variation (0.1-0.2 spans the drift between hosts that validate's speed probes measure)",
+        type=float,
+    )
     parser.add_argument(
         "--slot-agents",
         action="store_true",
@@ -264,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
         actions=ActionMode(args.actions),
         max_step=args.max_step,
         frame_stack=args.frame_stack,
+        speed_spread=args.speed_spread,
         slot_agents=args.slot_agents,
         own_weight=args.own_weight,
         hyperparams=parse_settings(args.hp, "--hp"),

@@ -71,6 +71,9 @@ class TrainingConfig:
         actions: how the agent's actions become limits (see
             :mod:`dlsched.policies.agent_actions`).
         max_step: the largest factor one relative action changes a limit by.
+        speed_spread: on replay, the coefficient of variation of each workload's speed per
+            training episode (:class:`~dlsched.envs.replay.backend.ReplayBackend`), so that the
+            agent meets many host speeds; validation runs the profiles as measured.
         frame_stack: consecutive observations the agent sees at once (1: the current one);
             a batch latency stays the same until the next batch ends, and only a history
             shows whether it is new and which limits it ran under.
@@ -100,6 +103,7 @@ class TrainingConfig:
     actions: ActionMode = ActionMode.RELATIVE
     max_step: float = 2.0
     frame_stack: int = 1
+    speed_spread: float = 0.0
     slot_agents: bool = False
     own_weight: float = 0.5
     hyperparams: tuple[tuple[str, HyperValue], ...] = ()
@@ -175,6 +179,13 @@ class TrainingConfig:
             problems.append(f"max_step={self.max_step} must be > 1")
         if not 0.0 <= self.own_weight <= 1.0:
             problems.append(f"own_weight={self.own_weight} must be in [0, 1]")
+        if not 0.0 <= self.speed_spread < 1.0:
+            problems.append(f"speed_spread={self.speed_spread} must be in [0, 1)")
+        elif self.speed_spread and self.backend != "replay":
+            problems.append(
+                f"speed_spread={self.speed_spread} draws replay's speeds; backend "
+                f"{self.backend!r} runs at its host's own"
+            )
         if self.frame_stack < 1:
             problems.append(f"frame_stack={self.frame_stack} must be at least 1")
         if self.torch_threads < 1:

@@ -407,6 +407,7 @@ def _training_env(config: TrainingConfig, scenarios: Sequence[Scenario]) -> VecE
         config.reward,
         config.slot_agents,
         config.own_weight,
+        {"speed_spread": config.speed_spread} if config.speed_spread else {},
     )
     if config.frame_stack > 1:
         venv = VecFrameStack(venv, config.frame_stack, channels_order="last")
