@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from repo_paths import MODEL_V0_1_0, README
+from repo_paths import LIMITS_DOC, MODEL_V0_1_0
 
 from dlsched.envs.errors import ModelError
 from dlsched.policies.model_files import (
@@ -126,7 +126,7 @@ def test_the_limit_is_the_variable_s_value(tmp_path, monkeypatch):
     assert load_model(folder).card.layout.workers >= 1
 
 
-def test_the_readme_states_the_limits():
-    readme = README.read_text()
+def test_the_limits_doc_states_the_limits():
+    readme = LIMITS_DOC.read_text()
     for limit in (MAX_MODEL_BYTES, MAX_MODEL_MEMBERS):
         assert f"{limit.default:,}" in readme and f"`{limit.variable}`" in readme

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-from repo_paths import MODEL_V0_1_0, README
+from repo_paths import LIMITS_DOC, MODEL_V0_1_0
 
 from dlsched.baselines import make
 from dlsched.envs.errors import BackendError
@@ -330,7 +330,7 @@ def test_a_recording_too_large_or_not_dlsched_s_is_refused_before_anything_runs(
     assert f"{table} has {MAX_TRAJECTORY_BYTES.default + 1:,} bytes" in first
     assert f"expected at most {MAX_TRAJECTORY_BYTES.default:,} bytes" in first
     assert f"{MAX_TRAJECTORY_BYTES.variable}=N" in first
-    readme = README.read_text()
+    readme = LIMITS_DOC.read_text()
     assert all(
         f"`{limit.variable}`" in readme for limit in (MAX_RECORD_BYTES, MAX_TRAJECTORY_BYTES)
     )

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from repo_paths import README
+from repo_paths import LIMITS_DOC
 
 from dlsched.runs.training.config import MAX_ENVS, MAX_TIMESTEPS
 
@@ -75,7 +75,7 @@ def test_the_limits_are_their_variables_values(tmp_path):
     assert "n_envs=3: expected at most 2 environments" in err
 
 
-def test_the_readme_states_the_limits():
-    readme = README.read_text()
+def test_the_limits_doc_states_the_limits():
+    readme = LIMITS_DOC.read_text()
     for limit in (MAX_TIMESTEPS, MAX_ENVS):
         assert f"{limit.default:,}" in readme and f"`{limit.variable}`" in readme
