@@ -7,15 +7,17 @@ it as the MLflow artifact ``model``):
 - ``model.zip``: the SB3 model (``PPO.save`` and friends);
 - ``vec_normalize.pkl``: the observation statistics it was trained with
   (:mod:`dlsched.policies.normalization`);
-- ``dlsched-model.json``: the :class:`ModelCard`: algorithm, job kind, and the
-  :class:`~dlsched.envs.observation.ObservationLayout` the model reads, which is its contract with
-  an environment.
+- ``dlsched-model.json``: the :class:`ModelCard`: algorithm, job kind, and the features the
+  model reads (names and order), which are its contract with an environment, beside the layout
+  it was trained on.
 
 The agent acts in ``[-1, 1]`` per slot (SB3's convention for continuous actions);
 :class:`LearnedPolicy` turns that into limits by the card's
-:class:`~dlsched.policies.agent_actions.ActionMapping`, the one its training environments used, and
-refuses, with both layouts in the message, an environment whose observation layout is not the one
-the model was trained on.
+:class:`~dlsched.policies.agent_actions.ActionMapping`, the one its training environments used.
+A model of the slot network (:mod:`dlsched.policies.slot_network`) acts on any layout of its
+features, whatever the workers and slots per worker it was trained on; any other network (an
+MLP, per-slot agents) only on the layout it was trained on. An environment it cannot act on is
+refused with both layouts in the message.
 """
 
 from __future__ import annotations
@@ -49,13 +51,15 @@ from dlsched.policies.model_files import (
 )
 from dlsched.policies.normalization import load_normalizer, save_normalizer
 from dlsched.policies.policy import ParamValue, Policy
-from dlsched.policies.slot_network import own_rows_first
+from dlsched.policies.slot_network import SlotActorCriticPolicy, own_rows_first
 
 if TYPE_CHECKING:
-    pass
+    from dlsched.envs.backend import BackendCapabilities
 
-#: Version of the model card's format; a reader refuses a newer one.
-CARD_FORMAT = 1
+#: Version of the model card's format; a reader refuses a newer one. Format 1 held the
+#: features inside its ``layout``; format 2 holds them on their own, and the layout the model was
+#: trained on as ``trained_on``.
+CARD_FORMAT = 2
 
 #: The SB3 algorithms dlsched trains, by the name ``--algo`` takes.
 ALGORITHMS: Mapping[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "sac": SAC, "td3": TD3}
@@ -83,7 +87,8 @@ class ModelCard:
     Attributes:
         algo: the SB3 algorithm (a key of :data:`ALGORITHMS`).
         kind: the kind of jobs it schedules.
-        layout: the observation layout it was trained on.
+        trained_on: the observation layout it was trained on: its features are the ones the
+            model reads; its workers and slots are where it was trained.
         actions: how its actions become limits.
         frame_stack: how many consecutive observations it sees at once (SB3's
             ``VecFrameStack`` along the feature axis; 1: the current one only).
@@ -98,7 +103,7 @@ class ModelCard:
 
     algo: str
     kind: JobKind
-    layout: ObservationLayout
+    trained_on: ObservationLayout
     actions: ActionMapping = field(default_factory=ActionMapping)
     frame_stack: int = 1
     slot_agents: bool = False
@@ -107,16 +112,21 @@ class ModelCard:
     run_id: str | None = None
     dlsched_version: str = ""
 
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The features the model reads, in the order of the observation's columns."""
+        return self.trained_on.features
+
     def to_json(self) -> str:
         return json.dumps(
             {
                 "format": CARD_FORMAT,
                 "algo": self.algo,
                 "kind": self.kind.value,
-                "layout": {
-                    "workers": self.layout.workers,
-                    "slots_per_worker": self.layout.slots_per_worker,
-                    "features": list(self.layout.features),
+                "features": list(self.features),
+                "trained_on": {
+                    "workers": self.trained_on.workers,
+                    "slots_per_worker": self.trained_on.slots_per_worker,
                 },
                 "actions": self.actions.to_data(),
                 "frame_stack": self.frame_stack,
@@ -143,14 +153,16 @@ class ModelCard:
         except (KeyError, TypeError, ValueError) as error:
             raise _malformed(origin, error) from error
         try:
-            layout = data["layout"]
+            # format 1 kept the features in its layout
+            trained_on = data["layout"] if data["format"] == 1 else data["trained_on"]
+            features = trained_on["features"] if data["format"] == 1 else data["features"]
             card = cls(
                 algo=str(data["algo"]),
                 kind=JobKind(data["kind"]),
-                layout=ObservationLayout(
-                    int(layout["workers"]),
-                    int(layout["slots_per_worker"]),
-                    tuple(str(name) for name in layout["features"]),
+                trained_on=ObservationLayout(
+                    int(trained_on["workers"]),
+                    int(trained_on["slots_per_worker"]),
+                    tuple(str(name) for name in features),
                 ),
                 actions=ActionMapping.from_data(data["actions"]),
                 frame_stack=int(data.get("frame_stack", 1)),
@@ -174,27 +186,29 @@ class ModelCard:
         problems = []
         if self.algo not in ALGORITHMS:
             problems.append(f"algo {self.algo!r} is not one of {', '.join(ALGORITHMS)}")
-        if self.layout.workers < 1 or self.layout.slots_per_worker < 1:
+        layout = self.trained_on
+        if layout.workers < 1 or layout.slots_per_worker < 1:
             problems.append(
-                f"layout of {self.layout.workers} worker(s) x {self.layout.slots_per_worker} "
+                f"layout of {layout.workers} worker(s) x {layout.slots_per_worker} "
                 "slots: both must be >= 1"
             )
-        if not self.layout.features:
-            problems.append("layout has no features")
+        if not self.features:
+            problems.append("the card lists no features")
         if self.frame_stack < 1:
             problems.append(f"frame_stack {self.frame_stack} must be >= 1")
         return problems
 
-    def check_scenario(self, scenario: Scenario, source: str) -> None:
-        """Refuse a scenario whose environment is not the one the model was trained for.
+    def check_scenario(self, scenario: Scenario, source: str, any_layout: bool) -> None:
+        """Refuse a scenario whose environment is not one the model acts on.
 
         Args:
             scenario: the scenario the model is asked to schedule.
             source: the model, as the message names it.
+            any_layout: whether the model's network acts on any layout of its features.
 
         Raises:
             ModelError: the scenario's jobs are of another kind than the model's, or its
-                observation layout (workers, slots) differs from the model's.
+                observation layout is not one the model acts on (:meth:`check_layout`).
         """
         if scenario.kind is not self.kind:
             raise ModelError(
@@ -204,14 +218,32 @@ class ModelCard:
                 f"{scenario.kind.value} model"
             )
         layout = ObservationLayout(len(scenario.workers), scenario.slots_per_worker)
-        if layout != self.layout:
-            raise ModelError(
-                f"model {source!r} was trained on observation layout "
-                f"[{describe_layout(self.layout)}] but scenario {scenario.name!r} gives "
-                f"[{describe_layout(layout)}]; evaluate it on a scenario with "
-                f"{self.layout.workers} worker(s) and {self.layout.slots_per_worker} slots per "
-                "worker, or train a model on this one"
-            )
+        self.check_layout(layout, f"scenario {scenario.name!r} gives", source, any_layout)
+
+    def check_layout(
+        self, layout: ObservationLayout, whose: str, source: str, any_layout: bool
+    ) -> None:
+        """Refuse an observation layout of other features than the model's, or, unless
+        ``any_layout``, of another shape than the one it was trained on.
+
+        Args:
+            layout: the layout the model is asked to act on.
+            whose: what gives it, in the message (``the environment's is``).
+            source: the model, as the message names it.
+            any_layout: whether the model's network acts on any layout of its features.
+
+        Raises:
+            ModelError: naming both layouts.
+        """
+        if layout.features == self.features and (any_layout or layout == self.trained_on):
+            return
+        trained = self.trained_on
+        raise ModelError(
+            f"model {source!r} was trained on observation layout [{describe_layout(trained)}] "
+            f"but {whose} [{describe_layout(layout)}]; evaluate it on a scenario with "
+            f"{trained.workers} worker(s) and {trained.slots_per_worker} slots per worker, or "
+            "train a model on this one"
+        )
 
 
 def _malformed(origin: str, error: Exception) -> ModelError:
@@ -243,15 +275,15 @@ class LearnedPolicy(Policy):
         source: str = "",
         name: str | None = None,
     ) -> None:
-        slots = card.layout.workers * card.layout.slots_per_worker
+        slots = card.trained_on.workers * card.trained_on.slots_per_worker
         expected = (1,) if card.slot_agents else (slots,)
-        sees = (slots, len(card.layout.features) * card.frame_stack)
+        sees = (slots, len(card.features) * card.frame_stack)
         space = model.action_space
         bounds = (AGENT_LOW, AGENT_HIGH)
         if space.shape != expected or model.observation_space.shape != sees:
             raise ModelError(
                 f"model acts on {space.shape} and sees {model.observation_space.shape}, but "
-                f"its card's layout ({describe_layout(card.layout)}, {card.frame_stack} "
+                f"its card's layout ({describe_layout(card.trained_on)}, {card.frame_stack} "
                 f"frame(s)) needs actions of shape {expected} and observations of shape {sees}; "
                 "the card does not belong to this model"
             )
@@ -265,6 +297,8 @@ class LearnedPolicy(Policy):
         self.card = card
         self.normalizer = normalizer
         self.source = source
+        #: the layout it acts on (:meth:`use_layout`)
+        self.layout = card.trained_on
         self._frames: StackedObservations[np.ndarray] | None = None
         suffix = f"-{card.run_id[:8]}" if card.run_id else ""
         self._name = name or f"{card.algo}{suffix}"
@@ -287,21 +321,37 @@ class LearnedPolicy(Policy):
         """Forget the frames of the last episode."""
         self._frames = None
 
-    def check_scenario(self, scenario: Scenario) -> None:
-        """Refuse a scenario of another job kind or observation layout than the model's
-        (:meth:`ModelCard.check_scenario`)."""
-        self.card.check_scenario(scenario, self.source or self.name)
+    @property
+    def any_layout(self) -> bool:
+        """Whether the model acts on any layout of its features (its network is the slot
+        network), not only on the one it was trained on."""
+        return isinstance(self.model.policy, SlotActorCriticPolicy)
 
-    def check_layout(self, layout: ObservationLayout) -> None:
-        """Raise :class:`ModelError` naming both layouts unless ``layout`` is the model's."""
-        if layout != self.card.layout:
-            raise ModelError(
-                f"model {self.source or self.name!r} was trained on observation layout "
-                f"[{describe_layout(self.card.layout)}] but the environment's is "
-                f"[{describe_layout(layout)}]; evaluate it on a scenario with "
-                f"{self.card.layout.workers} worker(s) and {self.card.layout.slots_per_worker} "
-                "slots per worker, or train a model on this one"
+    def check_scenario(self, scenario: Scenario) -> None:
+        """Refuse a scenario of another job kind than the model's, or of an observation
+        layout it does not act on (:meth:`ModelCard.check_scenario`)."""
+        self.card.check_scenario(scenario, self.source or self.name, self.any_layout)
+
+    def bind(self, scenario: Scenario, backend: BackendCapabilities) -> None:
+        """Refuse a scenario the model cannot schedule, and act on its layout."""
+        self.check_scenario(scenario)
+        self.use_layout(ObservationLayout(len(scenario.workers), scenario.slots_per_worker))
+
+    def use_layout(self, layout: ObservationLayout) -> None:
+        """Act on observations of ``layout`` from now on.
+
+        Raises:
+            ModelError: naming both layouts, if the model does not act on ``layout``.
+        """
+        source = self.source or self.name
+        self.card.check_layout(layout, "the environment's is", source, self.any_layout)
+        network = self.model.policy
+        if isinstance(network, SlotActorCriticPolicy):
+            network.fit_layout(
+                layout.workers, layout.slots_per_worker, self.card.trained_on.workers
             )
+        self.layout = layout
+        self._frames = None
 
     def predict(
         self,
@@ -317,11 +367,11 @@ class LearnedPolicy(Policy):
         ``episode_start`` marks where an episode begins, as in SB3's ``evaluate_policy``.
         """
         raw = np.asarray(observation, dtype=np.float32)
-        shape = self.card.layout.shape
+        shape = self.layout.shape
         if raw.shape[-2:] != shape or raw.ndim not in (2, 3):
             raise PolicyError(
-                f"observation of shape {raw.shape} does not match the model's layout "
-                f"[{describe_layout(self.card.layout)}], shape {shape} (or a batch of them)"
+                f"observation of shape {raw.shape} does not match the layout the model acts on "
+                f"[{describe_layout(self.layout)}], shape {shape} (or a batch of them)"
             )
         batch = raw if raw.ndim == 3 else raw[None]
         model_input = self._stacked(batch, episode_start) if self.card.frame_stack > 1 else batch
@@ -337,13 +387,13 @@ class LearnedPolicy(Policy):
             action, next_state = self.model.predict(
                 model_input, state, episode_start, deterministic
             )
-        limits = self.card.actions.to_limits(np.asarray(action), batch, self.card.layout)
+        limits = self.card.actions.to_limits(np.asarray(action), batch, self.layout)
         return (limits if raw.ndim == 3 else limits[0]), next_state
 
     def _stacked(self, batch: np.ndarray, episode_start: np.ndarray | None) -> np.ndarray:
         """``batch`` with the frames before it, exactly as ``VecFrameStack`` stacks them."""
         if self._frames is None or self._frames.stacked_obs.shape[0] != len(batch):
-            space = gym.spaces.Box(0.0, 1.0, self.card.layout.shape, dtype=np.float32)
+            space = gym.spaces.Box(0.0, 1.0, self.layout.shape, dtype=np.float32)
             self._frames = StackedObservations(len(batch), self.card.frame_stack, space, "last")
             return self._frames.reset(batch)
         starts = np.zeros(len(batch), bool) if episode_start is None else np.asarray(episode_start)

@@ -16,11 +16,14 @@ layout is MLflow's::
       requirements.txt, python_env.yaml, conda.yaml
 
 The signature is the observation a model reads (``float32 (-1, slots, features)``, the
-environment's ``observation_space`` with a batch axis) and the limits it sets (``float32 (-1,
-slots)``, fractions of a worker). ``predict`` treats each row of a batch as the first step of an
-episode (with frame stacking, the observation stands for the frames before it too): a stateless
-service has no episode. To run a model through episodes, load it as a policy
-(:func:`dlsched.runs.resolve_policy`) and step an environment with it.
+environment's ``observation_space`` with a batch axis), the limits it sets (``float32 (-1,
+slots)``, fractions of a worker), and the parameter ``slots_per_worker``, which splits the slots
+into workers (by default the layout it was trained on). The slots are ``-1`` for a model that
+acts on any layout of its features (the slot network), the trained layout's for any other.
+``predict`` treats each row of a batch as the first step of an episode (with frame stacking, the
+observation stands for the frames before it too): a stateless service has no episode. To run a
+model through episodes, load it as a policy (:func:`dlsched.runs.resolve_policy`) and step an
+environment with it.
 """
 
 from __future__ import annotations
@@ -35,13 +38,17 @@ import mlflow.pyfunc
 import numpy as np
 from mlflow.models import ModelSignature
 from mlflow.pyfunc.model import PythonModel
-from mlflow.types import Schema, TensorSpec
+from mlflow.types import ParamSchema, ParamSpec, Schema, TensorSpec
 
-from dlsched.policies.learned import LearnedPolicy, ModelCard, load_model
+from dlsched.envs.errors import PolicyError
+from dlsched.envs.observation import ObservationLayout
+from dlsched.policies.learned import LearnedPolicy, load_model
 from dlsched.policies.model_files import MLMODEL_FILE, POLICY_ARTIFACT
 
 #: The name of the signature's input tensor.
 OBSERVATION = "observation"
+#: The name of the signature's parameter that splits the slots into workers.
+SLOTS_PER_WORKER = "slots_per_worker"
 #: The script MLflow loads the model from (MLflow's "models from code").
 MODEL_CODE_FILE = "dlsched_policy_model.py"
 _MODEL_CODE = """\
@@ -69,21 +76,48 @@ class PolicyModel(PythonModel):
     # with the model is the schema); Any or none at all make it warn at class definition
     def predict(self, context: Any, model_input: np.ndarray, params: Any = None) -> np.ndarray:
         """Limits ``(n, slots)`` for observations ``(n, slots, features)`` (or one ``(slots,
-        features)``), each taken as an episode's first step."""
-        assert self.policy is not None, "load_context was not called"
+        features)``), each taken as an episode's first step; ``params`` may give
+        ``slots_per_worker``, the slots of each worker (MLflow fills in the signature's
+        default, the trained layout's).
+
+        Raises:
+            PolicyError: ``slots_per_worker`` does not divide the slots into workers.
+        """
+        policy = self.policy
+        assert policy is not None, "load_context was not called"
         # the signature names its tensor, so MLflow hands it over as {"observation": array}
-        observations = model_input[OBSERVATION] if isinstance(model_input, dict) else model_input
-        self.policy.reset()
-        limits, _ = self.policy.predict(np.asarray(observations, dtype=np.float32))
+        observations = np.asarray(
+            model_input[OBSERVATION] if isinstance(model_input, dict) else model_input,
+            dtype=np.float32,
+        )
+        trained = policy.card.trained_on
+        slots_per_worker = int((params or {}).get(SLOTS_PER_WORKER, trained.slots_per_worker))
+        slots = observations.shape[-2] if observations.ndim >= 2 else 0
+        if slots_per_worker < 1 or slots % slots_per_worker:
+            raise PolicyError(
+                f"{SLOTS_PER_WORKER}={slots_per_worker} does not divide the observation's "
+                f"{slots} slots into workers; pass params={{'{SLOTS_PER_WORKER}': n}} with the "
+                "slots of each worker"
+            )
+        policy.use_layout(
+            ObservationLayout(slots // slots_per_worker, slots_per_worker, trained.features)
+        )
+        policy.reset()
+        limits, _ = policy.predict(observations)
         return np.asarray(limits, dtype=np.float32)
 
 
-def signature(card: ModelCard) -> ModelSignature:
-    """The model's signature: observations of the card's layout in, one limit per slot out."""
-    slots, features = card.layout.shape
+def signature(policy: LearnedPolicy) -> ModelSignature:
+    """The model's signature: observations in, one limit per slot out, and the slots per
+    worker; the slots are ``-1`` where the model acts on any layout."""
+    trained = policy.card.trained_on
+    slots = -1 if policy.any_layout else trained.shape[0]
     return ModelSignature(
-        inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, slots, features), OBSERVATION)]),
+        inputs=Schema(
+            [TensorSpec(np.dtype(np.float32), (-1, slots, len(trained.features)), OBSERVATION)]
+        ),
         outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, slots), "limits")]),
+        params=ParamSchema([ParamSpec(SLOTS_PER_WORKER, "long", trained.slots_per_worker)]),
     )
 
 
@@ -109,7 +143,7 @@ def save_mlflow_model(model_folder: Path, destination: Path) -> Path:
     """
     if (destination / MLMODEL_FILE).is_file():
         return destination
-    card = load_model(model_folder).card
+    policy = load_model(model_folder)
     with tempfile.TemporaryDirectory(prefix="dlsched-mlflow-model-") as scratch:
         # MLflow copies an artifact folder under its own name: stage it as artifacts/policy/
         staged = Path(scratch) / POLICY_ARTIFACT
@@ -121,8 +155,8 @@ def save_mlflow_model(model_folder: Path, destination: Path) -> Path:
             str(destination),
             python_model=str(code),
             artifacts={POLICY_ARTIFACT: str(staged)},
-            signature=signature(card),
-            input_example=np.zeros((1, *card.layout.shape), dtype=np.float32),
+            signature=signature(policy),
+            input_example=np.zeros((1, *policy.card.trained_on.shape), dtype=np.float32),
             # given, so that MLflow does not load the model in a subprocess to infer them
             pip_requirements=_requirements(),
         )

@@ -6,14 +6,23 @@ learn the same control rule once per slot, and learns nothing for a slot that is
 network instead applies one small network to every row (Deep Sets, Zaheer et al. 2017):
 
 - each row is encoded by a shared MLP into an embedding ``e_i``;
-- a context ``c`` pools the embeddings of all rows (mean and max), so that a job's limit can
-  depend on the others (how many compete, how loaded the worker is);
-- the actor maps ``[e_i, c]`` through a shared MLP and a shared linear output to the mean of
-  slot ``i``'s action; the Gaussian's log standard deviation is one parameter per slot;
+- a context pools the embeddings (mean and max) of the rows of slot ``i``'s worker, ``w_i``,
+  and of the whole cluster, ``c``: a job's limit depends on the other jobs of its worker (how
+  many compete for its cores, how loaded it is), and on the other workers (where a job could go);
+- the actor maps ``[e_i, w_i, c]`` through a shared MLP and a shared linear output to the mean
+  of slot ``i``'s action; the Gaussian's log standard deviation is one parameter shared by all
+  slots;
 - the critic maps the pooled context of its own row encoder to the value.
 
-The network is the same for any permutation of the jobs over the slots, and its size does not
-grow with the number of slots.
+Nothing in the network has the size of a layout: the same weights act on any number of workers
+and slots per worker (:meth:`SlotActorCriticPolicy.fit_layout` tells it the layout it acts on),
+and the actions follow any permutation of the jobs over a worker's slots, and of the workers.
+
+Models saved before this network (their policy keywords have no ``slots_per_worker``) load as
+they were trained: one context ``c`` pooled over all rows, ``[e_i, c]``, a log standard
+deviation per slot. On another layout than their own, their context is their worker's if they
+were trained on one worker (the cluster's otherwise), and their slots share the mean of their
+log standard deviations.
 
 :class:`OwnSlotPolicy` is the same network for per-slot agents
 (:mod:`dlsched.runs.training.slot_agents`):
@@ -31,12 +40,13 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
-from stable_baselines3.common.distributions import DiagGaussianDistribution
+from stable_baselines3.common.distributions import DiagGaussianDistribution, Distribution
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import Schedule
 from torch import nn
 
 from dlsched.envs.errors import PolicyError
+from dlsched.policies.agent_actions import AGENT_HIGH, AGENT_LOW
 
 #: Hidden sizes of the row encoders and heads when ``net_arch`` is not given.
 DEFAULT_HIDDEN: tuple[int, ...] = (64, 64)
@@ -54,6 +64,15 @@ def _pool(rows: torch.Tensor) -> torch.Tensor:
     return torch.cat([rows.mean(dim=1), rows.amax(dim=1)], dim=1)
 
 
+def _pool_per_worker(rows: torch.Tensor, slots_per_worker: int) -> torch.Tensor:
+    """Each row's worker's mean and max: ``(batch, slots, width) -> (batch, slots, 2 * width)``,
+    the rows of a worker being ``slots_per_worker`` consecutive ones."""
+    batch, slots, width = rows.shape
+    workers = rows.reshape(batch, slots // slots_per_worker, slots_per_worker, width)
+    pooled = torch.cat([workers.mean(dim=2), workers.amax(dim=2)], dim=2)
+    return pooled.repeat_interleave(slots_per_worker, dim=1)
+
+
 class _RowEncoders(nn.Module):
     """What both extractors share: row encoders for the actor and the critic, and the actor's mix.
 
@@ -61,21 +80,28 @@ class _RowEncoders(nn.Module):
     are those of the state dicts that saved models hold.
 
     Args:
-        slots: rows of the observation.
+        slots: rows of the observation it is built for (SB3 sizes its outputs from them).
         features: columns of the observation.
         hidden: widths of the row encoders' layers; the last is the embedding width.
         activation: the activation between layers.
+        contexts: the pooled contexts the actor mixes with a row's embedding (each is a mean
+            and a max).
     """
 
     def __init__(
-        self, slots: int, features: int, hidden: Sequence[int], activation: type[nn.Module]
+        self,
+        slots: int,
+        features: int,
+        hidden: Sequence[int],
+        activation: type[nn.Module],
+        contexts: int = 1,
     ) -> None:
         super().__init__()
         self.slots = slots
         self.features = features
         self.width = hidden[-1]
         self.actor_rows = _mlp([features, *hidden], activation)
-        self.actor_mix = _mlp([3 * self.width, self.width], activation)
+        self.actor_mix = _mlp([(1 + 2 * contexts) * self.width, self.width], activation)
         self.critic_rows = _mlp([features, *hidden], activation)
 
     def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,28 +114,43 @@ class _RowEncoders(nn.Module):
         raise NotImplementedError
 
     def _rows(self, features: torch.Tensor) -> torch.Tensor:
-        return features.reshape(-1, self.slots, self.features)
+        """``(batch, slots * features) -> (batch, slots, features)``, for any number of slots."""
+        return features.reshape(features.shape[0], -1, self.features)
 
 
 class SlotExtractor(_RowEncoders):
     """The actor's per-slot latents and the critic's pooled latent (SB3's ``mlp_extractor``).
 
-    Args: as :class:`_RowEncoders`.
+    Args: as :class:`_RowEncoders`, and:
+        slots_per_worker: the slots of one worker, whose rows are consecutive; ``None`` builds
+            the network of models saved before the worker context, whose one context pools
+            :attr:`context_slots` rows (all of them, until told otherwise).
     """
 
     def __init__(
-        self, slots: int, features: int, hidden: Sequence[int], activation: type[nn.Module]
+        self,
+        slots: int,
+        features: int,
+        hidden: Sequence[int],
+        activation: type[nn.Module],
+        slots_per_worker: int | None,
     ) -> None:
-        super().__init__(slots, features, hidden, activation)
+        super().__init__(slots, features, hidden, activation, 1 if slots_per_worker is None else 2)
         self.critic_head = _mlp([2 * self.width, self.width], activation)
         # SB3 reads these to size the action and value outputs
         self.latent_dim_pi = slots * self.width
         self.latent_dim_vf = self.width
+        #: whether the actor pools the cluster besides each row's worker
+        self.cluster_context = slots_per_worker is not None
+        #: the rows each row's first context pools: its worker's (or all rows, see above)
+        self.context_slots = slots if slots_per_worker is None else slots_per_worker
 
     def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
         rows = self.actor_rows(self._rows(features))
-        context = _pool(rows).unsqueeze(1).expand(-1, self.slots, -1)
-        return self.actor_mix(torch.cat([rows, context], dim=2)).flatten(1)
+        contexts = [rows, _pool_per_worker(rows, self.context_slots)]
+        if self.cluster_context:
+            contexts.append(_pool(rows).unsqueeze(1).expand(-1, rows.shape[1], -1))
+        return self.actor_mix(torch.cat(contexts, dim=2)).flatten(1)
 
     def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
         return self.critic_head(_pool(self.critic_rows(self._rows(features))))
@@ -150,15 +191,18 @@ class OwnSlotExtractor(_RowEncoders):
 class SlotActionHead(nn.Module):
     """One linear output shared by every slot: ``(batch, slots * width) -> (batch, slots)``."""
 
-    def __init__(self, slots: int, width: int) -> None:
+    def __init__(self, width: int) -> None:
         super().__init__()
-        self.slots = slots
         self.width = width
         self.linear = nn.Linear(width, 1)
 
     def forward(self, latent: torch.Tensor) -> torch.Tensor:
-        rows = latent.reshape(-1, self.slots, self.width)
+        rows = latent.reshape(latent.shape[0], -1, self.width)
         return self.linear(rows).squeeze(-1)
+
+
+#: What the slot network's refusal of other observations suggests.
+_NOT_SLOT_ROWS = "; use network 'mlp' for other environments"
 
 
 def _slot_rows(observation_space: spaces.Space, who_needs: str, hint: str = "") -> tuple[int, int]:
@@ -222,22 +266,40 @@ class _RowEncoderPolicy(ActorCriticPolicy):
 class SlotActorCriticPolicy(_RowEncoderPolicy):
     """SB3's actor-critic policy with the slot-shared network of the module docstring.
 
-    It takes ``ActorCriticPolicy``'s arguments; ``net_arch`` is a list of hidden widths of the
-    row encoders (default ``[64, 64]``). The observation space must be ``Box(slots,
-    features)`` and the action space ``Box(slots,)``; gSDE is not supported.
+    It takes ``ActorCriticPolicy``'s arguments, and ``slots_per_worker``: the slots of one
+    worker of the training environment, which builds the network of the module docstring
+    (``None``, as in the keywords of models saved before it: the network those were trained
+    with). ``net_arch`` is a list of hidden widths of the row encoders (default ``[64, 64]``).
+    The observation space must be ``Box(slots, features)`` and the action space ``Box(slots,)``;
+    gSDE is not supported. :meth:`fit_layout` sets it to act on another layout.
     """
 
     extractor = SlotExtractor
     who = "the slot network"
 
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: list[int] | None = None,
+        slots_per_worker: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        shape = _slot_rows(observation_space, "the slot network needs", _NOT_SLOT_ROWS)
+        if slots_per_worker is not None and (slots_per_worker < 1 or shape[0] % slots_per_worker):
+            raise PolicyError(
+                f"slots_per_worker={slots_per_worker} does not divide the observation's "
+                f"{shape[0]} slots into workers; give the scenario's slots_per_worker"
+            )
+        # read by _build_mlp_extractor, which the parent's constructor calls
+        self.slots_per_worker = slots_per_worker
+        super().__init__(observation_space, action_space, lr_schedule, net_arch, **kwargs)
+
     def _check_spaces(
         self, observation_space: spaces.Space, action_space: spaces.Space, kwargs: dict[str, Any]
     ) -> None:
-        shape = _slot_rows(
-            observation_space,
-            "the slot network needs",
-            "; use network 'mlp' for other environments",
-        )
+        shape = _slot_rows(observation_space, "the slot network needs", _NOT_SLOT_ROWS)
         if action_space.shape != (shape[0],):
             raise PolicyError(
                 f"the slot network needs one action per slot: action shape "
@@ -246,19 +308,59 @@ class SlotActorCriticPolicy(_RowEncoderPolicy):
         if kwargs.get("use_sde"):
             raise PolicyError("the slot network does not support gSDE (use_sde); leave it off")
 
+    def _build_mlp_extractor(self) -> None:
+        shape = self.observation_space.shape
+        assert shape is not None and isinstance(self.net_arch, list)
+        # SB3 annotates its MlpExtractor but uses only the interface the row encoders provide
+        self.mlp_extractor = SlotExtractor(  # type: ignore[assignment]
+            shape[0], shape[1], self.net_arch, self.activation_fn, self.slots_per_worker
+        )
+
     def _build(self, lr_schedule: Schedule) -> None:
         super()._build(lr_schedule)
         # The parent built one Linear over all slots' latents; replace it by the shared head.
         assert isinstance(self.action_dist, DiagGaussianDistribution)
         extractor = self.mlp_extractor
         assert isinstance(extractor, SlotExtractor)
-        self.action_net = SlotActionHead(extractor.slots, extractor.width)
+        self.action_net = SlotActionHead(extractor.width)
         if self.ortho_init:
             self.action_net.apply(partial(self.init_weights, gain=0.01))
+        if extractor.cluster_context:
+            # one exploration noise for every slot, so that no parameter has a layout's size
+            self.log_std = nn.Parameter(torch.full((1,), float(self.log_std_init)))
         # the optimizer classes SB3 takes all accept lr; the base class's signature does not say so
         self.optimizer = self.optimizer_class(  # type: ignore[call-arg]
             self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs
         )
+
+    def _get_action_dist_from_latent(self, latent_pi: torch.Tensor) -> Distribution:
+        mean_actions = self.action_net(latent_pi)
+        log_std: torch.Tensor = self.log_std
+        if len(log_std) not in (1, mean_actions.shape[-1]):
+            # a model saved with one log std per slot, on a layout of another slot count
+            log_std = log_std.mean().reshape(1)
+        assert isinstance(self.action_dist, DiagGaussianDistribution)
+        return self.action_dist.proba_distribution(mean_actions, log_std)
+
+    def fit_layout(self, workers: int, slots_per_worker: int, trained_workers: int) -> None:
+        """Act on observations of ``workers`` x ``slots_per_worker`` slots from now on.
+
+        Args:
+            workers: the workers of the layout.
+            slots_per_worker: the slots of each.
+            trained_workers: the workers of the layout the model was trained on; a model
+                saved before the worker context pools its one context over a worker's slots
+                if it was trained on one worker, over all slots otherwise.
+        """
+        slots = workers * slots_per_worker
+        columns = self.observation_space.shape
+        assert columns is not None
+        self.observation_space = spaces.Box(0.0, 1.0, (slots, columns[1]), dtype=np.float32)
+        self.action_space = spaces.Box(AGENT_LOW, AGENT_HIGH, (slots,), dtype=np.float32)
+        extractor = self.mlp_extractor
+        assert isinstance(extractor, SlotExtractor)
+        per_worker = extractor.cluster_context or trained_workers == 1
+        extractor.context_slots = slots_per_worker if per_worker else slots
 
 
 class OwnSlotPolicy(_RowEncoderPolicy):

@@ -57,11 +57,13 @@ from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
 from stable_baselines3.common.vec_env import VecEnv, VecFrameStack, VecNormalize
 
 from dlsched.envs.errors import PolicyError, TrackingError
+from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.learned import ModelCard, algorithm_class, save_model
 from dlsched.policies.mlflow_model import save_mlflow_model
 from dlsched.policies.normalization import slot_normalizer
+from dlsched.policies.slot_network import SlotActorCriticPolicy
 from dlsched.runs.tracking.kvwriter import MlflowKVWriter
 from dlsched.runs.tracking.owners import end_run, owner_tags
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
@@ -355,7 +357,7 @@ def _learn(
     interruption: KeyboardInterrupt | None = None
     try:
         normalizer = slot_normalizer(venv, _gamma(config), config.normalize_reward)
-        model = _build_model(config, normalizer)
+        model = _build_model(config, normalizer, card.trained_on)
         model.set_logger(_logger(folder, tracking))
         bar = ProgressBar(config.timesteps, enabled=progress)
         callbacks: list[BaseCallback] = [bar]
@@ -385,7 +387,7 @@ def _model_card(
     return ModelCard(
         algo=config.algo,
         kind=kind,
-        layout=layout_of(scenarios[0]),
+        trained_on=layout_of(scenarios[0]),
         actions=config.action_mapping,
         frame_stack=config.frame_stack,
         slot_agents=config.slot_agents,
@@ -522,10 +524,15 @@ def _gamma(config: TrainingConfig) -> float:
     return float(default)
 
 
-def _build_model(config: TrainingConfig, env: VecNormalize) -> BaseAlgorithm:
+def _build_model(
+    config: TrainingConfig, env: VecNormalize, layout: ObservationLayout
+) -> BaseAlgorithm:
     cls = algorithm_class(config.algo)
     policy: Any = config.policy_class()
     policy_kwargs = {"net_arch": list(config.net_arch), **dict(config.policy_kwargs)}
+    if policy is SlotActorCriticPolicy:
+        # its worker context, which the models saved without this keyword do not have
+        policy_kwargs["slots_per_worker"] = layout.slots_per_worker
     # Checked against the algorithm's constructor by the config; SB3 types each one apart.
     hyperparams: dict[str, Any] = dict(config.hyperparams)
     try:

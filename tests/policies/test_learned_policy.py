@@ -72,11 +72,18 @@ def untrained_model(slots: int = SLOTS) -> tuple[PPO, ModelCard]:
     mapping = ActionMapping(ActionMode.RELATIVE, max_step=2.0)
     venv = DummyVecEnv([lambda: make_training_env([scenario], mapping)])
     normalizer = slot_normalizer(venv, gamma=0.99, normalize_reward=False)
-    model = PPO(SlotActorCriticPolicy, normalizer, n_steps=32, batch_size=32, seed=0)
+    model = PPO(
+        SlotActorCriticPolicy,
+        normalizer,
+        n_steps=32,
+        batch_size=32,
+        seed=0,
+        policy_kwargs={"slots_per_worker": slots},
+    )
     card = ModelCard(
         algo="ppo",
         kind=JobKind.INFERENCE,
-        layout=ObservationLayout(1, slots),
+        trained_on=ObservationLayout(1, slots),
         actions=mapping,
         scenarios=(scenario.name,),
     )
@@ -131,7 +138,9 @@ def test_training_environments_act_like_the_learned_policy(saved_model: Path) ->
     policy = load_model(saved_model)
     scenario = parse_scenario(scenario_data(), "test")
     env = AgentActions(
-        gym.make("dlsched/Inference-v0", scenario=scenario), policy.card.actions, policy.card.layout
+        gym.make("dlsched/Inference-v0", scenario=scenario),
+        policy.card.actions,
+        policy.card.trained_on,
     )
     observation, _ = env.reset(seed=1)
     for _ in range(3):
@@ -159,8 +168,16 @@ def test_predict_returns_limits_for_one_observation_or_a_batch(saved_model: Path
 # --- the observation layout contract --------------------------------------------------------
 
 
-def test_model_refuses_an_environment_with_another_layout(saved_model: Path) -> None:
-    policy = load_model(saved_model)
+def test_a_model_of_another_network_refuses_an_environment_with_another_layout(
+    tmp_path: Path,
+) -> None:
+    scenario = parse_scenario(scenario_data(), "test")
+    mapping = ActionMapping(ActionMode.RELATIVE, max_step=2.0)
+    venv = DummyVecEnv([lambda: make_training_env([scenario], mapping)])
+    mlp = PPO("MlpPolicy", venv, n_steps=32, batch_size=32, seed=0)
+    card = ModelCard("ppo", JobKind.INFERENCE, ObservationLayout(1, SLOTS), mapping)
+    policy = load_model(save_model(mlp, None, card, tmp_path / "mlp"))
+    assert not policy.any_layout
     other = parse_scenario(scenario_data(slots=SLOTS + 1), "test")
     with pytest.raises(PolicyError) as caught:
         run_episode(other, policy, seed=0)
@@ -174,8 +191,8 @@ def test_model_refuses_a_layout_with_other_features(saved_model: Path) -> None:
     policy = load_model(saved_model)
     renamed = ObservationLayout(1, SLOTS, (*FEATURES[:-1], "something_else"))
     with pytest.raises(PolicyError, match="something_else"):
-        policy.check_layout(renamed)
-    policy.check_layout(ObservationLayout(1, SLOTS))  # its own layout passes
+        policy.use_layout(renamed)
+    policy.use_layout(ObservationLayout(1, SLOTS))  # its own layout passes
 
 
 def test_model_refuses_an_observation_of_another_shape(saved_model: Path) -> None:
@@ -186,6 +203,11 @@ def test_model_refuses_an_observation_of_another_shape(saved_model: Path) -> Non
 
 def test_learned_policy_runs_an_episode_like_a_baseline(saved_model: Path) -> None:
     policy = load_model(saved_model)
+    head = policy.model.policy.action_net
+    assert isinstance(head, SlotActionHead)
+    with torch.no_grad():  # untrained actions are near 0: make them lower the limits, by row
+        head.linear.weight.mul_(100.0)
+        head.linear.bias.fill_(-0.5)
     scenario = parse_scenario(scenario_data(), "test")
     result = run_episode(scenario, policy, seed=3)
     assert result.policy.name == "ppo"
@@ -253,7 +275,7 @@ def test_card_round_trips_through_json() -> None:
     card = ModelCard(
         algo="sac",
         kind=JobKind.TRAINING,
-        layout=ObservationLayout(4, 10),
+        trained_on=ObservationLayout(4, 10),
         actions=ActionMapping(ActionMode.RELATIVE, max_step=3.0),
         reward="active_jobs",
         scenarios=("a", "b"),
@@ -265,7 +287,7 @@ def test_card_round_trips_through_json() -> None:
 
 def test_card_whose_layout_does_not_fit_the_model_is_refused() -> None:
     model, card = untrained_model()
-    wrong = dataclasses.replace(card, layout=ObservationLayout(2, SLOTS))
+    wrong = dataclasses.replace(card, trained_on=ObservationLayout(2, SLOTS))
     with pytest.raises(PolicyError, match=r"acts on \(4,\).*needs actions of shape \(8,\)"):
         LearnedPolicy(model, wrong)
 

@@ -79,3 +79,31 @@ def test_dlsched_baselines_lists_it_with_its_card(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert f"pretrained:{INFERENCE_MODEL}: " in out
     assert "command: dlsched train --scenario train-inference-mix" in out
+
+
+#: Its satisfied_fraction_mean on its own layout (train-inference-mix, 1 worker x 10 slots) by
+#: seed, as `dlsched evaluate` measured it before models acted on any layout (main at 6feee48).
+OWN_LAYOUT_SCORES = {100: 0.6111111111111112, 101: 0.5580246913580247}
+
+
+def test_its_score_on_its_own_layout_is_unchanged() -> None:
+    scenario = load_scenario("train-inference-mix")
+    policy = resolve_policy(f"pretrained:{INFERENCE_MODEL}")
+    for seed, score in OWN_LAYOUT_SCORES.items():
+        assert run_episode(scenario, policy, seed).metrics.satisfied_fraction_mean == score
+
+
+def test_it_runs_on_a_cluster_of_another_layout_and_beats_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Trained on 1 worker x 10 slots, it schedules dqoes-cluster-40 (4 workers x 10 slots)."""
+    spec = f"pretrained:{INFERENCE_MODEL}"
+    argv = ["evaluate", "--scenario", "dqoes-cluster-40", "--policy", f"{spec},default"]
+    argv += ["--episodes", "2", "--seed", "100", "--no-tracking", "--no-progress", "--json"]
+    assert main(argv) == 0
+    (summary,) = json.loads(capsys.readouterr().out)["scenarios"]
+    scores = {
+        row["label"]: row["metrics"]["satisfied_fraction_mean"]["mean"]
+        for row in summary["policies"]
+    }
+    assert scores[INFERENCE_MODEL] > scores["default"], scores

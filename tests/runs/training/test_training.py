@@ -3,6 +3,7 @@ KV writer, scenario mixes and arrival-pattern distributions, and the ``dlsched t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Callable
@@ -180,17 +181,28 @@ def test_the_logged_model_is_an_mlflow_model_that_predicts_limits(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     model = mlflow.pyfunc.load_model(result.model_uri)
     inputs = model.metadata.get_input_schema().inputs
-    assert inputs[0].shape == (-1, 4, len(FEATURES))
-    env = gym.make("dlsched/Inference-v0", scenario=load_scenario(scenario_path))
-    observation, _ = env.reset(seed=3)
-    limits = model.predict(observation[None])
-    assert limits.shape == (1, 4) and limits.dtype == np.float32
-    assert np.all((limits >= 0.0) & (limits <= 1.0))
-    # the same limits as the policy dlsched evaluate loads, at an episode's first step
+    assert inputs[0].shape == (-1, -1, len(FEATURES))  # any number of slots
+    trained = load_scenario(scenario_path)
     policy = resolve_policy(result.model_uri, tracking_uri=uri)
-    policy.reset()
-    expected, _ = policy.predict(observation)
-    np.testing.assert_allclose(limits[0], expected, rtol=1e-6)
+    assert isinstance(policy, LearnedPolicy)
+    # its own layout, and a cluster of 3 workers of 2 slots each
+    cluster = dataclasses.replace(
+        trained, workers=trained.workers * 3, slots_per_worker=2, name="cluster"
+    )
+    for scenario in (trained, cluster):
+        slots = len(scenario.workers) * scenario.slots_per_worker
+        env = gym.make("dlsched/Inference-v0", scenario=scenario)
+        observation, _ = env.reset(seed=3)
+        limits = model.predict(
+            observation[None], params={"slots_per_worker": scenario.slots_per_worker}
+        )
+        assert limits.shape == (1, slots) and limits.dtype == np.float32
+        assert np.all((limits >= 0.0) & (limits <= 1.0))
+        # the same limits as the policy dlsched evaluate loads, at an episode's first step
+        policy.bind(scenario, env.unwrapped.backend.capabilities)
+        policy.reset()
+        expected, _ = policy.predict(observation)
+        np.testing.assert_allclose(limits[0], expected, rtol=1e-6)
 
 
 def test_the_registered_model_is_evaluated_by_its_models_uri(
@@ -281,16 +293,20 @@ def test_the_best_validated_model_is_the_one_logged(
     assert mean == pytest.approx(best.score)
 
 
-def test_a_trained_model_refuses_an_environment_with_another_layout(
+def test_a_trained_model_runs_on_another_layout(
     tracked_run: tuple[TrainingResult, str, Path], tmp_path: Path
 ) -> None:
+    """Trained on 1 worker x 4 slots; its slot network acts on 2 workers x 5 slots."""
     result, uri, _ = tracked_run
     policy = resolve_policy(result.model_uri, tracking_uri=uri)
-    wider = load_scenario(write_scenario(tmp_path, TINY, name="tiny-wide", slots_per_worker=5))
-    with pytest.raises(PolicyError) as caught:
-        evaluate(wider, [policy], [0], progress=False)
-    assert "[1 worker(s) x 4 slots" in str(caught.value)
-    assert "[1 worker(s) x 5 slots" in str(caught.value)
+    assert isinstance(policy, LearnedPolicy) and policy.model.policy.log_std.shape == (1,)
+    wider = load_scenario(
+        write_scenario(
+            tmp_path, TINY, name="tiny-wide", slots_per_worker=5, workers={"count": 2, "cores": 8}
+        )
+    )
+    (episode,) = evaluate(wider, [policy], [0], progress=False)
+    assert episode.metrics.satisfied_fraction_mean is not None
 
 
 def test_an_unknown_run_is_reported_with_the_store(mlflow_store: tuple[Path, str]) -> None:
