@@ -90,6 +90,15 @@ class Backend(ABC):
     def close(self) -> None:
         """Stop everything this backend started."""
 
+    def check_ready(self, scenario: Scenario) -> None:  # noqa: B027  (nothing by default)
+        """Check that an episode of ``scenario`` could start now, starting nothing: what a
+        command asks before it records anything, so that one that cannot run records nothing.
+        Nothing to check by default (a simulation needs nothing outside the process).
+
+        Raises:
+            BackendError: it could not start (a subclass saying why and the fix).
+        """
+
     def incidents(self) -> tuple[str, ...]:
         """What happened in the current (or last) episode that makes its figures doubtful,
         one sentence each (a container removed from outside, say); none by default."""

@@ -4,20 +4,22 @@ An action array (one limit per slot, for one episode or a row per episode) and a
 :class:`~dlsched.envs.decision.Decision` (limits by job id, and migrations) both become the
 limits of every slot, ``(episodes, workers x slots_per_worker)``, checked and clipped here:
 refused when they are not finite numbers (or, for a decision, negative, or of a job that has not
-arrived), then clipped to ``[floor, 1]``. The loop (:mod:`dlsched.envs.loop`) gives the limits
-to the jobs that hold the slots and checks the migrations against the slots; a backend receives
-only checked limits.
+arrived), then clipped to ``[floor, 1]``; an action with entries outside the box ``[0, 1]`` is
+said once per environment (:class:`ClipNotice`). The loop (:mod:`dlsched.envs.loop`) gives the
+limits to the jobs that hold the slots and checks the migrations against the slots; a backend
+receives only checked limits.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from dlsched.envs.decision import Decision, Migration
-from dlsched.envs.errors import ActionError
+from dlsched.envs.errors import ActionClippedWarning, ActionError
 from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.telemetry_columns import TelemetryColumns
 from dlsched.envs.values import is_number, is_whole, shown
@@ -47,8 +49,40 @@ def check_decision(decision: object) -> None:
             )
 
 
+class ClipNotice:
+    """Says once, as an :class:`~dlsched.envs.errors.ActionClippedWarning`, that an environment
+    clipped an action's entries outside the box ``[0, 1]``: an agent's raw output (a Gaussian
+    policy's sample) may leave the box, and is clipped as SB3 clips it, but a user passing
+    limits in cores rather than fractions should hear of it. Until it is said each action costs
+    two reductions more; after, nothing."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def look(self, array: np.ndarray, episodes: int | None) -> None:
+        """Warn (the first time) if ``array`` has entries outside ``[0, 1]``."""
+        if self.said or (array.min() >= 0.0 and array.max() <= 1.0):
+            return
+        self.said = True
+        outside = (array < 0.0) | (array > 1.0)
+        first = tuple(int(i) for i in np.argwhere(outside)[0])
+        where = f"index {first[0]}" if episodes is None else f"env {first[0]}, slot {first[1]}"
+        warnings.warn(
+            f"action entries outside the action space [0, 1] were clipped into it "
+            f"({int(outside.sum())} of {array.size}; the first, at {where}: "
+            f"{float(array[first])!r}): a limit is a fraction of its worker's cores, above 1 "
+            "clipped to 1, below the floor raised to it. Said once for this environment",
+            ActionClippedWarning,
+            stacklevel=4,
+        )
+
+
 def action_limits(
-    actions: object, episodes: int | None, layout: ObservationLayout, floor: float
+    actions: object,
+    episodes: int | None,
+    layout: ObservationLayout,
+    floor: float,
+    notice: ClipNotice | None = None,
 ) -> np.ndarray:
     """The limits per slot an action array sets, clipped to the box then raised to ``floor``.
 
@@ -58,6 +92,7 @@ def action_limits(
         episodes: the episodes of a batched environment; ``None`` for a single one.
         layout: the environment's layout (its workers and slots per worker).
         floor: the lowest limit.
+        notice: the environment's notice of clipped actions, if it gives them.
 
     Returns:
         ``(1, slots)`` for a single environment, else ``(episodes, slots)``, float64.
@@ -93,6 +128,8 @@ def action_limits(
             f"{float(array[env, slot])!r} ({int(bad.sum())} non-finite in all); every entry "
             "must be a limit in [0, 1]"
         )
+    if notice is not None:
+        notice.look(array, episodes)
     # An agent's raw output may leave the box; a typed Decision may not (it is refused). Clipped
     # to the box then raised to the floor (in (0, 1]) is clamped to [floor, 1]. (np.clip's own
     # wrapper costs more than the ufuncs it calls.)

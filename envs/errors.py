@@ -1,4 +1,4 @@
-"""Every exception dlsched raises on purpose.
+"""Every exception dlsched raises on purpose, and its one warning.
 
 All of them derive from :class:`DlschedError`, so a caller (the CLI in particular) can tell a
 user's mistake or an unavailable system apart from a bug. Each message names the offending value,
@@ -92,3 +92,9 @@ class MissingExtraError(DlschedError, ImportError):
 
 class HostBusyError(BackendError):
     """A measurement of the host (calibration) was refused because other work held its cores."""
+
+
+class ActionClippedWarning(UserWarning):
+    """An action held entries outside the action space's box ``[0, 1]``, which the environment
+    clipped into it; said once per environment (``warnings.simplefilter("error",
+    ActionClippedWarning)`` turns it into an error)."""

@@ -30,9 +30,11 @@ class InferenceEnv(_InferenceKind, SchedulingEnv):
     ``Box(0, 1, (workers * slots_per_worker,), float32)``: the CPU limit of the job in each slot,
     as a fraction of its worker's cores (``1`` means no cap). Entries of empty slots are ignored.
     Values above 1 are clipped to 1; values below the floor (``limit_floor``, default 0.02,
-    negative values included) are raised to the floor. A NaN or infinite entry, or an array of
-    another shape, raises :class:`~dlsched.envs.errors.ActionError`. Limits of a worker may sum
-    above 1: Docker quotas may overcommit, and the CPU is then shared by the kernel.
+    negative values included) are raised to the floor. The first action with entries outside
+    ``[0, 1]`` warns once (:class:`~dlsched.envs.errors.ActionClippedWarning`): clipping is right
+    for an agent's raw output, but not for limits given in cores. A NaN or infinite entry, or an
+    array of another shape, raises :class:`~dlsched.envs.errors.ActionError`. Limits of a worker
+    may sum above 1: Docker quotas may overcommit, and the CPU is then shared by the kernel.
     :meth:`step_decision` takes a typed :class:`~dlsched.envs.decision.Decision` (limits by job
     id, migrations) instead.
 
@@ -64,12 +66,13 @@ class InferenceEnv(_InferenceKind, SchedulingEnv):
     - ``placer``: the :class:`~dlsched.envs.placement.Placer` for arriving jobs.
     - ``limit_floor``: the lowest limit, a fraction of a worker in ``(0, 1]``.
     - ``backend_options``: keyword arguments of the backend's constructor.
-    - ``render_mode``: ``"ansi"`` (a text table of the jobs at every ``render()``) or
-      ``"rgb_array"`` (the episode's latency/loss and limit panels as an image); ``None``
-      (default) renders nothing. See :mod:`dlsched.envs.rendering`.
+    - ``render_mode``: ``"ansi"`` (a text table of the jobs at every ``render()``),
+      ``"human"`` (that table printed at every ``reset`` and ``step``) or ``"rgb_array"`` (the
+      episode's latency/loss and limit panels as an image); ``None`` (default) renders nothing.
+      See :mod:`dlsched.envs.rendering`.
 
     ## Version History
-    - v0: initial version.
+    - v0: initial version (``render_mode="human"`` added later; the dynamics are unchanged).
     """
 
 

@@ -1,5 +1,8 @@
 """What ``env.render()`` shows: a text table of the jobs, or the episode's panels as an image.
 
+- ``human``: the ``ansi`` table written to the terminal (standard output) at every ``reset`` and
+  ``step``, as Gymnasium's human mode renders by itself; no window, so nothing more is needed
+  (``rl_zoo3.enjoy`` and ``gym.make(..., render_mode="human")`` work without pygame).
 - ``ansi``: one table per call, the time and, per job that has arrived, its worker and slot, its
   state, its limit and CPU usage (in cores), and for a service its last batch latency against its
   target with its DQoES set (G, S, B; journal Section IV-A), for a training job its loss and
@@ -26,7 +29,7 @@ if TYPE_CHECKING:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 #: The render modes both environments support.
-RENDER_MODES: tuple[str, ...] = ("ansi", "rgb_array")
+RENDER_MODES: tuple[str, ...] = ("human", "ansi", "rgb_array")
 #: Frames per second of a replayed episode: one step (the papers' 10 s interval) every 0.25 s.
 RENDER_FPS = 4
 #: Size of an ``rgb_array`` frame in pixels (height, width).

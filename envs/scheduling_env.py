@@ -22,7 +22,12 @@ import numpy as np
 from dlsched.envs.arguments import DEFAULT_LIMIT_FLOOR, check_seed, environment_setup
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Decision
-from dlsched.envs.decision_checks import action_limits, check_decision, decision_limits
+from dlsched.envs.decision_checks import (
+    ClipNotice,
+    action_limits,
+    check_decision,
+    decision_limits,
+)
 from dlsched.envs.loop import SchedulingLoop
 from dlsched.envs.observation import encode
 from dlsched.envs.placement import Placer
@@ -64,6 +69,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
             self.env_id, self.kind, (self.default_scenario, self.default_reward), locals()
         )
         self._setup = setup
+        self._clip_notice = ClipNotice()
         self.render_mode = render_mode
         self.scenario: Scenario = setup.scenario
         self.backend: Backend = setup.backend
@@ -97,10 +103,14 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         now = columns.telemetry(0)
         self._telemetry = now
         self._history = [now] if self._frames is not None else []
+        if self.render_mode == "human":
+            self.render()
         return self._observe(columns), self._info(columns, now)
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        return self._step(action_limits(action, None, self.layout, self.limit_floor), None)
+        return self._step(
+            action_limits(action, None, self.layout, self.limit_floor, self._clip_notice), None
+        )
 
     def step_decision(
         self, decision: Decision
@@ -116,11 +126,15 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def render(self) -> str | np.ndarray | None:
         """The current step as ``render_mode`` asks (see :mod:`dlsched.envs.rendering`).
 
-        ``ansi``: a text table of the jobs; ``rgb_array``: the latency (or loss) and limit panels
+        ``ansi``: a text table of the jobs; ``human``: that table printed (each ``reset`` and
+        ``step`` renders it by itself); ``rgb_array``: the latency (or loss) and limit panels
         of the episode so far, ``uint8`` of shape ``(480, 720, 3)``; ``None`` without a mode.
         """
         if self.render_mode == "ansi":
             return render_ansi(self._telemetry, self.kind)
+        if self.render_mode == "human":
+            print(render_ansi(self._telemetry, self.kind), flush=True)
+            return None
         if self._frames is not None:
             return self._frames.frame(self._history, self.kind)
         return None
@@ -185,6 +199,8 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
             assert self._setup.custom_reward is not None
             reward = float(self._setup.custom_reward(now, before))
         terminated, truncated = self._loop.ends(_ONE)
+        if self.render_mode == "human":
+            self.render()
         return (
             self._observe(columns),
             reward,

@@ -51,12 +51,13 @@ from dlsched.envs.arguments import (
 )
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Decision, Migration
-from dlsched.envs.decision_checks import action_limits, decision_limits
+from dlsched.envs.decision_checks import ClipNotice, action_limits, decision_limits
 from dlsched.envs.errors import ActionError, ArgumentError, BackendError
 from dlsched.envs.loop import SchedulingLoop
 from dlsched.envs.observation import encode
 from dlsched.envs.placement import Placer
 from dlsched.envs.rewards import RewardFn
+from dlsched.envs.scenarios.limits import MAX_BATCH_SLOTS
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.telemetry import Telemetry
 from dlsched.envs.telemetry_columns import TelemetryColumns
@@ -112,6 +113,12 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         setup = environment_setup(
             self.env_id, self.kind, (self.default_scenario, self.default_reward), locals()
         )
+        if MAX_BATCH_SLOTS.exceeded(num_envs * setup.slots):
+            raise ArgumentError(
+                f"num_envs={num_envs:,} episodes x {setup.slots:,} slots of scenario "
+                f"{setup.scenario.name!r} = {num_envs * setup.slots:,} slots: expected "
+                f"{MAX_BATCH_SLOTS.expected()}; make fewer episodes at once"
+            )
         if num_envs > 1 and not setup.backend.capabilities.batchable:
             raise BackendError(
                 f"backend {setup.backend.name!r} runs one episode at a time, not {num_envs}; "
@@ -121,6 +128,7 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self.metadata = {**type(self).metadata, "autoreset_mode": mode}
         self.num_envs = num_envs
         self._setup = setup
+        self._clip_notice = ClipNotice()
         self.scenario: Scenario = setup.scenario
         self.backend = setup.backend
         self.reward_name = setup.reward_name
@@ -194,7 +202,9 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
                 or a migration the single environment refuses.
         """
         self._columns()
-        limits = action_limits(actions, self.num_envs, self.layout, self.limit_floor)
+        limits = action_limits(
+            actions, self.num_envs, self.layout, self.limit_floor, self._clip_notice
+        )
         return self._step(limits, migrations)
 
     def step_decisions(

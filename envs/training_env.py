@@ -53,7 +53,7 @@ class TrainingEnv(_TrainingKind, SchedulingEnv):
     As :class:`~dlsched.envs.inference_env.InferenceEnv`; the scenario must have training jobs.
 
     ## Version History
-    - v0: initial version.
+    - v0: initial version (``render_mode="human"`` added later; the dynamics are unchanged).
     """
 
 

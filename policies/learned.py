@@ -39,6 +39,7 @@ from dlsched.envs.errors import ModelError, PolicyError, UnknownNameError
 from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.agent_actions import AGENT_HIGH, AGENT_LOW, ActionMapping
+from dlsched.policies.cards import card_data
 from dlsched.policies.normalization import load_normalizer, save_normalizer
 from dlsched.policies.policy import ParamValue, Policy
 from dlsched.policies.slot_network import own_rows_first
@@ -136,15 +137,11 @@ class ModelCard:
             PolicyError: not a card of a known format.
         """
         try:
-            data = json.loads(text)
-            version = int(data["format"])
+            data = card_data(text, "model card", origin, CARD_FORMAT)
+        except ModelError:
+            raise
         except (KeyError, TypeError, ValueError) as error:
             raise _malformed(origin, error) from error
-        if version > CARD_FORMAT:
-            raise ModelError(
-                f"model card {origin} has format {version}, newer than this dlsched reads "
-                f"({CARD_FORMAT}); upgrade dlsched"
-            )
         try:
             layout = data["layout"]
             card = cls(

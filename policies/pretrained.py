@@ -13,13 +13,13 @@ imports neither torch nor Stable-Baselines3; :func:`load_pretrained` imports the
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlsched.envs.errors import ModelError, UnknownNameError
+from dlsched.policies.cards import card_data
 
 if TYPE_CHECKING:
     from dlsched.policies.learned import LearnedPolicy
@@ -93,13 +93,7 @@ class PretrainedCard:
             ModelError: not a card of a known format.
         """
         try:
-            data = json.loads(text)
-            version = int(data["format"])
-            if version > PRETRAINED_CARD_FORMAT:
-                raise ModelError(
-                    f"pretrained card {origin} has format {version}, newer than this dlsched "
-                    f"reads ({PRETRAINED_CARD_FORMAT}); upgrade dlsched"
-                )
+            data = card_data(text, "pretrained card", origin, PRETRAINED_CARD_FORMAT)
             return cls(
                 name=str(data["name"]),
                 summary=str(data["summary"]),

@@ -6,7 +6,9 @@ either.
 - a baseline name (``default``, ``dqoes``, ...): :func:`dlsched.baselines.make`;
 - a trained model by path: the ``model.zip`` that ``dlsched train`` wrote, or its folder;
 - a trained model in MLflow: ``runs:/<run_id>/model`` (or a registered ``models:/<name>/<v>``),
-  downloaded from the tracking store and loaded the same way;
+  downloaded from the tracking store and loaded the same way; a malformed URI, a missing
+  store, or a model the store does not hold is refused before MLflow and torch are imported
+  (:mod:`dlsched.runs.tracking.model_uris`);
 - a model shipped with dlsched: ``pretrained:<name>`` (:mod:`dlsched.policies.pretrained`).
 """
 
@@ -20,15 +22,19 @@ from dlsched.envs.errors import PolicyError
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.policy import ParamValue, Policy
 from dlsched.policies.pretrained import PRETRAINED_SCHEME, is_pretrained_spec, load_pretrained
-
-#: URI schemes that name MLflow artifacts.
-MLFLOW_SCHEMES: tuple[str, ...] = ("runs:/", "models:/")
+from dlsched.runs.tracking.model_uris import (
+    ModelUri,
+    check_model_stored,
+    is_mlflow_uri,
+    parse_model_uri,
+)
+from dlsched.runs.tracking.target import TrackingTarget, absolute_sqlite_uri, resolve_tracking_uri
 
 
 def is_model_spec(spec: str) -> bool:
     """Whether ``spec`` names a trained model (an MLflow URI, a shipped model or a path) rather
     than a baseline."""
-    if spec.startswith((*MLFLOW_SCHEMES, PRETRAINED_SCHEME)):
+    if is_mlflow_uri(spec) or spec.startswith(PRETRAINED_SCHEME):
         return True
     return spec.endswith(".zip") or "/" in spec or "\\" in spec or Path(spec).is_dir()
 
@@ -63,11 +69,11 @@ def resolve_policy(
         )
     if is_pretrained_spec(spec):
         return load_pretrained(spec)
+    if is_mlflow_uri(spec):
+        return _load_from_mlflow(parse_model_uri(spec), _model_store(tracking_uri))
     # imported here: it loads SB3 and torch, which a baseline does not need
     from dlsched.policies.learned import MODEL_FILE, load_model
 
-    if spec.startswith(MLFLOW_SCHEMES):
-        return _load_from_mlflow(spec, tracking_uri)
     path = Path(spec).expanduser()
     if not path.exists():
         raise PolicyError(
@@ -78,39 +84,48 @@ def resolve_policy(
     return load_model(path, source=spec)
 
 
-def _load_from_mlflow(uri: str, tracking_uri: str | None) -> Policy:
+def _model_store(tracking_uri: str | None) -> TrackingTarget:
+    """The store of a ``runs:/`` or ``models:/`` model: ``tracking_uri``, else the one
+    ``dlsched evaluate`` uses; named with where it came from."""
+    resolved = resolve_tracking_uri(None)
+    if tracking_uri is None or absolute_sqlite_uri(tracking_uri) == resolved.uri:
+        return resolved
+    return TrackingTarget(absolute_sqlite_uri(tracking_uri), "--tracking-uri")
+
+
+def _load_from_mlflow(model: ModelUri, target: TrackingTarget) -> Policy:
+    # refused before MLflow (about 1 s) and torch are imported, and before any store is opened
+    check_model_stored(model, target)
     from mlflow.artifacts import download_artifacts
     from mlflow.exceptions import MlflowException
 
     from dlsched.policies.learned import load_model
+    from dlsched.runs.tracking.store import connect
 
-    if tracking_uri is None:
-        from dlsched.runs.tracking.target import resolve_tracking_uri
-
-        tracking_uri = resolve_tracking_uri(None).uri
+    connect(target, read_only=True)  # a missing, half-made or dead store is said at once
     # The model is read into memory, so its download can go once it is loaded.
     with tempfile.TemporaryDirectory(prefix="dlsched-model-") as folder:
         try:
-            source = uri
-            if uri.startswith("models:/"):
+            source = model.uri
+            if model.run_id is None:
                 # the registry is the tracking store's; MLflow would look in its default one
                 from mlflow import MlflowClient
                 from mlflow.store.artifact.utils.models import get_model_name_and_version
 
-                client = MlflowClient(tracking_uri, registry_uri=tracking_uri)
-                name, version = get_model_name_and_version(client, uri)
+                client = MlflowClient(target.uri, registry_uri=target.uri)
+                name, version = get_model_name_and_version(client, model.uri)
                 source = client.get_model_version_download_uri(name, version)
             local = download_artifacts(
-                artifact_uri=source, dst_path=folder, tracking_uri=tracking_uri
+                artifact_uri=source, dst_path=folder, tracking_uri=target.uri
             )
         except (MlflowException, OSError) as error:
             raise PolicyError(
-                f"cannot fetch model {uri!r} from MLflow store {tracking_uri}: "
+                f"cannot fetch model {model.uri!r} from MLflow store {target.uri}: "
                 f"{str(error).strip().splitlines()[0] if str(error).strip() else error!r}; check "
                 "the run id or the registered name and version (`mlflow ui` lists them) and "
                 "MLFLOW_TRACKING_URI or --tracking-uri"
             ) from error
-        return load_model(Path(local), source=uri)
+        return load_model(Path(local), source=model.uri)
 
 
 def build_policies(
@@ -139,6 +154,8 @@ def build_policies(
     """
     if not specs:
         raise PolicyError("--policy names no policy; e.g. --policy default,dqoes")
+    for spec in filter(is_mlflow_uri, specs):  # every URI's form, before any store is opened
+        parse_model_uri(spec)
     repeated = sorted({spec for spec in specs if specs.count(spec) > 1})
     if repeated:
         raise PolicyError(f"--policy lists {', '.join(repeated)} more than once; list each once")

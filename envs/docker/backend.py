@@ -262,6 +262,19 @@ class DockerBackend(Backend):
         self._time_s = 0.0
         return Telemetry(0.0, 0.0, self._worker_telemetry({}), ())
 
+    def check_ready(self, scenario: Scenario) -> None:
+        """Connect to every worker's engine and check that it holds the workload image, as
+        :meth:`reset` does; the connections are released, nothing is started.
+
+        Raises:
+            DockerUnavailableError: a worker's engine does not answer or refuses this user.
+            ImageMissingError: the workload image is not on a worker's engine.
+        """
+        try:
+            self._engines.open([worker.endpoint for worker in scenario.workers])
+        finally:
+            self._engines.close()
+
     def apply(
         self, limits: Mapping[str, float], placements: Placements = (), migrations: Placements = ()
     ) -> None:

@@ -16,8 +16,9 @@ import functools
 import json
 import math
 from collections.abc import Callable, Mapping
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dlsched.envs.errors import ProfileError, UnknownNameError
 from dlsched.envs.replay.contention import CONTENTION_FILE, ContentionModel, load_contention
@@ -41,6 +42,8 @@ READABLE_FORMATS = (1, 2)
 
 #: Where the shipped profile sets live.
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+
+_E = TypeVar("_E", bound=Enum)
 
 
 class _FieldReader:
@@ -88,6 +91,19 @@ class _FieldReader:
             self.problem(prefix + field, value, "a non-empty string")
             return None
         return value
+
+    def member(
+        self, mapping: Mapping[str, Any], field: str, enum: type[_E], expected: str
+    ) -> _E | None:
+        """The member of ``enum`` whose value the field holds."""
+        value = self.raw(mapping, field)
+        if field not in mapping:
+            return None
+        try:
+            return enum(value)
+        except ValueError:
+            self.problem(field, value, expected)
+            return None
 
     def section(self, field: str) -> Mapping[str, Any] | None:
         value = self.raw(self.data, field)
@@ -311,21 +327,8 @@ def _kind_and_unit(
     reader: _FieldReader, data: Mapping[str, Any]
 ) -> tuple[JobKind | None, WorkUnit | None]:
     """The job kind and the unit it progresses in, which must suit each other."""
-    kind: JobKind | None = None
-    kind_value = reader.raw(data, "kind")
-    if "kind" in data:
-        try:
-            kind = JobKind(kind_value)
-        except ValueError:
-            reader.problem("kind", kind_value, "'inference' or 'training'")
-
-    unit: WorkUnit | None = None
-    unit_value = reader.raw(data, "unit")
-    if "unit" in data:
-        try:
-            unit = WorkUnit(unit_value)
-        except ValueError:
-            reader.problem("unit", unit_value, "'batch' or 'iteration'")
+    kind = reader.member(data, "kind", JobKind, "'inference' or 'training'")
+    unit = reader.member(data, "unit", WorkUnit, "'batch' or 'iteration'")
     if kind is not None and unit is not None and unit is not UNIT_OF_KIND[kind]:
         reader.problems.append(
             f"unit: {unit.value!r} does not suit kind {kind.value!r}; a {kind.value} profile "

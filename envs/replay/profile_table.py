@@ -18,7 +18,7 @@ import numpy as np
 from dlsched.envs.errors import ScenarioError, UnknownNameError
 from dlsched.envs.replay.profile import load_profile_set, load_set_contention
 from dlsched.envs.replay.workload_profile import WorkloadProfile
-from dlsched.envs.scenarios.limits import MAX_UNITS_PER_STEP
+from dlsched.envs.scenarios.limits import MAX_ITERATIONS, MAX_UNITS_PER_STEP
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 
 
@@ -33,6 +33,8 @@ class ProfileTable:
         demand, stock, exponent, floor, bound_scale, beside_startup, boot_demand, startup_s,
         startup_cpu_s, noisy, sigma: per workload (and padding last), what the engine copies
             into a job's columns or reads by its index.
+        max_iterations: the most iterations an episode's training jobs run, summed (what the
+            engine draws and keeps for them).
 
     Raises:
         UnknownNameError: a workload of the scenario is not in its profile set.
@@ -82,6 +84,7 @@ class ProfileTable:
         # profile sets a start-up efficiency without one).
         self.contends = bool((self.exponent > 0).any())
         self._check_units_per_step(scenario, max_cores)
+        self.max_iterations = self._max_iterations(scenario)
 
     def _check_units_per_step(self, scenario: Scenario, cores: float) -> None:
         """Refuse a scenario whose steps are so long that a job would complete more units than
@@ -102,6 +105,29 @@ class ProfileTable:
                     f"a second, uncapped): expected {MAX_UNITS_PER_STEP.expected()}; shorten "
                     "interval_s"
                 )
+
+    def _max_iterations(self, scenario: Scenario) -> int:
+        """The most iterations an episode's training jobs run, summed: each group at its
+        largest count, each job at its own iterations or its workloads' largest default.
+
+        Raises:
+            ScenarioError: above :data:`~dlsched.envs.scenarios.limits.MAX_ITERATIONS`.
+        """
+        total = 0
+        for group in scenario.groups:
+            defaults = [
+                self.profiles[self.index[name]].iterations
+                for name in group.workloads
+                if name in self.index
+            ]
+            each = group.iterations or max((d for d in defaults if d is not None), default=0)
+            total += group.max_count * each
+        if scenario.kind is JobKind.TRAINING and MAX_ITERATIONS.exceeded(total):
+            raise ScenarioError(
+                f"scenario {scenario.name!r}: its training jobs run up to {total:,} iterations "
+                f"an episode: expected {MAX_ITERATIONS.expected()}; set fewer iterations or jobs"
+            )
+        return total
 
     def total_iterations(self, job: JobSpec) -> int:
         """Iterations ``job`` runs (its own, else its workload's default); 0 for a service.

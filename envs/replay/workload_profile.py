@@ -14,7 +14,8 @@ Profiles are read from versioned JSON files, and checked, by :mod:`.profile`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import overload
@@ -40,9 +41,31 @@ UNIT_OF_KIND: Mapping[JobKind, WorkUnit] = {
 }
 
 
+class _Curve(ABC):
+    """A curve through recorded points, linear between them: read at a number, or at an array of
+    them (then an array of the same shape)."""
+
+    @abstractmethod
+    def _points(self) -> tuple[Sequence[float], Sequence[float]]:
+        """The points, ``x`` increasing, and the curve's value at each."""
+
+    @overload
+    def at(self, x: float) -> float: ...
+
+    @overload
+    def at(self, x: np.ndarray) -> np.ndarray: ...
+
+    def at(self, x: float | np.ndarray) -> float | np.ndarray:
+        """The curve at ``x``: linear between points, flat outside them."""
+        xs, ys = self._points()
+        values = np.interp(x, xs, ys)
+        return values if isinstance(x, np.ndarray) else float(values)
+
+
 @dataclass(frozen=True)
-class Throughput:
-    """Units per second against the cores a job gets, as recorded points.
+class Throughput(_Curve):
+    """Units per second against the cores a job gets, as recorded points; :meth:`at` reads it
+    at the cores a job gets, from 0 at 0 cores, flat after the last point.
 
     Attributes:
         cores: strictly increasing positive core counts.
@@ -52,25 +75,14 @@ class Throughput:
     cores: tuple[float, ...]
     units_per_s: tuple[float, ...]
 
-    @overload
-    def at(self, cores: float) -> float: ...
-
-    @overload
-    def at(self, cores: np.ndarray) -> np.ndarray: ...
-
-    def at(self, cores: float | np.ndarray) -> float | np.ndarray:
-        """Throughput at ``cores``: linear between points, from 0 at 0 cores, flat after the last.
-
-        Args:
-            cores: cores a job gets, a number or an array of them.
-        """
-        values = np.interp(cores, (0.0, *self.cores), (0.0, *self.units_per_s))
-        return values if isinstance(cores, np.ndarray) else float(values)
+    def _points(self) -> tuple[Sequence[float], Sequence[float]]:
+        return (0.0, *self.cores), (0.0, *self.units_per_s)
 
 
 @dataclass(frozen=True)
-class LossCurve:
-    """The loss a training job reports against the iterations it has done.
+class LossCurve(_Curve):
+    """The loss a training job reports against the iterations it has done; :meth:`at` reads it
+    after a number of iterations, flat outside the recorded points.
 
     Attributes:
         iterations: strictly increasing, non-negative iteration counts.
@@ -80,20 +92,8 @@ class LossCurve:
     iterations: tuple[float, ...]
     loss: tuple[float, ...]
 
-    @overload
-    def at(self, iterations: float) -> float: ...
-
-    @overload
-    def at(self, iterations: np.ndarray) -> np.ndarray: ...
-
-    def at(self, iterations: float | np.ndarray) -> float | np.ndarray:
-        """Loss after ``iterations``: linear between points, flat outside them.
-
-        Args:
-            iterations: iterations done, a number or an array of them.
-        """
-        values = np.interp(iterations, self.iterations, self.loss)
-        return values if isinstance(iterations, np.ndarray) else float(values)
+    def _points(self) -> tuple[Sequence[float], Sequence[float]]:
+        return self.iterations, self.loss
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ class Limit:
         if not text.isdigit() or int(text) < 1:
             raise ScenarioError(
                 f"{self.variable}={os.environ[self.variable]!r}: expected a whole number >= 1 "
-                f"(the most {self.unit} a scenario may have; default {self.default:,}); fix or "
+                f"(the most {self.unit} dlsched accepts; default {self.default:,}); fix or "
                 f"unset it"
             )
         return int(text)
@@ -104,6 +104,20 @@ MAX_UNITS_PER_STEP = Limit(
 ``interval_s``): the replay model draws and completes every one (a service's batches over a
 step of 10**295 s never end). Checked against the profiles where a replay environment is made."""
 
+MAX_ITERATIONS = Limit(
+    "MAX_ITERATIONS", 10_000_000, "training iterations per episode (every job's, summed)"
+)
+"""Iterations of one episode's training jobs, each job's at its group's largest count (its own
+``iterations``, else its workload's default): the replay model draws every iteration's work and
+loss when a job is placed and keeps them (16 bytes an iteration: 160 MB at the limit). Checked
+against the profiles where a replay environment is made."""
+
+MAX_BATCH_SLOTS = Limit(
+    "MAX_BATCH_SLOTS", 1 << 22, "slots in a batched environment (num_envs x the scenario's slots)"
+)
+"""Slots of all the episodes of a batched environment (``gym.make_vec``): its observations
+take 64 bytes a slot, its state arrays as much again (about 512 MiB at the limit)."""
+
 MAX_NAME_LENGTH = 100
 """Characters of a scenario's name: it is part of folder, experiment and run names."""
 MAX_TEXT_LENGTH = 1000
@@ -120,6 +134,8 @@ COUNT_LIMITS: tuple[Limit, ...] = (
     MAX_JOBS,
     MAX_STEPS,
     MAX_UNITS_PER_STEP,
+    MAX_ITERATIONS,
+    MAX_BATCH_SLOTS,
 )
 """Every limit that an environment variable can raise."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -213,15 +214,11 @@ def run_training(args: argparse.Namespace) -> int:
     from dlsched.runs.bench.training import bench_training  # imports torch and SB3
 
     result = bench_training(args.scenario, args.timesteps, args.n_envs, args.n_steps)
-    if args.json:
-        figures = asdict(result) | {
-            f"{name}_steps_per_s": getattr(result, name).steps_per_s
-            for name in ("cartpole", "batched", "dummy")
-        }
-        print(json.dumps(figures, indent=2))
-        return 0
-    print(result.report())
-    return 0
+    speeds = {
+        f"{name}_steps_per_s": getattr(result, name).steps_per_s
+        for name in ("cartpole", "batched", "dummy")
+    }
+    return _print_figures(result, args.json, speeds)
 
 
 def _register_contention(benchmarks: Subcommands) -> None:
@@ -317,10 +314,13 @@ def run_mix(args: argparse.Namespace) -> int:
     return _print_figures(result, args.json)
 
 
-def _print_figures(result: Any, as_json: bool) -> int:
-    """Print a benchmark's ``result`` (a dataclass with a ``report()``): its fields as JSON, or
-    its report; the exit code (0)."""
-    print(json.dumps(asdict(result), indent=2) if as_json else result.report())
+def _print_figures(result: Any, as_json: bool, derived: Mapping[str, Any] | None = None) -> int:
+    """Print a benchmark's ``result`` (a dataclass with a ``report()``): its fields as JSON, with
+    the ``derived`` figures beside them, or its report; the exit code (0)."""
+    if as_json:
+        print(json.dumps(asdict(result) | dict(derived or {}), indent=2))
+    else:
+        print(result.report())
     return 0
 
 

@@ -106,11 +106,13 @@ def episode_plots(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched evaluate`` as ``args`` say; the exit code."""
+    from dlsched.runs.evaluation.runners import check_backend, check_evaluation_size
     from dlsched.runs.tracking.target import resolve_tracking_uri
     from dlsched.runs.tracking.tracked_evaluation import EvaluationRequest, evaluate_untracked
 
-    out = local_records_folder(args, DEFAULT_OUT)
     specs = list(args.policy)
+    check_evaluation_size(len(specs), args.episodes)
+    out = local_records_folder(args, DEFAULT_OUT)
     target = resolve_tracking_uri(args.tracking_uri)
     scenario = load_scenario(args.scenario)
     settings = parse_settings(args.set, specs)
@@ -126,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     if args.no_tracking:
         _print(evaluate_untracked(request, progress), None, args.json)
         return 0
+    # nothing is recorded (no store, no run, no folder) for an evaluation that cannot start
+    check_backend(scenario, request.backend, request.backend_options)
     # MLflow (about 1 s to import) only when tracking
     from dlsched.runs.tracking.owners import end_orphaned_runs
     from dlsched.runs.tracking.store import connect

@@ -74,5 +74,6 @@ def run_sync(args: argparse.Namespace) -> int:
     from dlsched.runs.tracking.sync import describe, sync_folder
 
     for folder in args.folders:
-        print(f"{folder}: {describe(sync_folder(folder))}")
+        result = sync_folder(folder, lambda line: print(line, file=sys.stderr))
+        print(f"{folder}: {describe(result)}")
     return 0

@@ -1,8 +1,10 @@
 """The evaluation harness: run policies on a scenario over seeds, and summarise what they achieved.
 
 Episodes run on the batched environment, fed by :mod:`dlsched.policies.feed`: on a batchable
-backend (replay) all seeds of a handcrafted policy at once (:func:`run_episodes`), otherwise one
-at a time (:func:`run_episode`; learned models, the Docker backend).
+backend (replay) a handcrafted policy's seeds in batches run at once (:func:`run_episodes`),
+otherwise one at a time (:func:`run_episode`; learned models, the Docker backend).
+:func:`evaluation_episodes` hands each episode over as it ends, so that an evaluation of many
+episodes keeps only their scores.
 
 Every step is recorded (:class:`StepRecord`, with one :class:`ContainerSample` per job), the
 episode is scored (:class:`EpisodeMetrics`), and the scores of many seeds are summarised per
@@ -16,7 +18,8 @@ One module per concept, every public name of them importable from here
   form;
 - :mod:`.metrics`: the metric catalogue (:class:`EpisodeMetrics`, :data:`METRICS`);
 - :mod:`.runners`: running and scoring episodes (:func:`run_episode`,
-  :func:`run_episodes`, :func:`evaluate`);
+  :func:`run_episodes`, :func:`evaluation_episodes`, :func:`evaluate`; :func:`check_backend`
+  before any);
 - :mod:`.summaries`: the statistics across seeds (:func:`estimate`, :func:`summarise`).
 """
 
@@ -44,10 +47,14 @@ from dlsched.runs.evaluation.records import (
 )
 from dlsched.runs.evaluation.runners import (
     ENV_IDS,
+    MAX_EPISODES,
     at_once_refusal,
+    check_backend,
+    check_evaluation_size,
     episode_metrics,
     episode_result,
     evaluate,
+    evaluation_episodes,
     run_episode,
     run_episodes,
     step_record,
@@ -67,6 +74,7 @@ __all__ = [
     "CONFIDENCE",
     "DEFAULT_POLICY",
     "ENV_IDS",
+    "MAX_EPISODES",
     "METRICS",
     "METRIC_SPECS",
     "ORACLE_POLICY",
@@ -84,10 +92,13 @@ __all__ = [
     "StepRecord",
     "at_once_refusal",
     "backend_label",
+    "check_backend",
+    "check_evaluation_size",
     "episode_metrics",
     "episode_result",
     "estimate",
     "evaluate",
+    "evaluation_episodes",
     "metrics_for",
     "run_episode",
     "run_episodes",

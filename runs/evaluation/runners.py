@@ -24,8 +24,11 @@ import numpy as np
 from tqdm import tqdm
 
 import dlsched.envs  # noqa: F401  (registers the environment ids)
-from dlsched.envs.backends import backend_class
+from dlsched.envs.backends import backend_class, make_backend
+from dlsched.envs.errors import ArgumentError
 from dlsched.envs.inference_env import InferenceEnv
+from dlsched.envs.replay.profile_table import ProfileTable
+from dlsched.envs.scenarios.limits import Limit
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 from dlsched.envs.telemetry import JobState, QoEClass, Telemetry
@@ -41,6 +44,22 @@ from dlsched.runs.evaluation.records import (
     PolicyIdentity,
     StepRecord,
 )
+
+MAX_EPISODES = Limit("MAX_EPISODES", 100_000, "episodes in an evaluation (policies x seeds)")
+"""Episodes one evaluation runs: memory is bounded whatever the count (episodes run in batches
+and are handed over as they end, and only their scores are kept), but each takes time (about
+20 a second on replay, minutes on Docker) and, tracked, a run in the store."""
+
+#: Episodes run at once on the batched environment, at most: beyond a few hundred a batch steps
+#: no faster (``dlsched bench replay``).
+EPISODES_AT_ONCE = 256
+#: Bytes the records and the replay draws of the episodes run at once may take, about: a batch
+#: of a large cluster's (or of long training jobs') episodes is smaller.
+BYTES_AT_ONCE = 200 << 20
+#: Bytes of one container sample (one per job per step) in an episode's records, about.
+SAMPLE_BYTES = 330
+#: Bytes of one training iteration's draws (its work and its loss) in the replay engine.
+ITERATION_BYTES = 16
 
 ENV_IDS: Mapping[JobKind, str] = {
     JobKind.INFERENCE: InferenceEnv.env_id,
@@ -282,6 +301,50 @@ def episode_metrics(
     )
 
 
+def check_backend(
+    scenario: Scenario, backend: str, backend_options: Mapping[str, str] | None = None
+) -> None:
+    """Check that ``backend`` could start an episode of ``scenario`` now (a real backend's
+    engines answer), starting nothing: a command asks before it opens its tracking run.
+
+    Raises:
+        BackendError: it could not, saying why and the fix.
+    """
+    ready = make_backend(backend, **dict(backend_options or {}))
+    try:
+        ready.check_ready(scenario)
+    finally:
+        ready.close()
+
+
+def check_evaluation_size(policies: int, seeds: int) -> None:
+    """Refuse an evaluation of more than :data:`MAX_EPISODES` episodes before any runs.
+
+    Raises:
+        ArgumentError: naming the count, the limit and the variable that raises it.
+    """
+    if MAX_EPISODES.exceeded(policies * seeds):
+        raise ArgumentError(
+            f"{policies} polic{'y' if policies == 1 else 'ies'} x {seeds:,} episodes = "
+            f"{policies * seeds:,} episodes: expected {MAX_EPISODES.expected()}; run fewer "
+            "--episodes, or several evaluations with --seed K (each starts at seed K)"
+        )
+
+
+def episodes_at_once(scenario: Scenario) -> int:
+    """How many of ``scenario``'s episodes :func:`evaluation_episodes` runs at once on the replay
+    engine: at most :data:`EPISODES_AT_ONCE`, and few enough that their records and draws take
+    about :data:`BYTES_AT_ONCE`.
+
+    Raises:
+        ScenarioError, UnknownNameError: the scenario does not fit its replay profiles.
+    """
+    samples = scenario.max_jobs * (math.ceil(scenario.horizon_s / scenario.interval_s) + 1)
+    iterations = ProfileTable(scenario).max_iterations
+    episode_bytes = samples * SAMPLE_BYTES + iterations * ITERATION_BYTES
+    return max(1, min(EPISODES_AT_ONCE, BYTES_AT_ONCE // max(episode_bytes, 1)))
+
+
 def evaluate(
     scenario: Scenario,
     policies: Sequence[Policy],
@@ -292,30 +355,62 @@ def evaluate(
     backend_options: Mapping[str, str] | None = None,
     batched: bool = True,
 ) -> list[EpisodeResult]:
-    """Run every policy for every seed, ``default`` first so that others can be set against it.
+    """Run every policy for every seed and keep every episode's record
+    (:func:`evaluation_episodes`, collected; its arguments, and ``on_episode`` called with each
+    record as it ends).
+
+    Returns:
+        The records, policy by policy (``default`` first) and in the order of ``seeds`` within a
+        policy.
+    """
+    results = []
+    episodes = evaluation_episodes(
+        scenario, policies, seeds, backend, progress, backend_options, batched
+    )
+    for result in episodes:
+        results.append(result)
+        if on_episode is not None:
+            on_episode(result)
+    return results
+
+
+def evaluation_episodes(
+    scenario: Scenario,
+    policies: Sequence[Policy],
+    seeds: Sequence[int],
+    backend: str = "replay",
+    progress: bool = True,
+    backend_options: Mapping[str, str] | None = None,
+    batched: bool = True,
+) -> Iterator[EpisodeResult]:
+    """Run every policy for every seed, ``default`` first so that others can be set against it,
+    and hand over each episode's record as it ends: a caller that keeps only what it needs of
+    each (its score) evaluates any number of episodes in bounded memory.
 
     Where a policy's seeds can run at once (:func:`at_once_refusal`: a batchable backend, a
-    handcrafted policy), they do (:func:`run_episodes`): the same records, faster. Every other
-    policy runs one episode at a time (:func:`run_episode`), each handed over as it ends.
+    handcrafted policy), they do (:func:`run_episodes`), :func:`episodes_at_once` of them at a
+    time: the same records, faster. Every other policy runs one episode at a time
+    (:func:`run_episode`).
 
     Args:
         scenario: the scenario every episode runs.
         policies: the policies, each run on every seed (the same seeds for all: paired samples).
         seeds: the ``reset`` seeds.
         backend: the backend's registered name.
-        on_episode: called with each episode's record once it ends (tracking); a policy's
-            batched episodes are handed over when the last of them ends, in the order of
-            ``seeds``.
         progress: show a progress bar on stderr.
         backend_options: keyword arguments of the backend's constructor.
         batched: ``False`` runs one episode at a time (slower; for debugging a policy).
 
-    Returns:
-        The records, policy by policy and in the order of ``seeds`` within a policy.
+    Yields:
+        The records, policy by policy and in the order of ``seeds`` within a policy; a batch's
+        records when the last of its episodes ends.
+
+    Raises:
+        ArgumentError: more than :data:`MAX_EPISODES` episodes (before any runs).
     """
+    check_evaluation_size(len(policies), len(seeds))
     ordered = sorted(policies, key=lambda policy: policy.name != DEFAULT_POLICY)
     options = dict(backend_options or {})
-    results = []
     steps_per_episode = math.ceil(scenario.horizon_s / scenario.interval_s)
     with tqdm(
         total=len(ordered) * len(seeds) * steps_per_episode,
@@ -328,24 +423,37 @@ def evaluate(
         for policy in ordered:
             episodes: Iterable[EpisodeResult]
             if batched and len(seeds) > 1 and at_once_refusal(policy, backend) is None:
-                bar.set_postfix_str(f"{policy.name} {len(seeds)} seeds at once", refresh=False)
-                episodes = run_episodes(
-                    scenario,
-                    policy,
-                    seeds,
-                    backend,
-                    on_step=lambda _: bar.update(),
-                    backend_options=options,
-                )
+                at_once = episodes_at_once(scenario)
+                episodes = _batches(scenario, policy, seeds, backend, options, at_once, bar)
             else:
                 episodes = _one_at_a_time(scenario, policy, seeds, backend, options, bar)
             for result in episodes:
                 # a training episode that terminates early leaves its remaining steps unused
                 bar.update(steps_per_episode - (len(result.steps) - 1))
-                results.append(result)
-                if on_episode is not None:
-                    on_episode(result)
-    return results
+                yield result
+
+
+def _batches(
+    scenario: Scenario,
+    policy: Policy,
+    seeds: Sequence[int],
+    backend: str,
+    backend_options: Mapping[str, str],
+    at_once: int,
+    bar: tqdm[Any],
+) -> Iterator[EpisodeResult]:
+    """``policy``'s episodes ``at_once`` seeds at a time, each batch's yielded as it ends."""
+    for start in range(0, len(seeds), at_once):
+        batch = seeds[start : start + at_once]
+        bar.set_postfix_str(f"{policy.name} {len(batch)} seeds at once", refresh=False)
+        yield from run_episodes(
+            scenario,
+            policy,
+            batch,
+            backend,
+            on_step=lambda _: bar.update(),
+            backend_options=backend_options,
+        )
 
 
 def _one_at_a_time(

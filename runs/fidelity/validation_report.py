@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.runs.evaluation.metrics import PRIMARY_METRIC, metrics_for
 from dlsched.runs.evaluation.records import EpisodeResult
+from dlsched.runs.fidelity.distribution_statistics import DistributionSummary
 from dlsched.runs.fidelity.validation_statistics import (
     ErrorSummary,
     JobComparison,
@@ -30,6 +31,7 @@ from dlsched.runs.fidelity.validation_statistics import (
     attribution,
     compare_episode,
     compare_policies,
+    distributions,
     ranking_agreement,
     same_jobs_every_seed,
     seed_agreement,
@@ -60,6 +62,9 @@ class ValidationReport:
             (``None`` otherwise, or with one seed).
         attribution: per workload, whether its errors come from the CPU its jobs got or from
             the progress a CPU-second bought them.
+        distributions: where every seed draws the same jobs, each job's outcomes over the
+            seeds as distributions on both sides, against the host's own spread (``None``
+            otherwise, or with one seed).
     """
 
     scenario: str
@@ -76,6 +81,7 @@ class ValidationReport:
     warnings: tuple[str, ...] = ()
     seed_agreement: SeedAgreement | None = None
     attribution: tuple[WorkloadAttribution, ...] = ()
+    distributions: DistributionSummary | None = None
 
 
 def build_report(
@@ -105,6 +111,7 @@ def build_report(
     spec = next(s for s in metrics_for(scenario.kind) if s.name == PRIMARY_METRIC[scenario.kind])
     tau, same = ranking_agreement(policies, spec.higher_is_better)
     held = [job for job in jobs if job.held_out]
+    reruns = same_jobs_every_seed(scenario)
     return ValidationReport(
         scenario=scenario.name,
         kind=scenario.kind,
@@ -118,8 +125,9 @@ def build_report(
         timelines=timelines(replay, host),
         sides=sides,
         warnings=tuple(warnings),
-        seed_agreement=seed_agreement(jobs) if same_jobs_every_seed(scenario) else None,
+        seed_agreement=seed_agreement(jobs) if reruns else None,
         attribution=attribution(jobs),
+        distributions=distributions(jobs, replay, host) if reruns else None,
     )
 
 
@@ -170,6 +178,8 @@ def render_report(report: ValidationReport) -> str:
         )
     if report.seed_agreement is not None:
         lines.extend(_seed_agreement_lines(report.seed_agreement))
+    if report.distributions is not None:
+        lines.extend(_distribution_lines(report.distributions))
     if report.kind is JobKind.INFERENCE:
         distances = [
             job.latency_distance_s for job in report.jobs if job.latency_distance_s is not None
@@ -231,6 +241,32 @@ def _seed_agreement_lines(agreement: SeedAgreement) -> list[str]:
     return lines
 
 
+def _distribution_lines(summary: DistributionSummary) -> list[str]:
+    """The report's lines on the outcomes as distributions over the reruns."""
+    ratio = summary.w1_over_floor
+    lines = [
+        f"as distributions over the reruns: per job, replay's Wasserstein-1 distance to the host "
+        f"{_percent(summary.median_w1)} of the host's mean (median over "
+        f"{len(summary.jobs)} jobs), the host's own split-half floor "
+        f"{_percent(summary.median_floor)}"
+        + (f" ({ratio:.2f}x the floor)" if ratio is not None else "")
+        + f"; replay's 10-90% band covers {_percent(summary.coverage)} of the host's outcomes"
+    ]
+    ranking = summary.ranking
+    if ranking is not None:
+        if not ranking.separated:
+            verdict = "the host's 95% intervals separate no two policies"
+        elif ranking.agrees:
+            verdict = f"replay orders all {len(ranking.separated)} pair(s) the host separates alike"
+        else:
+            pairs = ", ".join(f"{a} / {b}" for a, b in ranking.disagreements)
+            verdict = (
+                f"replay orders {pairs} otherwise than the host, whose intervals separate them"
+            )
+        lines.append(f"ranking against the host's spread: {verdict}")
+    return lines
+
+
 def _order(report: ValidationReport, side: str) -> list[str]:
     spec = next(s for s in metrics_for(report.kind) if s.name == PRIMARY_METRIC[report.kind])
     sign = -1.0 if spec.higher_is_better else 1.0
@@ -271,4 +307,38 @@ def report_data(report: ValidationReport) -> dict[str, object]:
             dataclasses.asdict(report.seed_agreement) if report.seed_agreement is not None else None
         ),
         "attribution": [dataclasses.asdict(item) for item in report.attribution],
+        "distributions": _distribution_data(report.distributions),
+    }
+
+
+def _distribution_data(summary: DistributionSummary | None) -> dict[str, object] | None:
+    if summary is None:
+        return None
+    return {
+        "median_w1": summary.median_w1,
+        "median_floor": summary.median_floor,
+        "w1_over_floor": summary.w1_over_floor,
+        "coverage": summary.coverage,
+        "ranking": None
+        if summary.ranking is None
+        else {
+            "host": {p: dataclasses.asdict(i) for p, i in summary.ranking.host.items()},
+            "replay": {p: dataclasses.asdict(i) for p, i in summary.ranking.replay.items()},
+            "separated": [list(pair) for pair in summary.ranking.separated],
+            "disagreements": [list(pair) for pair in summary.ranking.disagreements],
+        },
+        "jobs": [
+            {
+                "policy": job.policy,
+                "job_id": job.job_id,
+                "workload": job.workload,
+                "replay": list(job.outcomes.replay),
+                "host": list(job.outcomes.host),
+                "relative_w1": job.outcomes.relative_w1,
+                "ks": job.outcomes.ks,
+                "coverage": job.outcomes.coverage,
+                "floor": job.outcomes.floor(),
+            }
+            for job in summary.jobs
+        ],
     }

@@ -236,6 +236,7 @@ def validate_tracked(
             warn=warn,
             # a validation's episodes are few and set side by side episode by episode
             episode_plots=plots,
+            keep_results=True,
         )
         evaluation_runs.append(outcome.location.parent_run_id)
         experiment_id = experiment_id or outcome.location.experiment_id

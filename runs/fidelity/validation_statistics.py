@@ -51,6 +51,12 @@ from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.telemetry import JobState
 from dlsched.runs.evaluation.metrics import PRIMARY_METRIC
 from dlsched.runs.evaluation.records import EpisodeResult
+from dlsched.runs.fidelity.distribution_statistics import (
+    DistributionSummary,
+    JobDistribution,
+    SampleComparison,
+    distribution_summary,
+)
 
 
 class _ReplayAgainstHost:
@@ -353,6 +359,50 @@ def seed_agreement(jobs: Sequence[JobComparison]) -> SeedAgreement | None:
         host_against_host=_absolute_errors(host_pairs),
         best_prediction=_absolute_errors(floors),
     )
+
+
+def distributions(
+    jobs: Sequence[JobComparison],
+    replay: Sequence[EpisodeResult],
+    host: Sequence[EpisodeResult],
+) -> DistributionSummary | None:
+    """Each job's outcomes over the seeds as samples on both sides (the seeds are reruns of one
+    episode where every seed draws the same jobs), and each policy's primary metric likewise;
+    ``None`` with fewer than two seeds.
+
+    Args:
+        jobs: every job of every episode, of a scenario that draws the same jobs every seed.
+        replay: the episodes on replay.
+        host: the episodes on the host.
+    """
+    if len({job.seed for job in jobs}) < 2:
+        return None
+    reruns: dict[tuple[str, str], list[JobComparison]] = {}
+    for job in jobs:
+        reruns.setdefault((job.policy, job.job_id), []).append(job)
+    compared = []
+    for (policy, job_id), runs in reruns.items():
+        replay_values = tuple(job.replay for job in runs if job.replay is not None)
+        host_values = tuple(job.host for job in runs if job.host is not None)
+        if replay_values and host_values:
+            outcomes = SampleComparison(replay_values, host_values)
+            compared.append(JobDistribution(policy, job_id, runs[0].workload, outcomes))
+    metric = PRIMARY_METRIC[replay[0].scenario.kind]
+    return distribution_summary(
+        compared, _policy_samples(host, metric), _policy_samples(replay, metric)
+    )
+
+
+def _policy_samples(results: Sequence[EpisodeResult], metric: str) -> dict[str, list[float]]:
+    """Each policy's ``metric`` per episode; a policy with an undefined value on any episode
+    has none."""
+    samples: dict[str, list[float]] = {}
+    for result in results:
+        samples.setdefault(result.policy.name, []).append(getattr(result.metrics, metric))
+    return {
+        policy: [] if any(v is None for v in values) else values
+        for policy, values in samples.items()
+    }
 
 
 def _absolute_errors(errors: Sequence[float]) -> ErrorSummary:

@@ -8,11 +8,12 @@ at once with the file, its line and the field's path (``claims[3].measure.scenar
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -40,6 +41,8 @@ CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
 FORMAT = 1
 
 _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+_T = TypeVar("_T")
 
 
 def load_claims(path: str | Path = CLAIMS_FILE) -> ClaimsFile:
@@ -171,6 +174,30 @@ class _Parser:
             return ()
         return tuple(sorted((str(k), v) for k, v in value.items()))
 
+    def listed_once(
+        self,
+        entries: Sequence[object],
+        where: str,
+        parse: Callable[[object, str], _T | None],
+        key: str,
+        repeated: str,
+    ) -> list[_T]:
+        """Each entry parsed at ``where[index]``, dropping those that fail; the field ``key``
+        (named alike in the file and in what ``parse`` returns) must not repeat an earlier
+        entry's (``repeated``: what the problem says of a value that does)."""
+        parsed: list[_T] = []
+        seen: set[object] = set()
+        for index, entry in enumerate(entries):
+            item = parse(entry, f"{where}[{index}]")
+            if item is None:
+                continue
+            value = getattr(item, key)
+            if value in seen:
+                self.bad(f"{where}[{index}].{key}", f"{value!r} {repeated}")
+            seen.add(value)
+            parsed.append(item)
+        return parsed
+
     def scenario(self, name: object, where: str) -> Scenario | None:
         if not isinstance(name, str):
             self.bad(where, f"expected a scenario name, got {name!r:.60}")
@@ -240,15 +267,8 @@ class _Parser:
             if not isinstance(entries, list):
                 self.bad(where, "expected a list of readings")
                 continue
-            seen: set[str] = set()
-            for index, entry in enumerate(entries):
-                reading = self.reading(entry, f"{where}[{index}]", str(policy))
-                if reading is None:
-                    continue
-                if reading.name in seen:
-                    self.bad(f"{where}[{index}].name", f"{reading.name!r} is listed twice")
-                seen.add(reading.name)
-                readings.append(reading)
+            parse = functools.partial(self.reading, policy=str(policy))
+            readings += self.listed_once(entries, where, parse, "name", "is listed twice")
         return tuple(readings)
 
     def reading(self, entry: object, where: str, policy: str) -> Reading | None:
@@ -270,17 +290,8 @@ class _Parser:
         if not isinstance(data, list) or not data:
             self.bad("claims", "expected a list of claims")
             return ()
-        claims: list[Claim] = []
-        seen: set[str] = set()
-        for index, entry in enumerate(data):
-            claim = self.claim(entry, f"claims[{index}]", units)
-            if claim is None:
-                continue
-            if claim.id in seen:
-                self.bad(f"claims[{index}].id", f"{claim.id!r} is used by an earlier claim")
-            seen.add(claim.id)
-            claims.append(claim)
-        return tuple(claims)
+        parse = functools.partial(self.claim, units=units)
+        return tuple(self.listed_once(data, "claims", parse, "id", "is used by an earlier claim"))
 
     def claim(self, entry: object, where: str, units: Mapping[str, Unit]) -> Claim | None:
         spec = self.mapping(

@@ -7,9 +7,10 @@ same episodes.
 Reading back, episodes are grouped by scenario (name and content hash, so an edited scenario is
 not mixed with its earlier version) and backend, then by policy and evaluation: a policy that
 was evaluated several times on a scenario gets one row per evaluation, labelled
-``<policy>@<evaluation time>``, so nothing is pooled or dropped silently. A row's ratios are to
-the ``default`` (and ``oracle``) of its own evaluation if there is one, else to the newest such
-row of the scenario.
+``<policy>@<evaluation time>``, so nothing is pooled or dropped silently. An episode stored
+twice (two runs of one evaluation, policy and seed: uploaded by two syncs at once, say) is
+counted once, by its first run. A row's ratios are to the ``default`` (and ``oracle``) of its
+own evaluation if there is one, else to the newest such row of the scenario.
 """
 
 from __future__ import annotations
@@ -81,9 +82,13 @@ class ScenarioComparison:
 
 
 def compare_stored(episodes: Sequence[StoredEpisode]) -> list[ScenarioComparison]:
-    """Group stored episodes into comparisons, ordered by scenario name and backend."""
+    """Group stored episodes into comparisons, ordered by scenario name and backend; each
+    episode once, however many runs hold it."""
     groups: dict[tuple[str, str, str], list[StoredEpisode]] = {}
+    first_runs: dict[tuple[str, str, int], StoredEpisode] = {}
     for episode in sorted(episodes, key=lambda e: (e.started_ms, e.run_id)):
+        first_runs.setdefault(episode.identity, episode)
+    for episode in first_runs.values():
         groups.setdefault((episode.scenario, episode.scenario_hash, episode.backend), []).append(
             episode
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -183,17 +183,56 @@ def plot_completion(result: EpisodeResult, reference: EpisodeResult | None, path
     return _save(figure, path)
 
 
-def timeline_values(result: EpisodeResult) -> tuple[list[float], list[float]]:
-    """An episode's headline over time: satisfied services (inference) or finished jobs."""
-    inference = result.scenario.kind is JobKind.INFERENCE
-    times = [step.time_s for step in result.steps]
-    values = [float(step.satisfied if inference else step.finished_jobs) for step in result.steps]
-    return times, values
+#: Seeds of a policy drawn as thin lines on the timeline, at most: its mean is over every seed.
+DRAWN_SEEDS = 50
+
+
+@dataclass
+class PolicyTimeline:
+    """A policy's headline over time across its episodes, gathered as they end in memory that
+    does not grow with their number: the first :data:`DRAWN_SEEDS` episodes' lines, and the mean
+    over all of them step by step (up to the shortest episode's end).
+
+    Attributes:
+        drawn: the first episodes' ``(times, values)``.
+        times: the times of the steps the mean covers.
+        sums: per step, the sum of the values of every episode.
+        episodes: how many episodes were added.
+    """
+
+    drawn: list[tuple[list[float], list[float]]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    sums: list[float] = field(default_factory=list)
+    episodes: int = 0
+
+    def add(self, result: EpisodeResult) -> None:
+        """Add an episode's headline: satisfied services (inference) or finished jobs."""
+        inference = result.scenario.kind is JobKind.INFERENCE
+        times = [step.time_s for step in result.steps]
+        values = [
+            float(step.satisfied if inference else step.finished_jobs) for step in result.steps
+        ]
+        if len(self.drawn) < DRAWN_SEEDS:
+            self.drawn.append((times, values))
+        if not self.episodes:
+            self.times, self.sums = times, list(values)
+        else:
+            steps = min(len(self.sums), len(values))
+            self.times = self.times[:steps]
+            self.sums = [
+                total + value
+                for total, value in zip(self.sums[:steps], values[:steps], strict=True)
+            ]
+        self.episodes += 1
+
+    def mean(self) -> list[float]:
+        """The mean over the episodes at each of :attr:`times`."""
+        return [total / self.episodes for total in self.sums]
 
 
 def plot_timeline(
     kind: JobKind,
-    episodes: Mapping[str, Sequence[tuple[Sequence[float], Sequence[float]]]],
+    timelines: Mapping[str, PolicyTimeline],
     title: str,
     path: Path,
 ) -> Path:
@@ -204,7 +243,7 @@ def plot_timeline(
 
     Args:
         kind: the scenario's kind.
-        episodes: per policy, each seed's ``(times, values)`` from :func:`timeline_values`.
+        timelines: per policy, its episodes' timelines.
         title: the figure's title.
         path: where the PNG goes.
     """
@@ -215,21 +254,21 @@ def plot_timeline(
     figure = _figure(figsize=(8, 4.5))
     figure.subplots_adjust(left=0.75 / 8, right=0.98, bottom=0.55 / 4.5, top=1 - 0.4 / 4.5)
     ax = figure.subplots()
-    for policy, series in episodes.items():
+    for policy, timeline in timelines.items():
         # each seed thin, the mean over seeds (step by step) bold in the same colour
         colour = None
-        for times, values in series:
+        for times, values in timeline.drawn:
             (line,) = ax.plot(times, values, linewidth=0.6, alpha=0.35, color=colour)
             colour = line.get_color()
-        steps = min(len(values) for _, values in series)
-        mean = [sum(values[i] for _, values in series) / len(series) for i in range(steps)]
-        ax.plot(series[0][0][:steps], mean, linewidth=2, color=colour, label=policy)
+        ax.plot(timeline.times, timeline.mean(), linewidth=2, color=colour, label=policy)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("satisfied services" if kind is JobKind.INFERENCE else "jobs finished")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize=8)
-    seeds = max((len(series) for series in episodes.values()), default=0)
-    ax.set_title(f"{title}: mean of {seeds} seed(s) bold, each seed thin", fontsize=10)
+    seeds = max((timeline.episodes for timeline in timelines.values()), default=0)
+    drawn = max((len(timeline.drawn) for timeline in timelines.values()), default=0)
+    thin = "each seed thin" if drawn == seeds else f"the first {drawn} thin"
+    ax.set_title(f"{title}: mean of {seeds} seed(s) bold, {thin}", fontsize=10)
     return _save(figure, path)
 
 

@@ -4,12 +4,17 @@ Where to track is :mod:`dlsched.runs.tracking.target`'s (which imports no MLflow
 
 Two things make a store safe to share:
 
-- **sqlite stores are created once.** MLflow creates and migrates a new sqlite store on first
-  use, without a lock across processes: several processes starting on a new store at once
-  migrate it concurrently and break it. :func:`connect` checks and creates a sqlite store under
-  an inter-process file lock next to it (``mlflow.db.lock``); the others wait, then find it
-  complete. A store left half-migrated (by an older dlsched, or by MLflow itself) is named with
-  what is wrong and how to back it up, never touched.
+- **sqlite stores are created once, whole or not at all.** MLflow creates and migrates a new
+  sqlite store on first use, without a lock across processes (several processes starting on a
+  new store at once break it), and a signal in the middle of its migration leaves the store
+  half-migrated for good. :func:`connect` checks and creates a sqlite store under an
+  inter-process file lock next to it (``mlflow.db.lock``): the others wait, then find it
+  complete. A new store is migrated in a file of dlsched's own beside it
+  (``mlflow.db.dlsched-new``, :func:`creation_file`) and linked into place once complete, so
+  that the store appears whole or not at all, whatever stops the process (SIGKILL included); a
+  creation file left by a process that died is removed by the next one. A store dlsched did not
+  create whole (left half-migrated by an older dlsched, or by MLflow itself) is named with what
+  is wrong and the repair, never touched.
 - **a tracking server that dies is noticed within seconds.** MLflow retries a dead server with
   exponential backoff for minutes (7 retries, 120 s timeouts). :func:`bound_http_retries` sets
   MLflow's own limits (``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` and friends) to
@@ -35,7 +40,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from dlsched.envs.errors import TrackingError
-from dlsched.runs.tracking.target import ENV_VAR, TrackingTarget
+from dlsched.runs.tracking.target import ENV_VAR, TrackingTarget, sqlite_path
 
 #: Seconds the up-front check waits for an HTTP tracking server's health endpoint.
 PROBE_TIMEOUT_S = 5.0
@@ -121,13 +126,6 @@ def _client(target: TrackingTarget, untracked: bool = True) -> MlflowClient:
     return client
 
 
-def sqlite_path(target: TrackingTarget) -> Path | None:
-    """The file of a sqlite store (``sqlite:///rel.db``, ``sqlite:////abs.db``); ``None`` for an
-    in-memory one."""
-    path = urlparse(target.uri).path[1:]
-    return Path(path) if path and path != ":memory:" else None
-
-
 def _create_or_open_sqlite(target: TrackingTarget, path: Path) -> MlflowClient:
     """Open a complete store at once; create a new one under the lock, once for all processes."""
     # Without the lock, a store another process is migrating looks half-migrated: only a
@@ -140,7 +138,7 @@ def _create_or_open_sqlite(target: TrackingTarget, path: Path) -> MlflowClient:
         with lock:
             # another process may have created it while this one waited
             if _sqlite_schema(target, path) == "new":
-                _write_ahead_log(path)
+                _create_sqlite(path)
             return _client(target)
     except filelock.Timeout:
         raise TrackingError(
@@ -148,6 +146,74 @@ def _create_or_open_sqlite(target: TrackingTarget, path: Path) -> MlflowClient:
             f"{path}.lock for over {STORE_LOCK_TIMEOUT_S:.0f} s while creating the store. If no "
             f"dlsched or MLflow process uses the store, remove {path}.lock and retry"
         ) from None
+
+
+def creation_file(path: Path) -> Path:
+    """The file a new store at ``path`` is migrated in before it is linked into place; only
+    dlsched writes it, under the store's lock."""
+    return path.with_name(f"{path.name}.dlsched-new")
+
+
+#: The files sqlite keeps beside a database (a journal, a write-ahead log and its index).
+_SIDE_FILE_SUFFIXES: tuple[str, ...] = ("-journal", "-wal", "-shm")
+
+
+def _remove_with_side_files(path: Path) -> None:
+    for suffix in ("", *_SIDE_FILE_SUFFIXES):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
+def _create_sqlite(path: Path) -> None:
+    """Create a complete store at ``path``, under its lock, where none is (or only a file that
+    holds no table, with nothing to lose).
+
+    MLflow's migration runs in :func:`creation_file`, which nobody else opens: without a journal
+    or a sync to disk (if it is cut short the file is thrown away), then it is put in
+    write-ahead-log mode, synced, and linked to ``path`` in one step. A creation file found here
+    is the leftover of a process that died creating the store (this one holds the lock): it is
+    removed first, and this one's is removed if anything, a signal included, stops it.
+    """
+    new = creation_file(path)
+    _remove_with_side_files(new)
+    try:
+        _migrate(new)
+        _write_ahead_log(new)
+        _sync_to_disk(new)
+        _remove_with_side_files(path)  # no table in it: nothing is lost
+        # a link, not a rename: a file another program put at ``path`` since is never replaced
+        os.link(new, path)
+        _sync_to_disk(path.parent)
+    finally:
+        _remove_with_side_files(new)
+
+
+def _migrate(path: Path) -> None:
+    """Create MLflow's tables in a new file and migrate them to the latest schema, as MLflow
+    does on a store's first use."""
+    import sqlalchemy
+    from mlflow.store.db.utils import _initialize_tables
+
+    engine = sqlalchemy.create_engine(f"sqlite:///{path}")
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _unjournaled(connection: sqlite3.Connection, _: object) -> None:
+        # the file is thrown away if the migration stops: no rollback or durability to pay for
+        connection.execute("PRAGMA journal_mode=MEMORY")
+        connection.execute("PRAGMA synchronous=OFF")
+
+    try:
+        _initialize_tables(engine)
+    finally:
+        engine.dispose()
+
+
+def _sync_to_disk(path: Path) -> None:
+    """fsync a file or a folder (a folder's entries: a new link to a file)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
 
 
 def _write_ahead_log(path: Path) -> None:
@@ -195,12 +261,17 @@ def on_local_file_system(path: Path, mounts: Path = Path("/proc/mounts")) -> boo
     return kind in _LOCAL_FILE_SYSTEMS
 
 
+#: The tables of MLflow's schema that hold what a user tracked; a store whose are empty holds
+#: nothing to lose.
+_RECORD_TABLES = frozenset({"experiments", "runs", "registered_models"})
+
+
 def _sqlite_schema(target: TrackingTarget, path: Path) -> str:
     """``"new"`` (no file, or no table yet) or ``"complete"`` (every migration applied).
 
     Raises:
-        TrackingError: a store part-way through its migrations, naming what is wrong and how
-            to back it up and repair it.
+        TrackingError: a store part-way through its migrations, naming what is wrong and the
+            repair: made anew if it holds nothing, else backed up and migrated.
     """
     if not path.exists() or path.stat().st_size == 0:
         return "new"
@@ -211,6 +282,10 @@ def _sqlite_schema(target: TrackingTarget, path: Path) -> str:
                 [row[0] for row in db.execute("select version_num from alembic_version")]
                 if "alembic_version" in tables
                 else []
+            )
+            records = sum(
+                db.execute(f"select count(*) from {table}").fetchone()[0]
+                for table in _RECORD_TABLES & tables
             )
     except sqlite3.Error as error:
         raise TrackingError(
@@ -235,6 +310,16 @@ def _sqlite_schema(target: TrackingTarget, path: Path) -> str:
         )
     else:
         return "complete"
+    if not records:
+        # MLflow's migrations cannot resume a creation cut short (`mlflow db upgrade` fails on
+        # the tables it finds made): a store with nothing in it is made anew
+        raise TrackingError(
+            f"MLflow tracking store {target.uri} is half-made: {problem}. It holds no "
+            "experiment and no run (its creation was cut short, by an older dlsched or by "
+            f"MLflow), so nothing is lost by starting anew: move it aside (mv {path} "
+            f"{path}.broken) and rerun, and dlsched creates a new store; or "
+            f"{target.fix_hint(lower=True)}"
+        )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     raise TrackingError(
         f"MLflow tracking store {target.uri} is half-migrated: {problem}. "

@@ -48,6 +48,12 @@ class StoredEpisode:
     backend: str
     score: EpisodeScore
 
+    @property
+    def identity(self) -> tuple[str, str, int]:
+        """What makes an episode one: its evaluation, policy and seed (the run's name within
+        the evaluation); two runs of one identity hold the same episode."""
+        return self.evaluation_id, self.score.policy.name, self.score.seed
+
 
 def load_episodes(
     client: MlflowClient, experiment: str | None = None, scenario: str | None = None

@@ -14,7 +14,8 @@ store is back:
 
 Either way the run gets the tag ``dlsched.degraded=true``: its figures were uploaded after the
 fact. Syncing is idempotent: what is in the store is never uploaded twice, so running it again
-adds nothing.
+adds nothing; and two syncs of one folder at once take turns (a file lock in the folder,
+:data:`SYNC_LOCK_FILE`), the second finding in the store what the first uploaded.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from __future__ import annotations
 import csv
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import filelock
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Run, ViewType
 
@@ -41,6 +44,7 @@ from dlsched.runs.tracking.tracker import summary_metrics
 from dlsched.runs.tracking.trajectory import (
     SCENARIO_FILE,
     EvaluationFolder,
+    TrackingRecord,
     read_episode,
     read_tracking,
 )
@@ -56,6 +60,11 @@ TRAINING_ARTIFACT_FILES: tuple[str, ...] = (
 )
 #: The progress column that counts timesteps: the step of every training metric.
 TIMESTEPS_COLUMN = "time/total_timesteps"
+#: The lock a sync holds in the folder it uploads, so that two syncs never upload one episode
+#: twice (each reads what the store has, then uploads the rest).
+SYNC_LOCK_FILE = "sync.lock"
+#: Seconds a sync waits for another sync of the same folder to finish.
+SYNC_LOCK_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -79,15 +88,53 @@ class SyncResult:
     status: str
 
 
-def sync_folder(folder: Path) -> SyncResult:
+def sync_folder(folder: Path, waiting: Callable[[str], None] = print) -> SyncResult:
     """Upload what the store of ``folder``'s ``tracking.json`` misses; see the module docstring.
 
     ``MLFLOW_TRACKING_URI`` or the recorded store: the environment variable wins, as everywhere.
 
+    Args:
+        folder: the local folder of an evaluation or a training.
+        waiting: told when another sync of ``folder`` is running, and this one waits for it.
+
     Raises:
-        TrackingError: the folder is no tracked dlsched folder, or the store is still down.
+        TrackingError: the folder is no tracked dlsched folder, the store is still down, or
+            another sync of the folder held it too long.
     """
     record = read_tracking(folder)
+    lock = _turn(folder, waiting)
+    try:
+        return _sync_locked(folder, record)
+    finally:
+        lock.release()
+
+
+def _turn(folder: Path, waiting: Callable[[str], None]) -> filelock.FileLock:
+    """The folder's sync lock, acquired: at once, or once another sync of it has ended."""
+    lock = filelock.FileLock(folder / SYNC_LOCK_FILE)
+    try:
+        try:
+            lock.acquire(timeout=0)
+        except filelock.Timeout:
+            waiting(
+                f"{folder}: another `dlsched runs sync` of this folder is uploading; waiting for "
+                f"it (at most {SYNC_LOCK_TIMEOUT_S:.0f} s), then uploading what it did not"
+            )
+            lock.acquire(timeout=SYNC_LOCK_TIMEOUT_S)
+    except filelock.Timeout:
+        raise TrackingError(
+            f"another `dlsched runs sync` of {folder} has held {folder / SYNC_LOCK_FILE} for over "
+            f"{SYNC_LOCK_TIMEOUT_S:.0f} s; rerun once it ends (nothing is uploaded twice)"
+        ) from None
+    except OSError as error:
+        raise TrackingError(
+            f"cannot lock {folder} for the sync ({error}): the folder must be writable, so "
+            "that two syncs never upload an episode twice; make it writable, or sync a copy"
+        ) from None
+    return lock
+
+
+def _sync_locked(folder: Path, record: TrackingRecord) -> SyncResult:
     target = resolve_tracking_uri(record.tracking_uri)
     client = connect(target)
     try:
@@ -116,13 +163,22 @@ def _sync_evaluation(
     evaluation_id = parent.data.tags[TAG_EVALUATION]
     children: dict[str, list[Run]] = {}
     query = f"tags.`{TAG_EVALUATION}` = '{evaluation_id}' and tags.`{TAG_KIND}` = 'episode'"
-    for child in client.search_runs([experiment_id], query, ViewType.ACTIVE_ONLY, 10_000):
-        children.setdefault(child.info.run_name, []).append(child)
-    uploaded, already, results = [], [], []
+    token: str | None = None
+    while True:  # every page: an episode missed here would be uploaded twice
+        page = client.search_runs(
+            [experiment_id], query, ViewType.ACTIVE_ONLY, 1000, page_token=token
+        )
+        for child in page:
+            children.setdefault(child.info.run_name, []).append(child)
+        token = page.token
+        if not token:
+            break
+    uploaded, already = [], []
     version, commit = dlsched_version(), source_commit()
-    for episode_dir in folder.episode_dirs():
-        result = read_episode(episode_dir)
-        results.append(result)
+    # every episode read (and its files' sizes checked) before any is uploaded
+    episode_dirs = folder.episode_dirs()
+    results = [read_episode(episode_dir) for episode_dir in episode_dirs]
+    for episode_dir, result in zip(episode_dirs, results, strict=True):
         name = episode_dir.name
         runs = children.get(name, [])
         if any(run.info.status == "FINISHED" for run in runs):

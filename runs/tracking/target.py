@@ -116,3 +116,11 @@ def absolute_sqlite_uri(uri: str, working_directory: Path | None = None) -> str:
     folder = Path.cwd() if working_directory is None else working_directory
     query = f"?{parsed.query}" if parsed.query else ""
     return f"sqlite:///{folder / path}{query}"
+
+
+def sqlite_path(target: TrackingTarget) -> Path | None:
+    """The file of a sqlite store (``sqlite:///rel.db``, ``sqlite:////abs.db``); ``None`` for an
+    in-memory one or a store of another kind."""
+    parsed = urlparse(target.uri)
+    path = parsed.path[1:]
+    return Path(path) if parsed.scheme == "sqlite" and path and path != ":memory:" else None

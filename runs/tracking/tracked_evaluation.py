@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,8 +20,13 @@ from typing import TYPE_CHECKING
 from dlsched.envs.errors import TrackingError
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.policy import Policy
-from dlsched.runs.evaluation.records import EpisodeResult, PolicyIdentity, backend_label
-from dlsched.runs.evaluation.runners import evaluate
+from dlsched.runs.evaluation.records import (
+    EpisodeResult,
+    EpisodeScore,
+    PolicyIdentity,
+    backend_label,
+)
+from dlsched.runs.evaluation.runners import check_evaluation_size, evaluation_episodes
 from dlsched.runs.evaluation.summaries import summarise
 from dlsched.runs.tracking.compare import ScenarioComparison, comparison_data, render_table
 from dlsched.runs.tracking.target import TrackingTarget
@@ -87,7 +92,8 @@ class TrackedEvaluation:
         comparison: the summary table.
         location: where the records are.
         failure: the store's failure after the evaluation started, if it failed.
-        results: every episode, in the order they ran.
+        results: every episode, in the order they ran, if asked for (``keep_results``);
+            otherwise empty: an evaluation keeps only its episodes' scores.
     """
 
     comparison: ScenarioComparison
@@ -97,8 +103,14 @@ class TrackedEvaluation:
 
 
 def evaluate_untracked(request: EvaluationRequest, progress: bool = True) -> ScenarioComparison:
-    """Run the evaluation and summarise it, recording nothing."""
-    results = evaluate(
+    """Run the evaluation and summarise it, recording nothing (and keeping only each episode's
+    score, so that any number of episodes runs in bounded memory)."""
+    scores = [result.score for result in _episodes(request, progress)]
+    return comparison_of(request, scores, None)
+
+
+def _episodes(request: EvaluationRequest, progress: bool) -> Iterator[EpisodeResult]:
+    return evaluation_episodes(
         request.scenario,
         request.policies,
         request.seeds,
@@ -107,7 +119,6 @@ def evaluate_untracked(request: EvaluationRequest, progress: bool = True) -> Sce
         backend_options=request.backend_options,
         batched=request.batched,
     )
-    return comparison_of(request, results, None)
 
 
 def evaluate_tracked(
@@ -120,6 +131,7 @@ def evaluate_tracked(
     progress: bool = True,
     warn: Callable[[str], None] = print,
     episode_plots: bool = False,
+    keep_results: bool = False,
 ) -> TrackedEvaluation:
     """Run the evaluation, recording every episode locally under ``out`` and in MLflow.
 
@@ -135,8 +147,16 @@ def evaluate_tracked(
         warn: where warnings go.
         episode_plots: also draw and log every episode's plots (latency or completion times,
             limits and usage); they cost far more than the rest of the tracking.
+        keep_results: return every episode's record too (memory grows with the episodes;
+            without it only their scores are kept).
+
+    Raises:
+        ArgumentError: more episodes than :data:`~dlsched.runs.evaluation.MAX_EPISODES`
+            (before anything is recorded).
     """
     from dlsched.runs.tracking.tracker import EvaluationTracker, new_evaluation_id
+
+    check_evaluation_size(len(request.policies), len(request.seeds))
 
     evaluation_id = new_evaluation_id(request.scenario)
     folder = EvaluationFolder.of(out, evaluation_id)
@@ -155,18 +175,15 @@ def evaluate_tracked(
         backend_options=request.backend_options,
         episode_plots=episode_plots,
     )
+    results: list[EpisodeResult] = []
+    scores: list[EpisodeScore] = []
     with tracker:
-        results = evaluate(
-            request.scenario,
-            request.policies,
-            request.seeds,
-            request.backend,
-            on_episode=tracker.record_episode,
-            progress=progress,
-            backend_options=request.backend_options,
-            batched=request.batched,
-        )
-        comparison = comparison_of(request, results, evaluation_id)
+        for result in _episodes(request, progress):
+            tracker.record_episode(result)
+            scores.append(result.score)
+            if keep_results:
+                results.append(result)
+        comparison = comparison_of(request, scores, evaluation_id)
         tracker.wait_for_episodes()
         location = EvaluationLocation(
             id=evaluation_id,
@@ -192,10 +209,10 @@ def evaluate_tracked(
 
 
 def comparison_of(
-    request: EvaluationRequest, results: Sequence[EpisodeResult], evaluation_id: str | None
+    request: EvaluationRequest, scores: Sequence[EpisodeScore], evaluation_id: str | None
 ) -> ScenarioComparison:
-    """The summary table of an evaluation's episodes."""
-    summaries = summarise([result.score for result in results], request.scenario.kind)
+    """The summary table of an evaluation's episodes, from their scores."""
+    summaries = summarise(scores, request.scenario.kind)
     return ScenarioComparison(
         scenario=request.scenario.name,
         scenario_hash=request.scenario.content_hash(),

@@ -60,7 +60,7 @@ from dlsched.runs.tracking.episode_writer import (
     Reply,
 )
 from dlsched.runs.tracking.owners import TAG_ENDED_BY, end_run, owner_tags
-from dlsched.runs.tracking.plots import TIMELINE_FILE, plot_timeline, timeline_values
+from dlsched.runs.tracking.plots import TIMELINE_FILE, PolicyTimeline, plot_timeline
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.run_logging import TAG_EVALUATION, TAG_KIND, log_in_batches
 from dlsched.runs.tracking.server_watch import ServerWatch
@@ -151,7 +151,7 @@ class EvaluationTracker:
         self.failure: TrackingError | None = None
         self._writer: EpisodeWriter | None = None
         # per policy, each episode's headline over time, for the parent run's timeline plot
-        self._timelines: dict[str, list[tuple[list[float], list[float]]]] = {}
+        self._timelines: dict[str, PolicyTimeline] = {}
         self._watch: ServerWatch | None = None
 
     # -------------------------------------------------------------- life cycle
@@ -273,7 +273,7 @@ class EvaluationTracker:
 
     def _record_episode(self, result: EpisodeResult) -> None:
         episode_dir = self.folder.write_episode(result, self.scenario_yaml)
-        self._timelines.setdefault(result.policy.name, []).append(timeline_values(result))
+        self._timelines.setdefault(result.policy.name, PolicyTimeline()).add(result)
         for incident in result.incidents:
             self.warn(
                 f"warning: episode {episode_name(result.policy, result.seed)}: {incident}; its "

@@ -14,7 +14,10 @@ Layout (``root`` is ``./dlsched-runs`` unless ``--out`` says otherwise)::
 The folder of an evaluation is created once and never reused, so a second evaluation cannot
 overwrite a first; a finished episode is on disk whatever happens to the tracking server later,
 and ``dlsched runs sync`` reads it back (:func:`read_episode`, :func:`read_tracking`) to upload
-what the store missed.
+what the store missed, as ``dlsched validate --against recorded:<folder>`` does to compare. What
+is read back is bounded: each file's size is checked against its limit
+(:data:`MAX_RECORD_BYTES`, :data:`MAX_TRAJECTORY_BYTES`; raised by the environment variable
+each names, as the scenario limits are) before it is read.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dlsched.envs.errors import TrackingError
 from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.scenarios.limits import Limit
+from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.telemetry import JobState, QoEClass
 from dlsched.runs.evaluation.metrics import EpisodeMetrics
 from dlsched.runs.evaluation.records import (
@@ -62,6 +67,19 @@ TRAJECTORY_FILE = "trajectory.csv"
 EPISODE_FILE = "episode.json"
 SCENARIO_FILE = "scenario.yaml"
 TRACKING_FILE = "tracking.json"
+
+MAX_RECORD_BYTES = Limit(
+    "MAX_RECORD_BYTES", 256 << 20, "bytes in a record read back (episode.json, tracking.json)"
+)
+"""An episode's record (its steps' aggregates and jobs) or a folder's tracking record: 256 MiB,
+an episode of a million steps (a paper's episode records a few hundred kB); read whole, it
+takes about ten times that in memory."""
+MAX_TRAJECTORY_BYTES = Limit(
+    "MAX_TRAJECTORY_BYTES", 512 << 20, "bytes in an episode's trajectory table (trajectory.csv)"
+)
+"""An episode's table of every container at every step: 512 MiB, about three million rows (a
+paper's episode writes a few MB); read back as one record per row, or uploaded by ``dlsched runs
+sync``."""
 
 #: Columns of ``trajectory.csv``: the step, then one :class:`ContainerSample` field each.
 TRAJECTORY_COLUMNS: tuple[str, ...] = (
@@ -114,7 +132,7 @@ def read_tracking(folder: Path) -> TrackingRecord:
     """
     path = folder / TRACKING_FILE
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(_bounded(path, MAX_RECORD_BYTES).read_text())
         return TrackingRecord(**data)
     except FileNotFoundError:
         raise TrackingError(
@@ -123,6 +141,22 @@ def read_tracking(folder: Path) -> TrackingRecord:
         ) from None
     except (ValueError, TypeError) as error:
         raise TrackingError(f"{path} is not a dlsched tracking record: {error}") from None
+
+
+def _bounded(path: Path, limit: Limit) -> Path:
+    """``path``, once its size is found within ``limit`` (without reading it).
+
+    Raises:
+        TrackingError: it is larger, naming its size, the limit and the variable that raises it.
+        FileNotFoundError: there is no such file.
+    """
+    size = path.stat().st_size
+    if limit.exceeded(size):
+        raise TrackingError(
+            f"{path} has {size:,} bytes: expected {limit.expected()}. dlsched wrote no such "
+            "file: check that it is the file of a dlsched evaluation"
+        )
+    return path
 
 
 def episode_name(policy: PolicyIdentity, seed: int) -> str:
@@ -276,14 +310,41 @@ def _optional(cell: str, parse: Callable[[str], _T]) -> _T | None:
 def read_episode(folder: Path, containers: bool = False) -> EpisodeResult:
     """An episode read back from its folder (what :meth:`EvaluationFolder.write_episode` wrote).
 
+    Every file's size is checked first, ``trajectory.csv``'s too when it is not read here (the
+    caller uploads it: ``dlsched runs sync``).
+
     Args:
         folder: the episode's folder (``<evaluation>/<policy>-seed<seed>``).
         containers: also read the per-container rows of ``trajectory.csv`` into each step's
             ``containers``; without it the steps carry their aggregates only.
+
+    Raises:
+        TrackingError: a file is missing, larger than its limit, or not what dlsched writes.
+        ScenarioError: its scenario file is not a valid scenario.
     """
-    record = json.loads((folder / EPISODE_FILE).read_text())
+    try:
+        record_file = _bounded(folder / EPISODE_FILE, MAX_RECORD_BYTES)
+        trajectory_file = _bounded(folder / TRAJECTORY_FILE, MAX_TRAJECTORY_BYTES)
+    except FileNotFoundError as error:
+        raise TrackingError(
+            f"episode folder {folder} lacks {Path(str(error.filename)).name}: dlsched writes "
+            f"{EPISODE_FILE}, {TRAJECTORY_FILE} and {SCENARIO_FILE} in every episode's folder"
+        ) from None
     scenario = load_scenario(str(folder / SCENARIO_FILE))
-    rows = read_trajectory(folder / TRAJECTORY_FILE) if containers else {}
+    try:
+        record = json.loads(record_file.read_text())
+        rows = read_trajectory(trajectory_file) if containers else {}
+        return _episode_result(record, scenario, rows)
+    except (ValueError, KeyError, TypeError) as error:
+        raise TrackingError(
+            f"episode folder {folder} holds no dlsched episode as dlsched writes one "
+            f"({type(error).__name__}: {error})"
+        ) from None
+
+
+def _episode_result(
+    record: dict[str, Any], scenario: Scenario, rows: dict[int, tuple[ContainerSample, ...]]
+) -> EpisodeResult:
     step_fields = {f.name for f in dataclasses.fields(StepRecord)} - {"containers"}
     steps = tuple(
         StepRecord(**{key: step[key] for key in step_fields}, containers=rows.get(step["step"], ()))

@@ -41,7 +41,7 @@ import inspect
 import json
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -213,14 +213,8 @@ def train(
         TrackingRecord(
             "training", tracking.target.uri, tracking.experiment_id, tracking.run_id, training_id
         ).write(folder)
-    try:
+    with run_ended_if_raised(tracking):
         result = _learn(config, scenarios, eval_scenarios, folder, training_id, tracking, progress)
-    except BaseException as error:
-        if tracking is not None:
-            status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
-            with contextlib.suppress(*STORE_ERRORS):
-                end_run(tracking.client, tracking.run_id, status)
-        raise
     if tracking is not None:
         try:
             _finish_run(tracking, result)
@@ -298,6 +292,20 @@ def start_training_run(
             "check the store, or train without tracking (--no-tracking)"
         ) from error
     return TrainingTracking(client, target, run_id, experiment_id)
+
+
+@contextlib.contextmanager
+def run_ended_if_raised(tracking: TrainingTracking | None) -> Iterator[None]:
+    """End the training's run (if tracked) when the block raises: ``KILLED`` by an interrupt,
+    else ``FAILED``; the error goes on, whether or not the store takes the status."""
+    try:
+        yield
+    except BaseException as error:
+        if tracking is not None:
+            status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
+            with contextlib.suppress(*STORE_ERRORS):
+                end_run(tracking.client, tracking.run_id, status)
+        raise
 
 
 def param_text(value: object) -> str:

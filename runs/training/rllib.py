@@ -78,6 +78,7 @@ from dlsched.runs.training.harness import (
     TrainingResult,
     TrainingTracking,
     param_text,
+    run_ended_if_raised,
     start_training_run,
 )
 
@@ -186,33 +187,26 @@ def train_rllib(
             experiment or f"{scenario.name}-training",
         )
     interruption: KeyboardInterrupt | None = None
-    try:
-        with ray_session(config.address, config.num_cpus) as gcs_address:
-            if tracking is not None:
-                _set_tag(tracking, "ray.gcs_address", gcs_address)
-            algo = _build_algorithm(config, env_id, scenario)
-            try:
-                steps, interruption = _learn(algo, config, folder, tracking, report)
-                card = ModelCard(
-                    algo="ppo",
-                    kind=scenario.kind,
-                    layout=layout_of(scenario),
-                    actions=ActionMapping(ActionMode.ABSOLUTE),
-                    reward=config.reward or default_reward(scenario.kind),
-                    scenarios=(scenario.name,),
-                    run_id=tracking.run_id if tracking is not None else None,
-                    dlsched_version=dlsched_version(),
-                )
-                export_policy(algo, scenario, card, folder / BEST_MODEL_DIR, config)
-                algo.save_to_path(str((folder / CHECKPOINT_DIR).resolve()))
-            finally:
-                algo.stop()
-    except BaseException as error:
+    with run_ended_if_raised(tracking), ray_session(config.address, config.num_cpus) as gcs_address:
         if tracking is not None:
-            status = "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"
-            with contextlib.suppress(*STORE_ERRORS):
-                end_run(tracking.client, tracking.run_id, status)
-        raise
+            _set_tag(tracking, "ray.gcs_address", gcs_address)
+        algo = _build_algorithm(config, env_id, scenario)
+        try:
+            steps, interruption = _learn(algo, config, folder, tracking, report)
+            card = ModelCard(
+                algo="ppo",
+                kind=scenario.kind,
+                layout=layout_of(scenario),
+                actions=ActionMapping(ActionMode.ABSOLUTE),
+                reward=config.reward or default_reward(scenario.kind),
+                scenarios=(scenario.name,),
+                run_id=tracking.run_id if tracking is not None else None,
+                dlsched_version=dlsched_version(),
+            )
+            export_policy(algo, scenario, card, folder / BEST_MODEL_DIR, config)
+            algo.save_to_path(str((folder / CHECKPOINT_DIR).resolve()))
+        finally:
+            algo.stop()
     result = TrainingResult(
         training_id=training_id,
         folder=folder,

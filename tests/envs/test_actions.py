@@ -5,6 +5,7 @@ what it holds; numbers of any numeric type are an action. Never another exceptio
 from __future__ import annotations
 
 import os
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import dlsched.envs  # noqa: F401  (registers the environments)
-from dlsched.envs.errors import ActionError
+from dlsched.envs.errors import ActionClippedWarning, ActionError
 
 FUZZ_SCALE = int(os.environ.get("DLSCHED_FUZZ_SCALE", "1"))
 """Examples of the property tests, times the CI's."""
@@ -71,7 +72,7 @@ def test_numbers_of_any_numeric_type_are_an_action(stepped_env):
         [0.5] * size,
         (1,) * size,
         [np.float16(0.5)] * size,
-        np.full(size, 3, dtype=np.uint8),  # above 1: clipped, as an agent's raw output is
+        np.full(size, 0, dtype=np.uint8),
         np.array([0.5] * size, dtype=object),
     ):
         assert step_or_refuse(stepped_env, action), action
@@ -126,3 +127,26 @@ random_actions = st.one_of(
 @example(action=[10**400] * SLOTS)
 def test_a_random_action_steps_or_is_an_action_error(stepped_env, action):
     event("stepped" if step_or_refuse(stepped_env, action) else "refused: ActionError")
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_an_action_outside_the_box_is_clipped_and_said_once_per_environment(batched):
+    scenario = "dqoes-resnet50-burst-target20"
+    if batched:
+        env = gym.make_vec("dlsched/Inference-v0", 2, "vector_entry_point", scenario=scenario)
+    else:
+        env = gym.make("dlsched/Inference-v0", scenario=scenario)
+    env.reset(seed=0)
+    outside = np.array([5.0, -1.0, 0.5, 1e9] + [0.5] * (SLOTS - 4))
+    action = np.stack([np.full(SLOTS, 0.5), outside]) if batched else outside
+    with pytest.warns(ActionClippedWarning) as said:
+        env.step(action)
+    where = "env 1, slot 0" if batched else "index 0"
+    assert f"(3 of {action.size}; the first, at {where}: 5.0)" in str(said[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ActionClippedWarning)
+        _, _, _, _, info = env.step(action)  # clipped again, not said again
+    telemetry = env.unwrapped.telemetry(1) if batched else info["telemetry"]
+    limits = {job.slot: job.limit for job in telemetry.active_jobs}
+    assert limits[0] == 1.0 and limits[1] == pytest.approx(0.02)
+    env.close()

@@ -62,3 +62,13 @@ def test_a_scenario_may_be_given_as_a_path(tmp_path):
     path.write_text(SCENARIO_BIG.read_text())
     env = gym.make("dlsched/Inference-v0", scenario=path)
     assert env.unwrapped.scenario.name == "big"
+
+
+@pytest.mark.parametrize("num_envs", [10**8, 2**63])
+def test_a_batched_environment_beyond_the_slot_limit_is_refused_before_it_allocates(num_envs):
+    # once: numpy's MemoryError for a (10**8, 160) observation array
+    with pytest.raises(ArgumentError) as caught:
+        gym.make_vec("dlsched/Inference-v0", num_envs, vectorization_mode="vector_entry_point")
+    message = str(caught.value)
+    assert f"num_envs={num_envs:,} episodes x 10 slots" in message
+    assert "MAX_BATCH_SLOTS" in message and "DLSCHED_MAX_BATCH_SLOTS=N" in message

@@ -28,7 +28,7 @@ SCENARIOS = {
 SEED = 0
 ROLLOUT_STEPS = 20
 #: The render modes tested below; a mode declared but missing here fails the last test.
-TESTED_MODES = ("ansi", "rgb_array")
+TESTED_MODES = ("human", "ansi", "rgb_array")
 
 
 def _make(env_id: str, **kwargs: Any) -> gym.Env[np.ndarray, np.ndarray]:
@@ -90,7 +90,9 @@ def test_render_modes(env_id: str, render_mode: str) -> None:
     frames.append(env.render())
     env.close()
     for frame in frames:
-        if render_mode == "ansi":
+        if render_mode == "human":  # printed, as test_rendering checks
+            assert frame is None
+        elif render_mode == "ansi":
             assert isinstance(frame, str) and frame.strip()
         else:
             assert isinstance(frame, np.ndarray)

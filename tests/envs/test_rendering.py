@@ -1,4 +1,5 @@
-"""Rendering: ``ansi`` and ``rgb_array`` on both environments, as Gymnasium checks them."""
+"""Rendering: ``human``, ``ansi`` and ``rgb_array`` on both environments, as Gymnasium checks
+them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from gymnasium.wrappers import HumanRendering
 
 import dlsched.envs  # noqa: F401  (registers the ids)
 from dlsched.envs import InferenceEnv
@@ -80,6 +82,29 @@ def test_no_render_mode_renders_nothing_and_an_unknown_one_is_refused() -> None:
     env = gym.make("dlsched/Inference-v0", scenario=IDS["dlsched/Inference-v0"])
     env.reset(seed=0)
     assert env.render() is None
-    # (gym.make itself wraps rgb_array in HumanRendering for "human", where pygame is installed)
     with pytest.raises(ArgumentError, match="render_mode='window'"):
         InferenceEnv(render_mode="window")
+
+
+@pytest.mark.parametrize("env_id", sorted(IDS))
+def test_human_mode_prints_the_table_at_every_step_without_a_window(
+    env_id: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # once: gym.make wrapped the env in HumanRendering, which needs pygame (rl_zoo3.enjoy failed)
+    env = gym.make(env_id, scenario=IDS[env_id], render_mode="human")
+    assert not any(isinstance(wrapper, HumanRendering) for wrapper in _wrappers(env))
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(np.full(env.action_space.shape, 0.5, dtype=np.float32))
+    assert env.render() is None
+    printed = capsys.readouterr().out
+    env.close()
+    # one table at reset, one per step and one for the render call
+    assert printed.count("t=") == 5, printed
+
+
+def _wrappers(env: gym.Env) -> list[gym.Env]:
+    chain = [env]
+    while isinstance(chain[-1], gym.Wrapper):
+        chain.append(chain[-1].env)
+    return chain

@@ -54,6 +54,13 @@ def mapping_bomb() -> str:
     return "\n".join(lines) + "\n" + BASE.replace("workload: resnet50", "workloads: [*h]")
 
 
+def training(jobs: str) -> str:
+    """BASE as a training scenario of the job group ``jobs``."""
+    return BASE.replace("kind: inference", "kind: training").replace(
+        "jobs: [{workload: resnet50, targets_s: [20]}]", f"jobs: [{jobs}]"
+    )
+
+
 @dataclass(frozen=True)
 class Unbounded:
     """A scenario that once took unbounded memory or time, and what its refusal names."""
@@ -90,6 +97,16 @@ UNBOUNDED = {
         lambda: BASE.replace("horizon_s: 600", "horizon_s: 60000000\ninterval_s: 600000"),
         "interval_s = 600000",
         "MAX_UNITS_PER_STEP",
+    ),
+    "iterations": Unbounded(  # once an internal error: 10**9 iterations drawn at placement
+        lambda: training("{workload: lstm, iterations: 1000000000}"),
+        "up to 1,000,000,000 iterations",
+        "MAX_ITERATIONS",
+    ),
+    "default-iterations": Unbounded(  # each job at its workload's default
+        lambda: training("{workload: vae, count: 60000}"),
+        "iterations an episode",
+        "MAX_ITERATIONS",
     ),
     "workers-2^31": Unbounded(
         lambda: BASE.replace("count: 1", "count: 2147483648"), "workers.count", "MAX_WORKERS"

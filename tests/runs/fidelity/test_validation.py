@@ -66,13 +66,18 @@ def test_replay_against_its_seeded_twin_reports_no_error():
     assert agreement is not None and agreement.seeds == 2
     assert agreement.host_spread == agreement.replay_spread
     assert agreement.mean_jobs.jobs == 8 and agreement.mean_jobs.median == 0.0
+    # Against itself, replay's distributions are the host's: no distance, full coverage.
+    summary = report.distributions
+    assert summary is not None and len(summary.jobs) == 8
+    assert summary.median_w1 == 0.0 and summary.coverage == 1.0
+    assert "as distributions over the reruns" in render_report(report)
 
 
 def test_a_scenario_that_draws_its_jobs_has_no_seed_agreement():
     report, _, _ = run_validation(
         load_scenario("flowcon-10-random"), [make("default")], (0, 1), REPLAY, progress=False
     )
-    assert report.seed_agreement is None
+    assert report.seed_agreement is None and report.distributions is None
     assert "the same jobs on every seed" not in render_report(report)
 
 

@@ -58,7 +58,13 @@ def _evaluate(
     request = EvaluationRequest(_scenario(horizon_s), policies, seeds, "replay")
     target = TrackingTarget(uri, "--tracking-uri")
     return evaluate_tracked(
-        request, connect(target), target, out, progress=False, episode_plots=episode_plots
+        request,
+        connect(target),
+        target,
+        out,
+        progress=False,
+        episode_plots=episode_plots,
+        keep_results=True,
     )
 
 
