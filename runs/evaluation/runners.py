@@ -44,6 +44,7 @@ from dlsched.runs.evaluation.records import (
     PolicyIdentity,
     StepRecord,
 )
+from dlsched.runs.interruption import raise_if_stopped
 
 MAX_EPISODES = Limit("MAX_EPISODES", 100_000, "episodes in an evaluation (policies x seeds)")
 """Episodes one evaluation runs: memory is bounded whatever the count (episodes run in batches
@@ -165,6 +166,7 @@ def run_episodes(
         PolicyError: the batch cannot run ``policy``, or it refuses the scenario.
         BackendError: several seeds on a backend that runs one episode at a time.
     """
+    raise_if_stopped()  # before its containers start, too
     options = dict(backend_options or {})
     vector = gym.make_vec(
         ENV_IDS[scenario.kind],
@@ -184,6 +186,8 @@ def run_episodes(
         terminated = [False] * len(seeds)
         running = np.ones(len(seeds), dtype=bool)
         while running.any():
+            # a stop Python dropped (in a garbage collection) ends the episode here, not later
+            raise_if_stopped()
             step = feed.step(running)
             for index in np.flatnonzero(running).tolist():
                 telemetry = step.telemetry[index]

@@ -39,7 +39,9 @@ from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_OWNER
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobGroup, JobKind, Scenario, WorkerSpec
 from dlsched.runs.cli import main
+from dlsched.runs.tracking.owners import OWNER_TAG_PREFIX
 from dlsched.runs.tracking.run_logging import TAG_EVALUATION, TAG_KIND
+from dlsched.runs.tracking.store import creation_file
 from dlsched.runs.tracking.trajectory import TRACKING_FILE, read_tracking
 
 #: The longest any point of a command's life is waited for.
@@ -176,12 +178,22 @@ def assert_stopped(watched: Watched, code: int, signum: int, command: str = "eva
         assert code == -signal.SIGKILL
         return ""
     err = "".join(watched.err)
+    if code == -signum:  # it came after the command's last line, as Python shut down
+        assert "Traceback" not in err and "Exception ignored" not in err, err
+        assert _work_done(watched, command), err
+        return ""
     assert code == 128 + signum, err
     assert "Traceback" not in err and "Exception ignored" not in err, err
     said = [line for line in watched.err if "interrupted" in line]
     assert len(said) == 1, err
     assert said[0].startswith(f"dlsched {command}: interrupted ({_name(signum)})")
     return said[0].strip()
+
+
+def _work_done(watched: Watched, command: str) -> bool:
+    """Whether a command printed its last line: an evaluation its summary, a sync its count."""
+    last = "x default" if command == "evaluate" else "; status "
+    return watched.printed(last)
 
 
 def assert_invariants(monkeypatch, capsys, folder: Path, engine=None, pid: int = 0) -> None:
@@ -230,23 +242,27 @@ def test_a_stop_before_the_store_exists(monkeypatch, capsys, tmp_path, dlsched_p
     watched.wait_for(lambda: watched.printed("tracking: "), "the store's URI")  # then it opens it
     said = assert_stopped(watched, watched.stop(signum), signum)
     if signum == signal.SIGINT:  # issue 35 item 8: it said containers and runs were ended
-        assert said == "dlsched evaluate: interrupted (SIGINT); nothing of it is left running"
+        assert said == (
+            "dlsched evaluate: interrupted (SIGINT) with no container or run under way: "
+            "nothing to clean up"
+        )
     assert_invariants(monkeypatch, capsys, tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 35 item 3: a stop in the migration of a new store leaves it half-migrated, "
-    "and every later command refuses it (fixed on the store branch)",
-)
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=_name)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=_name)
 def test_a_stop_in_the_migration_of_a_new_store(
     monkeypatch, capsys, tmp_path, dlsched_process, signum
 ):
+    """The store appears whole or not at all (it is migrated in a file of its own); a stopped
+    command removes that file, a killed one leaves it to the next command."""
     watched = _evaluate(dlsched_process, tmp_path)
     watched.wait_for(lambda: _migrating(tmp_path), "the store's migration")
     assert_stopped(watched, watched.stop(signum), signum)
+    store = _store(tmp_path)
+    assert not store.exists() or _schema(store)[1] == [_get_latest_schema_revision()]
+    assert creation_file(store).exists() == (signum == signal.SIGKILL)
     assert_invariants(monkeypatch, capsys, tmp_path)
+    assert not creation_file(store).exists()
 
 
 def test_a_stop_among_the_episodes(monkeypatch, capsys, tmp_path, dlsched_process):
@@ -266,15 +282,16 @@ def test_a_stop_while_episodes_are_uploaded(monkeypatch, capsys, tmp_path, dlsch
     assert_invariants(monkeypatch, capsys, tmp_path)
 
 
-def test_a_ctrl_c_as_the_evaluation_ends_is_honoured_in_one_line(
-    monkeypatch, capsys, tmp_path, dlsched_process
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=_name)
+def test_a_stop_as_the_evaluation_ends_is_honoured_in_one_line(
+    monkeypatch, capsys, tmp_path, dlsched_process, signum
 ):
     """Issue 35 item 6: the end of an evaluation frees the store's objects, and a SIGINT then
     landed in SQLAlchemy's weakref callback, where Python prints it and drops it: the command
     went on and exited 0."""
     watched = _evaluate(dlsched_process, tmp_path, "--single-env")
     watched.wait_for(lambda: _episodes_on_disk(tmp_path) == EPISODES, "the last episode")
-    assert_stopped(watched, watched.stop(signal.SIGINT), signal.SIGINT)
+    assert_stopped(watched, watched.stop(signum), signum)
     assert_invariants(monkeypatch, capsys, tmp_path)
 
 
@@ -299,65 +316,62 @@ def _sync(dlsched_process, folder: Path, evaluation: Path) -> Watched:
     return Watched(process, folder)
 
 
-def test_syncs_stopped_as_they_upload_leave_every_episode_once(
-    monkeypatch, capsys, tmp_path, dlsched_process
-):
-    """Two syncs of one folder, each stopped as it uploads (SIGINT, then SIGKILL), then one
-    more: every episode once."""
-    evaluation = _folder_to_sync(dlsched_process, tmp_path)
-    for signum in (signal.SIGINT, signal.SIGKILL):
-        uploaded = _episodes_uploaded(tmp_path)
-        watched = _sync(dlsched_process, tmp_path, evaluation)
-        watched.wait_for(lambda: _episodes_uploaded(tmp_path) > uploaded, "an upload")  # noqa: B023
-        assert_stopped(watched, watched.stop(signum), signum, "runs")
-    assert_invariants(monkeypatch, capsys, tmp_path)
-
-
 def _episode_runs_of(folder: Path, pid: int) -> int:
     """The runs the process ``pid`` has created in the store of ``folder``."""
     with contextlib.closing(sqlite3.connect(f"file:{_store(folder)}?mode=ro", uri=True)) as db:
         query = "select count(*) from tags where key = ? and value = ?"
-        return int(db.execute(query, (f"{LABEL_OWNER}.pid", str(pid))).fetchone()[0])
+        return int(db.execute(query, (f"{OWNER_TAG_PREFIX}.pid", str(pid))).fetchone()[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 35 item 4: two syncs of one folder at once upload its episodes twice "
-    "(fixed on the store branch)",
-)
-def test_a_sync_stopped_beside_another_sync_of_the_folder(
+def test_syncs_stopped_as_they_upload_leave_every_episode_once(
     monkeypatch, capsys, tmp_path, dlsched_process
 ):
-    """Two syncs of one folder at once; the first is stopped (SIGTERM) once both are under way
-    (each has uploaded, or the second says it waits): every episode once."""
+    """A sync stopped (SIGINT) as it uploads; then two syncs of the folder at once, the one
+    uploading killed (SIGKILL) while the other waits for it; then one more: every episode
+    once (issue 35 item 4: two syncs at once uploaded the episodes twice)."""
     evaluation = _folder_to_sync(dlsched_process, tmp_path)
-    first = _sync(dlsched_process, tmp_path, evaluation)
-    second = _sync(dlsched_process, tmp_path, evaluation)
-    first.wait_for(
-        lambda: (
-            _episode_runs_of(tmp_path, first.process.pid) >= 1
-            and (_episode_runs_of(tmp_path, second.process.pid) >= 1 or second.out)
-        ),
-        "both syncs under way",
+    uploaded = _episodes_uploaded(tmp_path)
+    watched = _sync(dlsched_process, tmp_path, evaluation)
+    watched.wait_for(lambda: _episodes_uploaded(tmp_path) > uploaded, "an upload")
+    assert_stopped(watched, watched.stop(signal.SIGINT), signal.SIGINT, "runs")
+    both = (
+        _sync(dlsched_process, tmp_path, evaluation),
+        _sync(dlsched_process, tmp_path, evaluation),
     )
-    assert_stopped(first, first.stop(signal.SIGTERM), signal.SIGTERM, "runs")
-    assert second.process.wait(timeout=WAIT_S) == 0
+
+    def uploading() -> Watched | None:
+        """The sync that uploads while the other waits for it, once both are so."""
+        for one, other in (both, both[::-1]):
+            if _episode_runs_of(tmp_path, one.process.pid) and other.printed("waiting"):
+                return one
+        return None
+
+    both[0].wait_for(uploading, "one sync uploading, the other waiting for it")
+    first = uploading()
+    assert first is not None
+    (second,) = [sync for sync in both if sync is not first]
+    assert_stopped(first, first.stop(signal.SIGKILL), signal.SIGKILL, "runs")
+    assert second.process.wait(timeout=WAIT_S) == 0, "".join(second.err)
     assert_invariants(monkeypatch, capsys, tmp_path)
 
 
 # ------------------------------------------------------------------------------- docker
 
 
-def _docker_evaluation(dlsched_process, folder: Path, client) -> Watched:
-    """A tracked Docker evaluation of 2 episodes of 4 steps of one service, with its progress
-    bar (a step a second)."""
+#: Steps of a Docker episode (a step a second).
+DOCKER_STEPS = 4
+
+
+def _docker_evaluation(dlsched_process, folder: Path, client, episodes: int) -> Watched:
+    """A tracked Docker evaluation of ``episodes`` episodes of DOCKER_STEPS steps of one
+    service, with its progress bar."""
     scenario = Scenario(
         name="test-fault-injection",
         kind=JobKind.INFERENCE,
         workers=(WorkerSpec(cores=float(client.info()["NCPU"])),),
         groups=(JobGroup(workloads=("mobilenet-svc",), count=1, targets_s=(5.0,)),),
         interval_s=1.0,
-        horizon_s=4.0,
+        horizon_s=float(DOCKER_STEPS),
         slots_per_worker=1,
         profile_set="measured",
     )
@@ -365,7 +379,7 @@ def _docker_evaluation(dlsched_process, folder: Path, client) -> Watched:
     path.write_text(dump_scenario(scenario))
     process = dlsched_process(
         ["evaluate", "--backend", "docker", "--scenario", path, "--policy", "default",
-         "--episodes", "2", "--no-plots", "--no-episode-plots"],
+         "--episodes", episodes, "--no-plots", "--no-episode-plots"],
         cwd=folder,
         env={"PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -379,20 +393,30 @@ def _steps_done(watched: Watched) -> int:
 
 @pytest.mark.docker
 @pytest.mark.parametrize(
-    ("signum", "step"),
-    [(signal.SIGKILL, 1), (signal.SIGINT, 4), (signal.SIGTERM, 5)],
-    ids=["SIGKILL-mid-episode", "SIGINT-at-its-close", "SIGTERM-in-the-next"],
+    ("signum", "step", "episodes"),
+    [(signal.SIGKILL, 1, 1), (signal.SIGINT, DOCKER_STEPS, 1), (signal.SIGTERM, DOCKER_STEPS, 2)],
+    ids=["SIGKILL-mid-episode", "SIGINT-as-it-ends", "SIGTERM-at-an-episode-close"],
 )
 def test_a_stopped_docker_evaluation(
-    monkeypatch, capsys, tmp_path, docker_engine, workload_image, dlsched_process, signum, step
+    monkeypatch,
+    capsys,
+    tmp_path,
+    docker_engine,
+    workload_image,
+    dlsched_process,
+    signum,
+    step,
+    episodes,
 ):
-    """Stopped after ``step`` steps: in the first episode, as it closes (its last step done:
-    its containers are removed and it is handed over, issue 35 item 6's late Ctrl-C), or in
-    the second."""
-    watched = _docker_evaluation(dlsched_process, tmp_path, docker_engine)
+    """Stopped after ``step`` steps: mid-episode, or as the episode closes (its last step
+    done: its containers are removed and it is handed over; issue 35 item 6: a Ctrl-C then
+    landed in SQLAlchemy's weakref callback, was dropped, and the command exited 0), which
+    ends the evaluation or, with an episode to come, must stop it before that episode ends."""
+    watched = _docker_evaluation(dlsched_process, tmp_path, docker_engine, episodes)
     try:
         watched.wait_for(lambda: _steps_done(watched) >= step, f"step {step}")
         assert_stopped(watched, watched.stop(signum), signum)
+        assert _steps_done(watched) < episodes * DOCKER_STEPS or episodes == 1
         assert_invariants(monkeypatch, capsys, tmp_path, docker_engine, watched.process.pid)
     finally:
         for container in _owned_containers(docker_engine, watched.process.pid):

@@ -330,3 +330,21 @@ def test_a_stop_while_the_command_loads_is_one_line(capsys, monkeypatch, sigint_
         pytest.fail("the stop escaped the command line as a KeyboardInterrupt")
     assert code == 130
     assert capsys.readouterr().err == "dlsched scenarios: interrupted (SIGINT) before it started\n"
+
+
+def test_a_stop_dropped_in_an_episode_ends_it_at_the_next_step():
+    """A Docker episode lasts minutes: a stop Python dropped in it ends it at the next step,
+    not once the evaluation is over."""
+    from dlsched.runs.evaluation import run_episode
+
+    steps: list[int] = []
+
+    def on_step(record) -> None:
+        steps.append(record.step)
+        if len(steps) == 3:
+            _stop_in_a_weakref_callback(signal.SIGTERM)
+
+    scenario = dataclasses.replace(load_scenario("dqoes-varied-burst"), horizon_s=EPISODE_S)
+    with pytest.raises(Interrupted), interruptible(lambda _: None):
+        run_episode(scenario, resolve_policy("default"), seed=0, on_step=on_step)
+    assert steps == [1, 2, 3]
