@@ -174,6 +174,7 @@ def _owned_containers(client, pid: int) -> list:
 def assert_stopped(watched: Watched, code: int, signum: int, command: str = "evaluate") -> str:
     """A command stopped by ``signum``: SIGKILL leaves no word; SIGINT and SIGTERM exit
     ``128 + signal`` with one line saying so, and no traceback. That line, if any."""
+    print(f"stopped by {_name(signum)}: exit {code}")  # for -rP: the outcome of each trial
     if signum == signal.SIGKILL:
         assert code == -signal.SIGKILL
         return ""
@@ -185,6 +186,7 @@ def assert_stopped(watched: Watched, code: int, signum: int, command: str = "eva
     assert code == 128 + signum, err
     assert "Traceback" not in err and "Exception ignored" not in err, err
     said = [line for line in watched.err if "interrupted" in line]
+    print(*said)
     assert len(said) == 1, err
     assert said[0].startswith(f"dlsched {command}: interrupted ({_name(signum)})")
     return said[0].strip()
@@ -196,7 +198,7 @@ def _work_done(watched: Watched, command: str) -> bool:
     return watched.printed(last)
 
 
-def assert_invariants(monkeypatch, capsys, folder: Path, engine=None, pid: int = 0) -> None:
+def assert_invariants(monkeypatch, folder: Path, engine=None, pid: int = 0) -> None:
     """What every stop must leave: see the module docstring. ``engine``, ``pid``: the Docker
     engine and the stopped process, whose containers one cleanup must remove."""
     monkeypatch.chdir(folder)  # where the commands write their logs
@@ -218,7 +220,6 @@ def assert_invariants(monkeypatch, capsys, folder: Path, engine=None, pid: int =
         assert (evaluation / TRACKING_FILE).is_file()  # else its episodes could never be synced
         assert main(["runs", "sync", str(evaluation)]) == 0
         assert_each_episode_once(client, evaluation)
-    capsys.readouterr()
 
 
 def assert_each_episode_once(client: MlflowClient, evaluation: Path) -> None:
@@ -237,7 +238,7 @@ def assert_each_episode_once(client: MlflowClient, evaluation: Path) -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=_name)
-def test_a_stop_before_the_store_exists(monkeypatch, capsys, tmp_path, dlsched_process, signum):
+def test_a_stop_before_the_store_exists(monkeypatch, tmp_path, dlsched_process, signum):
     watched = _evaluate(dlsched_process, tmp_path)
     watched.wait_for(lambda: watched.printed("tracking: "), "the store's URI")  # then it opens it
     said = assert_stopped(watched, watched.stop(signum), signum)
@@ -246,13 +247,11 @@ def test_a_stop_before_the_store_exists(monkeypatch, capsys, tmp_path, dlsched_p
             "dlsched evaluate: interrupted (SIGINT) with no container or run under way: "
             "nothing to clean up"
         )
-    assert_invariants(monkeypatch, capsys, tmp_path)
+    assert_invariants(monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=_name)
-def test_a_stop_in_the_migration_of_a_new_store(
-    monkeypatch, capsys, tmp_path, dlsched_process, signum
-):
+def test_a_stop_in_the_migration_of_a_new_store(monkeypatch, tmp_path, dlsched_process, signum):
     """The store appears whole or not at all (it is migrated in a file of its own); a stopped
     command removes that file, a killed one leaves it to the next command."""
     watched = _evaluate(dlsched_process, tmp_path)
@@ -261,30 +260,30 @@ def test_a_stop_in_the_migration_of_a_new_store(
     store = _store(tmp_path)
     assert not store.exists() or _schema(store)[1] == [_get_latest_schema_revision()]
     assert creation_file(store).exists() == (signum == signal.SIGKILL)
-    assert_invariants(monkeypatch, capsys, tmp_path)
+    assert_invariants(monkeypatch, tmp_path)
     assert not creation_file(store).exists()
 
 
-def test_a_stop_among_the_episodes(monkeypatch, capsys, tmp_path, dlsched_process):
+def test_a_stop_among_the_episodes(monkeypatch, tmp_path, dlsched_process):
     watched = _evaluate(dlsched_process, tmp_path, "--single-env")
     watched.wait_for(lambda: _episodes_on_disk(tmp_path) >= 1, "the first episode")
     assert_stopped(watched, watched.stop(signal.SIGTERM), signal.SIGTERM)
-    assert_invariants(monkeypatch, capsys, tmp_path)
+    assert_invariants(monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=_name)
-def test_a_stop_while_episodes_are_uploaded(monkeypatch, capsys, tmp_path, dlsched_process, signum):
+def test_a_stop_while_episodes_are_uploaded(monkeypatch, tmp_path, dlsched_process, signum):
     """The episode writer (a forked child) is logging an episode: SIGKILL takes it down with
     the evaluation, in the middle of a run."""
     watched = _evaluate(dlsched_process, tmp_path)
     watched.wait_for(lambda: _episodes_uploaded(tmp_path) >= 1, "the first episode's upload")
     assert_stopped(watched, watched.stop(signum), signum)
-    assert_invariants(monkeypatch, capsys, tmp_path)
+    assert_invariants(monkeypatch, tmp_path)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=_name)
 def test_a_stop_as_the_evaluation_ends_is_honoured_in_one_line(
-    monkeypatch, capsys, tmp_path, dlsched_process, signum
+    monkeypatch, tmp_path, dlsched_process, signum
 ):
     """Issue 35 item 6: the end of an evaluation frees the store's objects, and a SIGINT then
     landed in SQLAlchemy's weakref callback, where Python prints it and drops it: the command
@@ -292,7 +291,7 @@ def test_a_stop_as_the_evaluation_ends_is_honoured_in_one_line(
     watched = _evaluate(dlsched_process, tmp_path, "--single-env")
     watched.wait_for(lambda: _episodes_on_disk(tmp_path) == EPISODES, "the last episode")
     assert_stopped(watched, watched.stop(signum), signum)
-    assert_invariants(monkeypatch, capsys, tmp_path)
+    assert_invariants(monkeypatch, tmp_path)
 
 
 # ------------------------------------------------------------------------------- runs sync
@@ -324,7 +323,7 @@ def _episode_runs_of(folder: Path, pid: int) -> int:
 
 
 def test_syncs_stopped_as_they_upload_leave_every_episode_once(
-    monkeypatch, capsys, tmp_path, dlsched_process
+    monkeypatch, tmp_path, dlsched_process
 ):
     """A sync stopped (SIGINT) as it uploads; then two syncs of the folder at once, the one
     uploading killed (SIGKILL) while the other waits for it; then one more: every episode
@@ -352,7 +351,7 @@ def test_syncs_stopped_as_they_upload_leave_every_episode_once(
     (second,) = [sync for sync in both if sync is not first]
     assert_stopped(first, first.stop(signal.SIGKILL), signal.SIGKILL, "runs")
     assert second.process.wait(timeout=WAIT_S) == 0, "".join(second.err)
-    assert_invariants(monkeypatch, capsys, tmp_path)
+    assert_invariants(monkeypatch, tmp_path)
 
 
 # ------------------------------------------------------------------------------- docker
@@ -399,7 +398,6 @@ def _steps_done(watched: Watched) -> int:
 )
 def test_a_stopped_docker_evaluation(
     monkeypatch,
-    capsys,
     tmp_path,
     docker_engine,
     workload_image,
@@ -417,7 +415,7 @@ def test_a_stopped_docker_evaluation(
         watched.wait_for(lambda: _steps_done(watched) >= step, f"step {step}")
         assert_stopped(watched, watched.stop(signum), signum)
         assert _steps_done(watched) < episodes * DOCKER_STEPS or episodes == 1
-        assert_invariants(monkeypatch, capsys, tmp_path, docker_engine, watched.process.pid)
+        assert_invariants(monkeypatch, tmp_path, docker_engine, watched.process.pid)
     finally:
         for container in _owned_containers(docker_engine, watched.process.pid):
             container.remove(force=True)
