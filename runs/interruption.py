@@ -147,7 +147,7 @@ def stop_report(interruption: KeyboardInterrupt, started: bool = True) -> str:
     if _stop.runs_killed:
         undone.append(f"ended {_count(_stop.runs_killed, 'run')} as KILLED")
     if not undone:  # issue 35: it used to say containers were removed where none ran
-        return f"interrupted ({name}) with no container or run under way: nothing to clean up"
+        return f"interrupted ({name}); no container or run was left running: nothing to clean up"
     return f"interrupted ({name}); " + " and ".join(undone)
 
 

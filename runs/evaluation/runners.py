@@ -13,10 +13,11 @@ the metrics of :mod:`~dlsched.runs.evaluation.metrics`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -371,10 +372,11 @@ def evaluate(
     episodes = evaluation_episodes(
         scenario, policies, seeds, backend, progress, backend_options, batched
     )
-    for result in episodes:
-        results.append(result)
-        if on_episode is not None:
-            on_episode(result)
+    with contextlib.closing(episodes):  # its progress bar ends its line at once on a stop
+        for result in episodes:
+            results.append(result)
+            if on_episode is not None:
+                on_episode(result)
     return results
 
 
@@ -386,7 +388,7 @@ def evaluation_episodes(
     progress: bool = True,
     backend_options: Mapping[str, str] | None = None,
     batched: bool = True,
-) -> Iterator[EpisodeResult]:
+) -> Generator[EpisodeResult, None, None]:
     """Run every policy for every seed, ``default`` first so that others can be set against it,
     and hand over each episode's record as it ends: a caller that keeps only what it needs of
     each (its score) evaluates any number of episodes in bounded memory.
