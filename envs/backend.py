@@ -22,6 +22,7 @@ from dlsched.envs.backend_episode import BackendEpisode
 from dlsched.envs.decision import Placements
 from dlsched.envs.episode_batch import EpisodeBatch
 from dlsched.envs.errors import BackendError
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.scenarios.model import JobSpec, Scenario
 from dlsched.envs.telemetry import Telemetry
 
@@ -102,6 +103,12 @@ class Backend(ABC):
     def incidents(self) -> tuple[str, ...]:
         """What happened in the current (or last) episode that makes its figures doubtful,
         one sentence each (a container removed from outside, say); none by default."""
+        return ()
+
+    def progress_traces(self) -> tuple[ProgressTrace, ...]:
+        """Every placed job's progress event by event in the current episode (until the next
+        reset or close), for backends that see the workloads' own events; none by default (the
+        replay model has no time finer than its step)."""
         return ()
 
     def episode_batch(self, scenario: Scenario, episodes: int) -> EpisodeBatch:

@@ -28,6 +28,7 @@ from dlsched.envs.episode_batch import (
     Move,
 )
 from dlsched.envs.errors import ScenarioError
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.telemetry import Telemetry
 
@@ -115,6 +116,9 @@ class BackendEpisode(EpisodeBatch):
 
     def incidents(self, row: int) -> tuple[str, ...]:
         return self.backend.incidents()
+
+    def progress_traces(self, row: int) -> tuple[ProgressTrace, ...]:
+        return self.backend.progress_traces()
 
     def _read(self, telemetry: Telemetry) -> None:
         """Write ``telemetry`` (every placed job) into the row."""

@@ -24,6 +24,7 @@ from typing import Any, Self
 
 import numpy as np
 
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.scenarios.model import JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, measurement_template
 
@@ -245,6 +246,11 @@ class EpisodeBatch(ABC):
     def incidents(self, row: int) -> tuple[str, ...]:
         """What happened in row ``row``'s episode that makes its figures doubtful, one sentence
         each; none by default."""
+        return ()
+
+    def progress_traces(self, row: int) -> tuple[ProgressTrace, ...]:
+        """Row ``row``'s jobs' progress event by event (see
+        :meth:`~dlsched.envs.backend.Backend.progress_traces`); none by default."""
         return ()
 
     def close(self) -> None:  # noqa: B027  (nothing to release by default)

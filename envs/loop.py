@@ -35,6 +35,7 @@ from dlsched.envs.episode_batch import (
 )
 from dlsched.envs.errors import ActionError
 from dlsched.envs.placement import Placer, SpreadPlacer, SpreadQueue
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.scenarios.model import JobKind, JobSpec
 from dlsched.envs.telemetry import JobState, Telemetry, waiting_job
 from dlsched.envs.telemetry_columns import TelemetryColumns, columns_of
@@ -443,6 +444,10 @@ class SchedulingLoop:
     def incidents(self, row: int) -> tuple[str, ...]:
         """What the backend reported of row ``row``'s episode that makes it doubtful."""
         return self.batch.incidents(row)
+
+    def progress_traces(self, row: int) -> tuple[ProgressTrace, ...]:
+        """Row ``row``'s jobs' progress event by event, where the backend sees it."""
+        return self.batch.progress_traces(row)
 
 
 def _unless_spread(placer: Placer | None) -> Placer | None:

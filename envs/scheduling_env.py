@@ -31,6 +31,7 @@ from dlsched.envs.decision_checks import (
 from dlsched.envs.loop import SchedulingLoop
 from dlsched.envs.observation import encode
 from dlsched.envs.placement import Placer
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.rendering import RENDER_FPS, RENDER_MODES, FrameRenderer, render_ansi
 from dlsched.envs.rewards import RewardFn
 from dlsched.envs.scenarios.model import JobKind, Scenario
@@ -157,6 +158,11 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def incidents(self) -> tuple[str, ...]:
         """What the backend reported of this episode that makes its figures doubtful."""
         return self._loop.incidents(0)
+
+    def progress_traces(self) -> tuple[ProgressTrace, ...]:
+        """Each job's progress event by event in this episode, where the backend sees the
+        workloads' own events (Docker); none on replay."""
+        return self._loop.progress_traces(0)
 
     def decision_to_action(self, decision: Decision) -> np.ndarray:
         """The action array that sets ``decision``'s limits (others keep the limit in force;

@@ -56,6 +56,7 @@ from dlsched.envs.errors import ActionError, ArgumentError, BackendError
 from dlsched.envs.loop import SchedulingLoop
 from dlsched.envs.observation import encode
 from dlsched.envs.placement import Placer
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.rewards import RewardFn
 from dlsched.envs.scenarios.limits import MAX_BATCH_SLOTS
 from dlsched.envs.scenarios.model import JobKind, Scenario
@@ -238,6 +239,11 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     def incidents(self, index: int) -> tuple[str, ...]:
         """What the backend reported of episode ``index`` that makes its figures doubtful."""
         return self._loop.incidents(index)
+
+    def progress_traces(self, index: int) -> tuple[ProgressTrace, ...]:
+        """Episode ``index``'s jobs' progress event by event, where the backend sees the
+        workloads' own events (Docker); none on replay."""
+        return self._loop.progress_traces(index)
 
     def close_extras(self, **kwargs: Any) -> None:
         """Release what the backend holds."""

@@ -67,6 +67,7 @@ from dlsched.envs.docker.interruption import remove_episode, track, untrack
 from dlsched.envs.docker.records import Job, Run
 from dlsched.envs.errors import ActionError, BackendError, EngineLostError, ScenarioError
 from dlsched.envs.owner import ProcessOwner
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 from dlsched.envs.workloads.catalog import WORKLOADS
@@ -334,6 +335,15 @@ class DockerBackend(Backend):
         vanished (removed by someone else) while their job ran, and engines that stopped
         answering."""
         return tuple(self._incidents)
+
+    def progress_traces(self) -> tuple[ProgressTrace, ...]:
+        """Every placed job's iterations or batches as its workload reported them, in episode
+        seconds (the workload's clock against the episode's Unix start: on a remote engine whose
+        clock is off this host's, shifted by the difference)."""
+        return tuple(
+            job.progress_trace(self._clock.epoch_start)
+            for job in sorted(self._jobs.values(), key=lambda j: (j.spec.arrival_s, j.spec.job_id))
+        )
 
     def close(self) -> None:
         """Remove this backend's containers and release its connections."""

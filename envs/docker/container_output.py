@@ -5,7 +5,8 @@ hands its output over in chunks that need not end at a line break, and the strea
 lines that are not events (warnings, tracebacks, stray bytes). :class:`JsonLineReader` turns
 chunks into events, keeping an unfinished line until its end arrives; :class:`ContainerOutput`
 feeds it from a stream in a background thread, so that reading a job's progress at a step costs
-nothing but a lock.
+nothing but a lock. It also keeps the time of every iteration or batch (the fine trace of
+:mod:`dlsched.envs.progress_trace`), up to :data:`~dlsched.envs.progress_trace.MAX_TRACE_EVENTS`.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import dataclasses
 import logging
 import math
 import threading
+from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from dlsched.envs.progress_trace import MAX_TRACE_EVENTS
 from dlsched.envs.workloads.events import (
     BatchEvent,
     DoneEvent,
@@ -154,6 +157,10 @@ class ContainerOutput:
         self._reader = JsonLineReader(max_line_bytes)
         self._lock = threading.Lock()
         self._progress = Progress()
+        # (Unix time, units done) of every iteration or batch, up to MAX_TRACE_EVENTS
+        self._event_times = array("d")
+        self._event_counts = array("q")
+        self._events_dropped = False
         self._ended = threading.Event()
         self._thread = threading.Thread(target=self._follow, name=f"output-{name}", daemon=True)
         self._thread.start()
@@ -178,11 +185,33 @@ class ContainerOutput:
         with self._lock:
             for event in events:
                 self._progress = self._progress.after(event)
+                if isinstance(event, IterationEvent | BatchEvent):
+                    self._keep_event(event)
+
+    def _keep_event(self, event: IterationEvent | BatchEvent) -> None:
+        if len(self._event_times) >= MAX_TRACE_EVENTS:
+            self._events_dropped = True
+            return
+        self._event_times.append(event.time)
+        self._event_counts.append(
+            event.iteration if isinstance(event, IterationEvent) else event.batch
+        )
 
     def progress(self) -> Progress:
         """The progress reported so far."""
         with self._lock:
             return self._progress
+
+    def events(self) -> tuple[array[float], array[int], bool]:
+        """The Unix time and the units done of every iteration or batch reported so far (copies),
+        and whether any beyond :data:`~dlsched.envs.progress_trace.MAX_TRACE_EVENTS` were not
+        kept."""
+        with self._lock:
+            return (
+                array("d", self._event_times),
+                array("q", self._event_counts),
+                (self._events_dropped),
+            )
 
     def wait_ended(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the stream to end; whether it has."""

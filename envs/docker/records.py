@@ -12,8 +12,11 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from dlsched.envs.docker.cgroup import CpuUsageFile
 from dlsched.envs.docker.container_output import ContainerOutput, Progress
+from dlsched.envs.progress_trace import MAX_TRACE_EVENTS, ProgressTrace
 from dlsched.envs.scenarios.model import JobKind, JobSpec
 from dlsched.envs.telemetry import JobState, JobTelemetry
 from dlsched.envs.workloads.catalog import WORKLOADS
@@ -98,6 +101,25 @@ class Job:
             loss=latest.loss,
             completed_s=self.completed_s,
             loss_targets=spec.loss_targets,
+        )
+
+    def progress_trace(self, epoch_start: float) -> ProgressTrace:
+        """Every iteration or batch the job's containers reported, one after another, in
+        episode seconds (``epoch_start``: the Unix time the episode began)."""
+        times, counts, dropped = [], [], False
+        for run in self.runs:
+            run_times, run_counts, run_dropped = run.output.events()
+            times.append(np.frombuffer(run_times, dtype=np.float64))
+            counts.append(np.frombuffer(run_counts, dtype=np.int64))
+            dropped = dropped or run_dropped
+        every_time = np.concatenate(times) if times else np.zeros(0)
+        every_count = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
+        return ProgressTrace(
+            job_id=self.spec.job_id,
+            unit="iteration" if self.spec.kind is JobKind.TRAINING else "batch",
+            times_s=every_time[:MAX_TRACE_EVENTS] - epoch_start,
+            counts=every_count[:MAX_TRACE_EVENTS],
+            truncated=dropped or len(every_time) > MAX_TRACE_EVENTS,
         )
 
 

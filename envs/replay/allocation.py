@@ -23,6 +23,7 @@ from dlsched.envs.replay.contention import (
 )
 from dlsched.envs.replay.engine_arrays import PhysicsArrays
 from dlsched.envs.replay.profile_table import ProfileTable
+from dlsched.envs.replay.race import race_factor
 from dlsched.envs.replay.sharing import water_fill
 
 
@@ -101,8 +102,10 @@ def allocate(
     rate[booting] = 0.0
     physics.rate[stale] = 0.0
     physics.rate.reshape(-1)[at] = rate
+    if table.racing:
+        physics.race_active[stale] = False
     if table.contends:
-        _contend(booting, demand, layout, jobs, physics, cores)
+        _contend(booting, demand, layout, jobs, physics, cores, table.racing)
 
 
 def _contend(
@@ -112,9 +115,11 @@ def _contend(
     jobs: JobArrays,
     physics: PhysicsArrays,
     cores: np.ndarray,
+    racing: bool,
 ) -> None:
     """Slow every oversubscribed worker's jobs by their efficiency (see
-    :mod:`~dlsched.envs.replay.contention`).
+    :mod:`~dlsched.envs.replay.contention`), times their race's level where they race
+    (:mod:`~dlsched.envs.replay.race`).
 
     A booting job's start-up is single-threaded: it counts its busy cores among the worker's
     runnable threads, its own start-up is not slowed, and the running jobs keep at most their
@@ -171,4 +176,12 @@ def _contend(
         starting = layout.dense(booting.astype(float), 0.0).sum(axis=2) > 0
         beside = starting.reshape(-1)[on_worker[slowed]]
         kept = np.where(beside, np.minimum(kept, physics.beside_startup.reshape(-1)[at]), kept)
+    if racing:
+        ratio_d = np.ones(over.shape)
+        ratio_d[over] = runnable / capacity
+        ratio = ratio_d.reshape(-1)[on_worker[slowed]]
+        full_at = physics.race_full_at.reshape(-1)[at]
+        kept = kept * race_factor(physics.race_level.reshape(-1)[at], ratio, full_at)
+        # only where its level changes the rate is a job's next switch an event
+        physics.race_active.reshape(-1)[at] = (ratio > 1.0) & (full_at < np.inf)
     physics.rate.reshape(-1)[at] *= kept

@@ -63,11 +63,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 
 from dlsched.envs.errors import ProfileError
+from dlsched.envs.replay.race import RaceModel, race_data, races_by_threading
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 
 #: Version of the contention file format this module reads.
@@ -357,6 +358,8 @@ class ContentionModel:
         fit: how the exponents were obtained.
         bound_scales: by threading, the factor on the exponent of a job its quota throttles
             (1: as a job that runs whenever it can).
+        races: by threading, how a crowded job's pace switches between levels around its mean
+            efficiency (:mod:`.race`); a threading it does not name has no race.
     """
 
     exponents: Mapping[Threading, float]
@@ -364,6 +367,7 @@ class ContentionModel:
     bound_scales: Mapping[Threading, float] = field(
         default_factory=lambda: {threading: 1.0 for threading in THREADINGS}
     )
+    races: Mapping[Threading, RaceModel] = field(default_factory=dict)
 
     def efficiency(self, threading: Threading, oversubscription: float) -> float:
         """Progress per CPU-second relative to running alone, at ``oversubscription``."""
@@ -456,7 +460,7 @@ def parse_contention(data: Any, where: str) -> ContentionModel:
         raise ProfileError(
             f"contention file {where} holds {type(data).__name__}, expected an object"
         )
-    known = {"format", "exponents", "bound_scales", "fit", "measurements"}
+    known = {"format", "exponents", "bound_scales", "races", "fit", "measurements"}
     listing = ", ".join(sorted(known))
     for key in sorted(set(data) - known):
         problems.append(f"{key}: unknown field; known fields: {listing}")
@@ -498,6 +502,18 @@ def parse_contention(data: Any, where: str) -> ContentionModel:
                 problems.append(f"bound_scales.{key}: got {value!r}, expected a number in [0, 1]")
             else:
                 bound_scales[key] = float(value)
+    races: dict[Threading, RaceModel] = {}
+    raw_races = data.get("races", {})
+    if not isinstance(raw_races, dict):
+        problems.append(f"races: got {raw_races!r}, expected an object of threading to race")
+    else:
+        for key in sorted(set(raw_races) - set(THREADINGS)):
+            problems.append(f"races.{key}: unknown threading; expected one of {THREADINGS}")
+        found, race_problems = races_by_threading(
+            {key: value for key, value in raw_races.items() if key in THREADINGS}, "races"
+        )
+        problems += race_problems
+        races = {cast(Threading, key): model for key, model in found.items()}
     fit = None
     raw_fit = data.get("fit")
     if raw_fit is not None:
@@ -524,6 +540,7 @@ def parse_contention(data: Any, where: str) -> ContentionModel:
         exponents={threading: exponents.get(threading, 0.0) for threading in THREADINGS},
         fit=fit,
         bound_scales={threading: bound_scales.get(threading, 1.0) for threading in THREADINGS},
+        races=races,
     )
 
 
@@ -534,6 +551,8 @@ def contention_data(model: ContentionModel) -> dict[str, Any]:
         "exponents": dict(model.exponents),
         "bound_scales": dict(model.bound_scales),
     }
+    if model.races:
+        data["races"] = {threading: race_data(race) for threading, race in model.races.items()}
     if model.fit is not None:
         data["fit"] = {
             "source": model.fit.source,

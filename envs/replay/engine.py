@@ -59,6 +59,7 @@ from dlsched.envs.errors import ScenarioError
 from dlsched.envs.replay.allocation import allocate
 from dlsched.envs.replay.engine_arrays import PhysicsArrays
 from dlsched.envs.replay.profile_table import ProfileTable
+from dlsched.envs.replay.race import RaceChains
 from dlsched.envs.replay.unit_work import HEAD, WINDOW, UnitWork
 from dlsched.envs.scenarios.model import JobKind, Scenario
 
@@ -103,6 +104,9 @@ class ReplayEngine(EpisodeBatch):
         self.units_of_work = UnitWork(
             self.table, episodes, self.jobs, self.training, float(loss_noise_cv)
         )
+        #: The racing jobs' chains, where the scenario's profile set has a race (else ``None``:
+        #: the deterministic model, untouched).
+        self.races = RaceChains(self.table.races) if self.table.racing else None
         #: Rows whose shares changed since their last allocation: only theirs are recomputed.
         self.stale = np.ones(episodes, dtype=bool)
         # Kept so that most events look at no array for them: whether any job starts up on the
@@ -138,6 +142,8 @@ class ReplayEngine(EpisodeBatch):
         at = state.describe(reset, ordered_rows)
         self.physics.reset(reset)
         self.units_of_work.reset_rows(reset.tolist(), rngs)
+        if self.races is not None:
+            self.races.reset_rows(reset.tolist())
         for row, ordered in zip(reset.tolist(), ordered_rows, strict=True):
             self.set_jobs(row, ordered)
         every = [job for ordered in ordered_rows for job in ordered]
@@ -190,6 +196,14 @@ class ReplayEngine(EpisodeBatch):
         first, last = self.units_of_work.draw(rows, jobs, profile_of, state.total[rows, jobs])
         physics.next_bound[rows, jobs] = first
         physics.final_bound[rows, jobs] = last
+        if self.races is not None:
+            seeds = self.units_of_work.seeds[rows, jobs]
+            for row, job, level, holding, full_at in self.races.start(
+                rows, jobs, profile_of, seeds
+            ):
+                physics.race_level[row, job] = level
+                physics.race_full_at[row, job] = full_at
+                physics.race_switch_s[row, job] = self.now[row] + holding
         self._paused_or_booting_changed()
 
     def apply(self, limits: np.ndarray, migrations: Sequence[Move]) -> None:
@@ -240,12 +254,16 @@ class ReplayEngine(EpisodeBatch):
                 if cells is None:
                     cells = state.worker * self.slots + state.slot
                 stale = np.flatnonzero(self.stale)
+                if self.races is not None:
+                    self._catch_up_races(stale)
                 allocate(stale, cells, state, self.physics, self.table, self.cores, self.slots)
                 self.stale[:] = False
             until = self._next_event(end, moving)
             self._integrate(until, moving)
             self.now = np.where(moving, until, self.now)
             self._wake(moving)
+            if self.races is not None:
+                self._switch_races(moving)
             moving &= self.now < end
         self.now = end if every else np.where(rows, end, self.now)
         timed = seconds > 0 if every else rows & (seconds > 0)
@@ -289,12 +307,47 @@ class ReplayEngine(EpisodeBatch):
         physics.resume_s[waking] = math.inf
         self._paused_or_booting_changed()
 
+    def _switch_races(self, rows: np.ndarray) -> None:
+        """Move every job of ``rows`` whose race changes its rate and whose level's time is up
+        to its next level; its row is allocated again."""
+        due = rows[:, None] & self.physics.race_active
+        due &= self.physics.race_switch_s <= self.now[:, None]
+        if np.count_nonzero(due):
+            self.stale |= due.any(axis=1)
+            self._advance_races(due)
+
+    def _catch_up_races(self, rows: np.ndarray) -> None:
+        """Bring the races of ``rows`` (indices) to the present before they are allocated: a
+        job whose race did not change its rate (its threads fit) switched levels unseen, and
+        is not split at its switches, so that its progress is what it is without a race."""
+        due = np.zeros(len(self.now), dtype=bool)
+        due[rows] = True
+        self._advance_races(due[:, None] & (self.physics.race_switch_s <= self.now[:, None]))
+
+    def _advance_races(self, due: np.ndarray) -> None:
+        """Move the ``due`` jobs' races through every switch up to now (a finished job's race
+        ends)."""
+        assert self.races is not None
+        state, physics = self.state, self.physics
+        for row, job in zip(*np.nonzero(due), strict=True):
+            if state.phase[row, job] == DONE:
+                physics.race_switch_s[row, job] = math.inf
+                continue
+            profile = int(physics.profile_of[row, job])
+            while physics.race_switch_s[row, job] <= self.now[row]:
+                level, holding = self.races.switch(int(row), int(job), profile)
+                physics.race_level[row, job] = level
+                physics.race_switch_s[row, job] += holding
+
     def _next_event(self, end: np.ndarray, moving: np.ndarray) -> np.ndarray:
         """Per row, the earliest time before its end at which the shares change."""
         state, physics = self.state, self.physics
         until = (
             end if self._next_resume == math.inf else np.minimum(end, physics.resume_s.min(axis=1))
         )
+        if self.races is not None:
+            switches = np.where(physics.race_active, physics.race_switch_s, math.inf)
+            until = np.minimum(until, switches.min(axis=1))
         booting = (state.phase == BOOTING) & (physics.share > 0) if self._any_booting else None
         if booting is not None and np.count_nonzero(booting):
             left = np.full(physics.share.shape, math.inf)

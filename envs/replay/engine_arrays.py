@@ -36,6 +36,12 @@ class PhysicsArrays(ArrayFields):
         final_bound: a training job's work of all its iterations.
         share: cores it gets now.
         rate: units of average work per second it makes now.
+        race_level: the multiplier its race is at now (:mod:`~dlsched.envs.replay.race`; 1
+            without a race).
+        race_full_at: its race's ``full_at`` (``inf`` without a race).
+        race_switch_s: when its race moves to its next level (``inf``: never).
+        race_active: whether its race changes its rate now (it is crowded): only then is its
+            next switch an event.
     """
 
     profile_of: np.ndarray = field(metadata=column(-1, np.int64))
@@ -54,3 +60,7 @@ class PhysicsArrays(ArrayFields):
     final_bound: np.ndarray = field(metadata=column(np.inf))
     share: np.ndarray = field(metadata=column(0.0))
     rate: np.ndarray = field(metadata=column(0.0))
+    race_level: np.ndarray = field(metadata=column(1.0))
+    race_full_at: np.ndarray = field(metadata=column(np.inf))
+    race_switch_s: np.ndarray = field(metadata=column(np.inf))
+    race_active: np.ndarray = field(metadata=column(False, bool))

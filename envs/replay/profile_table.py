@@ -35,6 +35,8 @@ class ProfileTable:
             into a job's columns or reads by its index.
         max_iterations: the most iterations an episode's training jobs run, summed (what the
             engine draws and keeps for them).
+        races: per workload (no padding), its threading's race, if the set has one.
+        racing: whether any job of the scenario races (a race and a contention term).
 
     Raises:
         UnknownNameError: a workload of the scenario is not in its profile set.
@@ -83,6 +85,10 @@ class ProfileTable:
         # No job of the scenario slows under contention where no workload has an exponent (no
         # profile sets a start-up efficiency without one).
         self.contends = bool((self.exponent > 0).any())
+        #: Per workload, its threading's race (:mod:`~dlsched.envs.replay.race`), if it has one.
+        self.races = [contention.races.get(p.threading) for p in every]
+        # A race changes only the efficiency of a crowded job, which only contention slows.
+        self.racing = self.contends and any(race is not None for race in self.races)
         self._check_units_per_step(scenario, max_cores)
         self.max_iterations = self._max_iterations(scenario)
 

@@ -65,6 +65,8 @@ class UnitWork:
         # A training workload's loss curve at iterations 1..total, by (profile, total).
         self._loss_curves: dict[tuple[int, int], np.ndarray] = {}
         shape = (episodes, jobs)
+        #: Per job, the seed of its noise stream (drawn when it is placed).
+        self.seeds = np.zeros(shape, dtype=np.int64)
         #: Per job, the unit its window starts at.
         self.window_start = np.zeros(shape, dtype=np.int64)
         #: Per job, the cumulative work at which its units ``window_start ...`` complete.
@@ -103,6 +105,7 @@ class UnitWork:
             assert rng is not None
             seeds[group] = rng.integers(2**63, size=len(group))
         states = pcg64_states(seeds)
+        self.seeds[rows, jobs] = seeds
         self.window_start[rows, jobs] = 0
         if self.training:
             return self._draw_training(rows, jobs, profile_of, totals, states)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.telemetry import JobState, QoEClass
 from dlsched.policies.policy import ParamValue, Policy
@@ -155,6 +156,9 @@ class EpisodeResult:
         incidents: what the backend reported that makes the figures doubtful (see
             :meth:`~dlsched.envs.backend.Backend.incidents`); an episode with incidents is
             tagged so in MLflow.
+        progress_traces: each job's progress event by event, where the backend sees the
+            workloads' own events (Docker; see
+            :meth:`~dlsched.envs.backend.Backend.progress_traces`); none on replay.
     """
 
     policy: PolicyIdentity
@@ -166,6 +170,7 @@ class EpisodeResult:
     metrics: EpisodeMetrics
     backend_options: Mapping[str, str] = field(default_factory=dict)
     incidents: tuple[str, ...] = ()
+    progress_traces: tuple[ProgressTrace, ...] = ()
 
     @property
     def score(self) -> EpisodeScore:

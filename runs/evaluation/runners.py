@@ -28,6 +28,7 @@ import dlsched.envs  # noqa: F401  (registers the environment ids)
 from dlsched.envs.backends import backend_class, make_backend
 from dlsched.envs.errors import ArgumentError
 from dlsched.envs.inference_env import InferenceEnv
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.replay.profile_table import ProfileTable
 from dlsched.envs.scenarios.limits import Limit
 from dlsched.envs.scenarios.model import JobKind, Scenario
@@ -105,6 +106,7 @@ def episode_result(
     terminated: bool,
     backend_options: Mapping[str, str],
     incidents: tuple[str, ...] = (),
+    progress_traces: tuple[ProgressTrace, ...] = (),
 ) -> EpisodeResult:
     """The record of an episode that ended: its steps, its jobs as ``final`` shows them, its
     scores (``terminated``: it ended by itself, not by the horizon)."""
@@ -122,6 +124,7 @@ def episode_result(
         metrics=episode_metrics(scenario.kind, steps, jobs, all_arrived=terminated),
         backend_options=dict(backend_options),
         incidents=incidents,
+        progress_traces=progress_traces,
     )
 
 
@@ -202,6 +205,7 @@ def run_episodes(
                     finals[index] = telemetry
                     terminated[index] = bool(step.terminated[index])
         incidents = [env.incidents(index) for index in range(len(seeds))]
+        traces = [env.progress_traces(index) for index in range(len(seeds))]
     finally:
         vector.close()
     return [
@@ -215,6 +219,7 @@ def run_episodes(
             terminated[index],
             options,
             incidents[index],
+            traces[index],
         )
         for index, seed in enumerate(seeds)
     ]

@@ -7,10 +7,12 @@ same episodes.
 Reading back, episodes are grouped by scenario (name and content hash, so an edited scenario is
 not mixed with its earlier version) and backend, then by policy and evaluation: a policy that
 was evaluated several times on a scenario gets one row per evaluation, labelled
-``<policy>@<evaluation time>``, so nothing is pooled or dropped silently. An episode stored
-twice (two runs of one evaluation, policy and seed: uploaded by two syncs at once, say) is
-counted once, by its first run. A row's ratios are to the ``default`` (and ``oracle``) of its
-own evaluation if there is one, else to the newest such row of the scenario.
+``<policy>@<evaluation time>``, so nothing is pooled or dropped silently; evaluations whose
+episodes are identical (the same seeds and scores: a deterministic evaluation run again) are
+one row, under the newest, labelled with how many there were (``default x4``). An episode
+stored twice (two runs of one evaluation, policy and seed: uploaded by two syncs at once, say)
+is counted once, by its first run. A row's ratios are to the ``default`` (and ``oracle``) of
+its own evaluation if there is one, else to the newest such row of the scenario.
 """
 
 from __future__ import annotations
@@ -100,11 +102,14 @@ def compare_stored(episodes: Sequence[StoredEpisode]) -> list[ScenarioComparison
             grouped.setdefault(key, []).append(episode)
         names = [name for _, name in grouped]
         # the evaluations of one policy side by side, policies in the order they first ran
-        rows = dict(sorted(grouped.items(), key=lambda item: names.index(item[0][1])))
+        rows = _merge_identical(sorted(grouped.items(), key=lambda item: names.index(item[0][1])))
         kind = members[0].kind
         plain = []
-        for (evaluation, name), row in rows.items():
-            label = name if names.count(name) == 1 else f"{name}@{_evaluation_time(evaluation)}"
+        for (evaluation, name), (row, count) in rows.items():
+            distinct = sum(1 for _, other in rows if other == name)
+            label = name if distinct == 1 else f"{name}@{_evaluation_time(evaluation)}"
+            if count > 1:
+                label += f" x{count}"
             plain.append(summarise_policy(label, [e.score for e in row], kind))
         evaluations = tuple(evaluation for evaluation, _ in rows)
         summaries = tuple(
@@ -119,6 +124,20 @@ def compare_stored(episodes: Sequence[StoredEpisode]) -> list[ScenarioComparison
             ScenarioComparison(scenario, scenario_hash, kind, backend, summaries, evaluations)
         )
     return comparisons
+
+
+def _merge_identical(
+    rows: Sequence[tuple[tuple[str, str], list[StoredEpisode]]],
+) -> dict[tuple[str, str], tuple[list[StoredEpisode], int]]:
+    """One row per distinct evaluation of a policy: rows whose episodes are the same (policy and
+    parameters, seeds and every score: a deterministic evaluation run again) become one, under
+    the newest evaluation, with how many there were; keyed by (evaluation, policy)."""
+    merged: dict[object, tuple[tuple[str, str], list[StoredEpisode], int]] = {}
+    for key, episodes in rows:  # oldest first within a policy
+        content = (key[1], tuple(sorted((e.score for e in episodes), key=lambda s: s.seed)))
+        _, _, count = merged.get(content, (key, episodes, 0))
+        merged[content] = (key, episodes, count + 1)  # where the first copy stood
+    return {key: (episodes, count) for key, episodes, count in merged.values()}
 
 
 def _reference(

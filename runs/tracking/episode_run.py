@@ -75,8 +75,16 @@ def episode_params(
     return params
 
 
+def metric_step(step: StepRecord) -> int:
+    """MLflow's step of a step's metrics: its simulated time, rounded to the second (steps
+    shorter than a second share a second; every point is kept)."""
+    return round(step.time_s)
+
+
 def step_metrics(kind: JobKind, step: StepRecord) -> dict[str, float]:
-    """The per-step metrics of one step, by MLflow metric name (MLflow's step is the step).
+    """The per-step metrics of one step, by MLflow metric name. Their MLflow step is the
+    step's simulated time in whole seconds (:func:`metric_step`), so that the chart's x-axis
+    reads seconds and episodes of different intervals line up.
 
     Each point costs the store about 100 us of this process's time, more than a replay step,
     so one series is a metric: the headline over time (satisfied services, or jobs finished),
@@ -155,7 +163,7 @@ def _log_episode(
     try:
         now_ms = int(time.time() * 1000)
         metrics = [
-            Metric(key, value, now_ms, step.step)
+            Metric(key, value, now_ms, metric_step(step))
             for step in result.steps
             for key, value in step_metrics(result.scenario.kind, step).items()
         ]

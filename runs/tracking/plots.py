@@ -314,8 +314,9 @@ def plot_comparison(panels: Sequence[ComparisonPanel], path: Path) -> Path:
         ax.set_title(panel.title, fontsize=9)
     for index in range(len(panels), rows * columns):
         axes[index // columns][index % columns].set_visible(False)
+    # two lines: one line is wider than a one-panel figure, and constrained layout clips it
     figure.suptitle(
-        "mean across seeds, 95% CI (clipped to the metric's range); best in orange", fontsize=10
+        "mean across seeds, 95% CI (clipped to the metric's range);\nbest in orange", fontsize=10
     )
     return _save(figure, path)
 

@@ -188,7 +188,7 @@ def evaluate_tracked(
             if keep_results:
                 results.append(result)
         comparison = comparison_of(request, scores, evaluation_id)
-        tracker.wait_for_episodes()
+        tracker.wait_for_episodes(comparison)
         location = EvaluationLocation(
             id=evaluation_id,
             tracking_uri=target.uri,
@@ -208,7 +208,7 @@ def evaluate_tracked(
                 f"cannot write the summary to {folder.path.resolve()}: {error}; every episode "
                 "is there. Free space there, or pass another --out"
             ) from None
-        tracker.finish(comparison.summaries, [summary_json, summary_txt])
+        tracker.finish(comparison, [summary_json, summary_txt])
     return TrackedEvaluation(comparison, location, tracker.failure, tuple(results))
 
 

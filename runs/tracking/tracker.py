@@ -8,7 +8,7 @@ Layout in the store (docs/tracking.md, "Runs and tracking"):
 - one **child run per episode** (tag ``mlflow.parentRunId``), named ``<policy>-seed<seed>``, with
   params (policy and every parameter, scenario name, content hash and kind, backend, seed,
   dlsched version, git commit when the code runs from a checkout), per-step metrics (step =
-  environment step), per-episode metrics ``episode/<metric>``, and artifacts (the trajectory
+  simulated second), per-episode metrics ``episode/<metric>``, and artifacts (the trajectory
   table, the scenario file, the episode record, and its plots when asked for) logged from the
   local episode folder of :mod:`dlsched.runs.tracking.trajectory`, which is written first.
 
@@ -35,6 +35,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import urlparse
@@ -50,6 +51,7 @@ from dlsched.runs.evaluation.metrics import PRIMARY_METRIC
 from dlsched.runs.evaluation.records import EpisodeResult, PolicyIdentity
 from dlsched.runs.evaluation.summaries import PolicySummary
 from dlsched.runs.interruption import deferred
+from dlsched.runs.tracking.compare import ScenarioComparison, comparison_panels
 from dlsched.runs.tracking.episode_run import HEADLINE_KEYS, TAG_INCIDENTS, backend_params
 from dlsched.runs.tracking.episode_writer import (
     EpisodeHandled,
@@ -59,8 +61,19 @@ from dlsched.runs.tracking.episode_writer import (
     EpisodeWriter,
     Reply,
 )
+from dlsched.runs.tracking.evaluation_note import (
+    NOTE_TAG,
+    POLICIES_FILE,
+    evaluation_note,
+    experiment_note,
+)
 from dlsched.runs.tracking.owners import TAG_ENDED_BY, end_run, owner_tags
-from dlsched.runs.tracking.plots import TIMELINE_FILE, PolicyTimeline, plot_timeline
+from dlsched.runs.tracking.plots import (
+    TIMELINE_FILE,
+    PolicyTimeline,
+    plot_comparison,
+    plot_timeline,
+)
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.run_logging import TAG_EVALUATION, TAG_KIND, log_in_batches
 from dlsched.runs.tracking.server_watch import ServerWatch
@@ -72,6 +85,9 @@ from dlsched.runs.tracking.trajectory import (
     episode_name,
     unique_id,
 )
+
+#: The experiment tag holding the content hash of the scenario its evaluations ran.
+TAG_SCENARIO_HASH = "dlsched.scenario.hash"
 
 
 def new_evaluation_id(scenario: Scenario) -> str:
@@ -138,6 +154,7 @@ class EvaluationTracker:
         self.policies = tuple(policies)
         self.seeds = tuple(seeds)
         self.experiment_name = experiment or scenario.name
+        self._named_experiment = experiment is not None
         self.warn = warn
         self.plots = plots
         self.episode_plots = episode_plots
@@ -207,7 +224,7 @@ class EvaluationTracker:
                 tags[MLFLOW_GIT_COMMIT] = self.commit
             with deferred():  # a run created, its id not yet kept, could never be ended
                 run = self.client.create_run(
-                    self.experiment_id, run_name=self.evaluation_id, tags=tags
+                    self.experiment_id, run_name=self._run_name(), tags=tags
                 )
                 self.parent_run_id = run.info.run_id
             log_in_batches(self.client, self.parent_run_id, params=self._evaluation_params())
@@ -234,13 +251,42 @@ class EvaluationTracker:
         with contextlib.suppress(*STORE_ERRORS):  # the original exception is what matters
             end_run(self.client, self.parent_run_id, status, sys.stderr)
 
+    def _run_name(self) -> str:
+        """The parent run's name: its start (UTC) and its policies, in that order, since
+        MLflow's runs table shows only a name's first 20 characters or so (the evaluation id,
+        which begins with the scenario, the experiment's name already, is its tag)."""
+        policies = ", ".join(dict.fromkeys(policy.name for policy in self.policies))
+        return f"{datetime.now(UTC):%H:%M:%S} {policies}"
+
     def _experiment(self) -> str:
-        return experiment_id(
+        """The experiment's id: one experiment per scenario content (:data:`TAG_SCENARIO_HASH`).
+
+        An edited copy of a scenario that kept its name would otherwise join the experiment of
+        the original under the same title; it goes to ``<name>@<content hash>`` instead, and the
+        warning names both hashes. An experiment named with ``--experiment`` is the user's
+        choice: it is kept, with the same warning. One tracked before the tag existed takes the
+        hash of its next evaluation.
+        """
+        scenario_hash = self.scenario.content_hash()
+        existing = self.client.get_experiment_by_name(self.experiment_name)
+        held = existing.tags.get(TAG_SCENARIO_HASH) if existing is not None else None
+        if held is not None and held != scenario_hash:
+            first = f"experiment {self.experiment_name!r} holds scenario content hash {held}"
+            if not self._named_experiment:
+                self.experiment_name = f"{self.scenario.name}@{scenario_hash}"
+            self.warn(
+                f"warning: scenario {self.scenario.name!r} has content hash {scenario_hash}, "
+                f"but {first}; this evaluation goes to experiment {self.experiment_name!r}"
+            )
+        found = experiment_id(
             self.client,
             self.experiment_name,
             self.target,
-            {"dlsched.scenario": self.experiment_name},
+            {"dlsched.scenario": self.scenario.name, TAG_SCENARIO_HASH: scenario_hash},
         )
+        if existing is not None and held is None:
+            self.client.set_experiment_tag(found, TAG_SCENARIO_HASH, scenario_hash)
+        return found
 
     def _evaluation_params(self) -> dict[str, str]:
         params = {
@@ -288,11 +334,14 @@ class EvaluationTracker:
             job = EpisodeJob(result, episode_dir, self.episode_plots, log=self.failure is None)
             self._take(self._writer.submit(job))
 
-    def wait_for_episodes(self) -> None:
-        """Wait until the writer has logged every episode handed to it (the timeline is drawn
-        meanwhile); :attr:`episode_run_ids` is then complete. Once: later calls return at once."""
+    def wait_for_episodes(self, comparison: ScenarioComparison | None = None) -> None:
+        """Wait until the writer has logged every episode handed to it (the timeline, and the
+        chart of ``comparison``'s headlines, are drawn meanwhile); :attr:`episode_run_ids` is
+        then complete. Once: later calls return at once."""
         if self._writer is None or self._writer.closed:
             return
+        if self.plots and comparison is not None and comparison.summaries:
+            plot_comparison(comparison_panels([comparison]), self.folder.path / POLICIES_FILE)
         if self.plots and self._timelines:
             plot_timeline(
                 self.scenario.kind,
@@ -349,22 +398,32 @@ class EvaluationTracker:
         )
         self.warn(f"warning: {self.failure}")
 
-    def finish(self, summaries: Sequence[PolicySummary], files: Sequence[Path]) -> None:
-        """Log the summary on the parent run, with ``files`` as artifacts, and close it."""
-        self.wait_for_episodes()  # if the caller has not
+    def finish(self, comparison: ScenarioComparison, files: Sequence[Path]) -> None:
+        """Log the summary on the parent run, with ``files`` as artifacts, and close it; its
+        note and the experiment's (:mod:`~dlsched.runs.tracking.evaluation_note`) show the
+        headlines, their chart and the timeline in MLflow's UI."""
+        self.wait_for_episodes(comparison)  # if the caller has not
         if self.failure is not None or self.parent_run_id is None or self.scenario_file is None:
             return  # the store failed, or the evaluation never started
         if self._watch is not None and self._watch.down:
             self._fail("the server stopped answering before the summary was logged")
             return
-        metrics = summary_metrics(summaries, self.scenario.kind)
-        timeline = self.folder.path / TIMELINE_FILE
-        if timeline.is_file():
-            files = (*files, timeline)
+        metrics = summary_metrics(comparison.summaries, self.scenario.kind)
+        drawn = (self.folder.path / name for name in (POLICIES_FILE, TIMELINE_FILE))
+        images = [path for path in drawn if path.is_file()]
+        note = evaluation_note(
+            comparison, self.evaluation_id, self.parent_run_id, [path.name for path in images]
+        )
+        assert self.experiment_id is not None
         try:
-            log_in_batches(self.client, self.parent_run_id, metrics)
-            for path in (*files, self.scenario_file):
+            log_in_batches(self.client, self.parent_run_id, metrics, tags={NOTE_TAG: note})
+            for path in (*files, *images, self.scenario_file):
                 self.client.log_artifact(self.parent_run_id, str(path))
+            self.client.set_experiment_tag(
+                self.experiment_id,
+                NOTE_TAG,
+                experiment_note(comparison, self.experiment_id, self.parent_run_id, note),
+            )
             end_run(self.client, self.parent_run_id, "FINISHED", sys.stderr)
         except STORE_ERRORS as error:
             self._fail(f"logging the evaluation summary failed: {first_line(error)}")

@@ -9,6 +9,8 @@ Layout (``root`` is ``./dlsched-runs`` unless ``--out`` says otherwise)::
         <policy>-seed<seed>/
             trajectory.csv             every step, every container (TRAJECTORY_COLUMNS)
             episode.json               identity, metrics, job outcomes, per-step aggregates
+            progress.csv               every iteration or batch of every job, with its time
+                                       (Docker episodes only: PROGRESS_COLUMNS)
             *.png                      the episode's plots (dlsched.runs.tracking.plots)
         .writing/<policy>-seed<seed>/  an episode being written, renamed into place once whole
 
@@ -17,8 +19,8 @@ overwrite a first; a finished episode is on disk whatever happens to the trackin
 and ``dlsched runs sync`` reads it back (:func:`read_episode`, :func:`read_tracking`) to upload
 what the store missed, as ``dlsched validate --against recorded:<folder>`` does to compare. What
 is read back is bounded: each file's size is checked against its limit
-(:data:`MAX_RECORD_BYTES`, :data:`MAX_TRAJECTORY_BYTES`; raised by the environment variable
-each names, as the scenario limits are) before it is read.
+(:data:`MAX_RECORD_BYTES`, :data:`MAX_TRAJECTORY_BYTES`, :data:`MAX_PROGRESS_BYTES`; raised by
+the environment variable each names, as the scenario limits are) before it is read.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import csv
 import dataclasses
 import json
 import secrets
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,7 +37,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from dlsched.envs.errors import TrackingError
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.limits import Limit
 from dlsched.envs.scenarios.model import Scenario
@@ -70,6 +76,7 @@ SCENARIO_FILE = "scenario.yaml"
 #: Where an episode's folder is written before it is renamed into place, whole.
 WRITING_DIR = ".writing"
 TRACKING_FILE = "tracking.json"
+PROGRESS_FILE = "progress.csv"
 
 MAX_RECORD_BYTES = Limit(
     "MAX_RECORD_BYTES", 256 << 20, "bytes in a record read back (episode.json, tracking.json)"
@@ -83,6 +90,13 @@ MAX_TRAJECTORY_BYTES = Limit(
 """An episode's table of every container at every step: 512 MiB, about three million rows (a
 paper's episode writes a few MB); read back as one record per row, or uploaded by ``dlsched runs
 sync``."""
+MAX_PROGRESS_BYTES = Limit(
+    "MAX_PROGRESS_BYTES", 512 << 20, "bytes in an episode's progress events (progress.csv)"
+)
+"""An episode's every iteration and batch with its time: 512 MiB, about 15 million events (an
+episode of docker-training-4 writes about 60 kB)."""
+#: Columns of ``progress.csv``: one row per iteration or batch of a job.
+PROGRESS_COLUMNS: tuple[str, ...] = ("job_id", "unit", "time_s", "count")
 
 #: Columns of ``trajectory.csv``: the step, then one :class:`ContainerSample` field each.
 TRAJECTORY_COLUMNS: tuple[str, ...] = (
@@ -225,6 +239,8 @@ class EvaluationFolder:
         try:
             written.mkdir(parents=True, exist_ok=False)
             write_trajectory(result, written / TRAJECTORY_FILE)
+            if result.progress_traces:
+                write_progress(result.progress_traces, written / PROGRESS_FILE)
             (written / EPISODE_FILE).write_text(json.dumps(episode_record(result), indent=1))
             (written / SCENARIO_FILE).write_text(scenario_yaml)
             written.rename(folder)  # fails if ``folder`` holds anything: nothing is overwritten
@@ -250,6 +266,42 @@ def write_trajectory(result: EpisodeResult, path: Path) -> None:
                 )
 
 
+def write_progress(traces: tuple[ProgressTrace, ...], path: Path) -> None:
+    """Write every job's progress events, job after job (:data:`PROGRESS_COLUMNS`)."""
+    with path.open("w", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(PROGRESS_COLUMNS)
+        for trace in traces:
+            writer.writerows(
+                (trace.job_id, trace.unit, repr(time_s), count)
+                for time_s, count in zip(trace.times_s.tolist(), trace.counts.tolist(), strict=True)
+            )
+
+
+def read_progress(path: Path, truncated: frozenset[str]) -> tuple[ProgressTrace, ...]:
+    """The traces :func:`write_progress` wrote, in its order (``truncated``: the jobs whose
+    traces were cut at :data:`~dlsched.envs.progress_trace.MAX_TRACE_EVENTS`)."""
+    times: defaultdict[str, list[float]] = defaultdict(list)
+    counts: defaultdict[str, list[int]] = defaultdict(list)
+    units: dict[str, str] = {}
+    with path.open(newline="") as stream:
+        for row in csv.DictReader(stream):
+            job_id = row["job_id"]
+            units.setdefault(job_id, row["unit"])
+            times[job_id].append(float(row["time_s"]))
+            counts[job_id].append(int(row["count"]))
+    return tuple(
+        ProgressTrace(
+            job_id,
+            unit,
+            np.asarray(times[job_id], dtype=np.float64),
+            np.asarray(counts[job_id], dtype=np.int64),
+            job_id in truncated,
+        )
+        for job_id, unit in units.items()
+    )
+
+
 def _cell(value: object) -> str:
     if value is None:
         return ""
@@ -270,6 +322,7 @@ def episode_record(result: EpisodeResult) -> dict[str, object]:
         "backend_options": dict(result.backend_options),
         "seed": result.seed,
         "incidents": list(result.incidents),
+        "progress_truncated": [trace.job_id for trace in result.progress_traces if trace.truncated],
         "metrics": to_jsonable(result.metrics),
         "jobs": [{**to_jsonable(job), "completion_s": job.completion_s} for job in result.jobs],
         "steps": [
@@ -318,13 +371,14 @@ def _optional(cell: str, parse: Callable[[str], _T]) -> _T | None:
 def read_episode(folder: Path, containers: bool = False) -> EpisodeResult:
     """An episode read back from its folder (what :meth:`EvaluationFolder.write_episode` wrote).
 
-    Every file's size is checked first, ``trajectory.csv``'s too when it is not read here (the
-    caller uploads it: ``dlsched runs sync``).
+    Every file's size is checked first, ``trajectory.csv``'s and ``progress.csv``'s too when
+    they are not read here (the caller uploads them: ``dlsched runs sync``).
 
     Args:
         folder: the episode's folder (``<evaluation>/<policy>-seed<seed>``).
         containers: also read the per-container rows of ``trajectory.csv`` into each step's
-            ``containers``; without it the steps carry their aggregates only.
+            ``containers``, and the progress events of ``progress.csv`` (where the episode
+            has them); without it the steps carry their aggregates only.
 
     Raises:
         TrackingError: a file is missing, larger than its limit, or not what dlsched writes.
@@ -333,6 +387,8 @@ def read_episode(folder: Path, containers: bool = False) -> EpisodeResult:
     try:
         record_file = _bounded(folder / EPISODE_FILE, MAX_RECORD_BYTES)
         trajectory_file = _bounded(folder / TRAJECTORY_FILE, MAX_TRAJECTORY_BYTES)
+        progress_file = folder / PROGRESS_FILE
+        has_progress = progress_file.exists() and bool(_bounded(progress_file, MAX_PROGRESS_BYTES))
     except FileNotFoundError as error:
         raise TrackingError(
             f"episode folder {folder} lacks {Path(str(error.filename)).name}: dlsched writes "
@@ -342,7 +398,12 @@ def read_episode(folder: Path, containers: bool = False) -> EpisodeResult:
     try:
         record = json.loads(record_file.read_text())
         rows = read_trajectory(trajectory_file) if containers else {}
-        return _episode_result(record, scenario, rows)
+        traces = (
+            read_progress(progress_file, frozenset(record.get("progress_truncated", ())))
+            if containers and has_progress
+            else ()
+        )
+        return _episode_result(record, scenario, rows, traces)
     except (ValueError, KeyError, TypeError) as error:
         raise TrackingError(
             f"episode folder {folder} holds no dlsched episode as dlsched writes one "
@@ -351,7 +412,10 @@ def read_episode(folder: Path, containers: bool = False) -> EpisodeResult:
 
 
 def _episode_result(
-    record: dict[str, Any], scenario: Scenario, rows: dict[int, tuple[ContainerSample, ...]]
+    record: dict[str, Any],
+    scenario: Scenario,
+    rows: dict[int, tuple[ContainerSample, ...]],
+    traces: tuple[ProgressTrace, ...],
 ) -> EpisodeResult:
     step_fields = {f.name for f in dataclasses.fields(StepRecord)} - {"containers"}
     steps = tuple(
@@ -374,4 +438,5 @@ def _episode_result(
         metrics=EpisodeMetrics(**record["metrics"]),
         backend_options=record["backend_options"],
         incidents=tuple(record.get("incidents", ())),
+        progress_traces=traces,
     )

@@ -23,8 +23,8 @@ from docker_helpers import (
 )
 
 from dlsched.envs.decision import Decision, Placement
+from dlsched.envs.docker import container_output, interruption
 from dlsched.envs.docker import engine as docker_engine
-from dlsched.envs.docker import interruption
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.cgroup import (
     CgroupVersion,
@@ -210,8 +210,20 @@ def test_container_output_reads_in_the_background_until_the_stream_ends():
     progress = output.progress()
     assert progress.ended
     assert (progress.iterations, progress.loss, progress.done_at) == (2, 1.9, 103.0)
+    times, counts, dropped = output.events()  # every iteration, with the workload's time
+    assert (list(times), list(counts), dropped) == ([101.0, 102.0], [1, 2], False)
     output.close()
     assert cancelled == []  # an ended stream needs no cancelling
+
+
+def test_container_output_keeps_at_most_its_bound_of_events(monkeypatch):
+    monkeypatch.setattr(container_output, "MAX_TRACE_EVENTS", 1)
+    data, _ = _stream_bytes()
+    output = ContainerOutput(iter([data]), lambda: None, "bounded")
+    assert output.wait_ended(10.0)
+    times, counts, dropped = output.events()
+    assert (list(times), list(counts), dropped) == ([101.0], [1], True)
+    assert output.progress().iterations == 2  # the progress itself is not bounded
 
 
 def test_container_output_survives_a_broken_stream():
@@ -471,6 +483,16 @@ def test_training_jobs_finish_with_losses_and_completion_times(docker_engine, wo
             assert job.cpu_usage == 0.0
         assert telemetry.job(first).limit == pytest.approx(0.4, abs=1e-4)
         assert telemetry.time_s < scenario.horizon_s
+        # every iteration, with its time in the episode
+        for trace in env.progress_traces():
+            job = telemetry.job(trace.job_id)
+            assert job.completed_s is not None
+            assert trace.unit == "iteration" and not trace.truncated
+            assert trace.counts.tolist() == list(range(1, 41))
+            assert (np.diff(trace.times_s) >= 0).all()
+            assert trace.times_s[0] > 0 and trace.times_s[-1] <= job.completed_s + 0.1
+            assert trace.per_second(telemetry.time_s).sum() == 40
+        assert len(env.progress_traces()) == 2
     finally:
         env.close()
 
@@ -507,6 +529,8 @@ def test_migration_resumes_on_the_other_worker_from_the_iteration_reached(
         assert job.state is JobState.DONE
         assert job.iterations == 120
         containers = sorted(_episode_containers(docker_engine, backend.episode, "j00"), key=_name)
+        (trace,) = backend.progress_traces()  # both containers' iterations, one after another
+        assert trace.counts[-1] == 120 and (np.diff(trace.times_s) >= 0).all()
         assert [_name(c) for c in containers] == [
             f"dlsched-{backend.episode[:8]}-j00",
             f"dlsched-{backend.episode[:8]}-j00-m1",

@@ -228,3 +228,25 @@ def test_rows_take_their_ratios_from_their_own_evaluations_default():
     assert rows["flowcon@20260108-000000-bbbbbb"].ratio_to_default == pytest.approx(0.75)
     assert rows["specon"].ratio_to_default == pytest.approx(0.6)  # the newest default
     assert comparison.best("mean_completion_s") == {2}  # lower is better
+
+
+def test_identical_evaluations_are_one_row_with_their_count():
+    """Rerunning the main job (a deterministic replay) four times gives one row, not four."""
+    episodes = [
+        _stored(f"s-2026010{day}-000000-{day}{day}", day * 10 + seed, policy, seed, value + seed)
+        for day in (1, 2, 3, 4)
+        for policy, value in (("default", 100.0), ("flowcon", 80.0))
+        for seed in (0, 1)
+    ]
+    episodes.append(_stored("s-20260105-000000-55", 60, "flowcon", 0, 70.0))  # another result
+    (comparison,) = compare_stored(episodes)
+    labels = [summary.label for summary in comparison.summaries]
+    assert labels == [
+        "default x4",
+        "flowcon@20260104-000000-44 x4",
+        "flowcon@20260105-000000-55",
+    ]
+    assert comparison.evaluations[:2] == ("s-20260104-000000-44",) * 2  # the newest copy's
+    assert comparison.summaries[0].seeds == (0, 1)  # merged, not pooled
+    flowcon = comparison.summaries[1].metric("mean_completion_s")
+    assert flowcon.ratio_to_default == pytest.approx(80.5 / 100.5)

@@ -98,13 +98,18 @@ def test_an_episode_stored_twice_is_counted_once_by_compare(capsys, missed_evalu
 
 @pytest.mark.parametrize(
     ("file", "limit"),
-    [("trajectory.csv", "MAX_TRAJECTORY_BYTES"), ("episode.json", "MAX_RECORD_BYTES")],
+    [
+        ("trajectory.csv", "MAX_TRAJECTORY_BYTES"),
+        ("episode.json", "MAX_RECORD_BYTES"),
+        ("progress.csv", "MAX_PROGRESS_BYTES"),  # a Docker episode's; made here
+    ],
 )
 def test_an_episode_file_over_its_limit_is_refused_before_anything_is_read_or_uploaded(
     capsys, missed_evaluation, file, limit
 ):
     folder, uri = missed_evaluation
-    bomb = sorted(folder.glob(f"*/{file}"))[-1]
+    bomb = sorted(folder.glob("*/episode.json"))[-1].parent / file
+    bomb.touch()
     with bomb.open("r+b") as stream:  # a sparse GiB: no disk used, but over the default limit
         stream.truncate(1 << 30)
 

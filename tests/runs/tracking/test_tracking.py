@@ -202,7 +202,20 @@ def check_store_matches_printed(
         for entry in table["policies"]
     }
     parent_files = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"timeline.png", "summary.json", "summary.txt"} <= parent_files
+    assert {"timeline.png", "policies.png", "summary.json", "summary.txt"} <= parent_files
+    # MLflow's UI renders these notes as Markdown: the run's on its page, the experiment's
+    # above its runs table; both show every policy's headline and draw the two charts
+    note = parent.data.tags["mlflow.note.content"]
+    for entry in table["policies"]:
+        assert f"| {entry['label']} |" in note
+    for image in ("policies.png", "timeline.png"):
+        assert f"get-artifact?path={image}&run_uuid={parent.info.run_id}" in note
+    experiment_note = experiment.tags["mlflow.note.content"]
+    assert experiment_note.startswith("Newest evaluation: satisfied / active jobs")
+    assert (
+        f"(#/experiments/{experiment.experiment_id}/runs/{parent.info.run_id})" in experiment_note
+    )
+    assert note in experiment_note
     children = client.search_runs(
         [location["experiment_id"]],
         f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
@@ -229,8 +242,8 @@ def check_store_matches_printed(
             expected = run_episode(scenario, make(policy, **entry["params"]), seed)
             history = client.get_metric_history(run.info.run_id, "satisfied")
             assert [(m.step, m.value) for m in history] == [
-                (step.step, float(step.satisfied)) for step in expected.steps
-            ]
+                (round(step.time_s), float(step.satisfied)) for step in expected.steps
+            ]  # MLflow's step is the simulated second: the chart's x-axis reads seconds
             for name, value in expected.metrics.defined().items():
                 assert run.data.metrics[episode_metric_key(name)] == value
             keys = sorted(run.data.metrics)
@@ -488,3 +501,41 @@ def test_plots_are_sharp_and_latency_panels_name_their_model(tmp_path, monkeypat
     workloads = {job.job_id: job.workload for job in result.jobs}
     assert titles and all(title.split(":")[0].split()[1] == workloads[title.split()[0]]
                           for title in titles)  # fmt: skip
+
+
+def test_an_edited_scenario_that_kept_its_name_gets_an_experiment_of_its_own(
+    capsys, tmp_path, mlflow_store, no_env_uri
+):
+    _, uri = mlflow_store
+    original = dataclasses.replace(
+        load_scenario(SCENARIO), name=f"edited-{uuid.uuid4().hex[:8]}", horizon_s=HORIZON_S
+    )
+    edited = dataclasses.replace(original, horizon_s=HORIZON_S - 10)
+    paths = {}
+    for label, scenario in (("original", original), ("edited", edited)):
+        paths[label] = tmp_path / f"{label}.yaml"
+        paths[label].write_text(dump_scenario(scenario))
+
+    def evaluate(label: str, *extra: str) -> tuple[str, str]:
+        code, out, err = evaluate_cli(
+            capsys, "--scenario", str(paths[label]), "--policy", "default", "--episodes", "1",
+            "--json", "--tracking-uri", uri, "--out", str(tmp_path / "out"), *extra,
+        )  # fmt: skip
+        assert code == 0, err
+        return json.loads(out)["evaluation"]["experiment"], err
+
+    old, new = original.content_hash(), edited.content_hash()
+    experiment, err = evaluate("original")
+    assert experiment == original.name and "content hash" not in err
+    experiment, err = evaluate("edited")
+    assert experiment == f"{original.name}@{new}"
+    assert f"has content hash {new}, but experiment {original.name!r} holds" in err
+    assert f"scenario content hash {old}" in err
+    experiment, err = evaluate("original")  # back where it belongs, unwarned
+    assert experiment == original.name and "content hash" not in err
+    assert evaluate("edited")[0] == f"{original.name}@{new}"
+    # a name the user chose is kept, with the same warning
+    experiment, err = evaluate("edited", "--experiment", original.name)
+    assert experiment == original.name and f"scenario content hash {old}" in err
+    hashes = MlflowClient(uri).get_experiment_by_name(f"{original.name}@{new}").tags
+    assert hashes["dlsched.scenario.hash"] == new
