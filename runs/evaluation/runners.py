@@ -46,7 +46,7 @@ from dlsched.runs.evaluation.records import (
     PolicyIdentity,
     StepRecord,
 )
-from dlsched.runs.interruption import raise_if_stopped
+from dlsched.runs.interruption import deferred, raise_if_stopped
 
 MAX_EPISODES = Limit("MAX_EPISODES", 100_000, "episodes in an evaluation (policies x seeds)")
 """Episodes one evaluation runs: memory is bounded whatever the count (episodes run in batches
@@ -423,14 +423,15 @@ def evaluation_episodes(
     ordered = sorted(policies, key=lambda policy: policy.name != DEFAULT_POLICY)
     options = dict(backend_options or {})
     steps_per_episode = math.ceil(scenario.horizon_s / scenario.interval_s)
-    with tqdm(
+    bar = tqdm(
         total=len(ordered) * len(seeds) * steps_per_episode,
         desc=scenario.name,
         unit="step",
         file=sys.stderr,
         disable=not progress,
         dynamic_ncols=True,
-    ) as bar:
+    )
+    try:
         for policy in ordered:
             episodes: Iterable[EpisodeResult]
             if batched and len(seeds) > 1 and at_once_refusal(policy, backend) is None:
@@ -442,6 +443,11 @@ def evaluation_episodes(
                 # a training episode that terminates early leaves its remaining steps unused
                 bar.update(steps_per_episode - (len(result.steps) - 1))
                 yield result
+    finally:
+        # a stop between the bar's last write and its newline would put the line that says
+        # what the stop did at the end of the bar's
+        with deferred():
+            bar.close()
 
 
 def _batches(
