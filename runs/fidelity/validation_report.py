@@ -91,8 +91,12 @@ def build_report(
     held_out: Sequence[str] = (),
     warnings: Sequence[str] = (),
     sides: tuple[str, str] = ("replay", "docker"),
+    replay_spread: Sequence[EpisodeResult] = (),
 ) -> ValidationReport:
     """The report of a validation from its episodes on both backends (paired by policy and seed).
+
+    ``replay_spread``: replay's episodes of more seeds than the host ran, which join replay's
+    side of the distributions (a scenario that draws the same jobs every seed).
 
     Raises:
         ValueError: an episode on one backend has no twin on the other.
@@ -127,7 +131,7 @@ def build_report(
         warnings=tuple(warnings),
         seed_agreement=seed_agreement(jobs) if reruns else None,
         attribution=attribution(jobs),
-        distributions=distributions(jobs, replay, host) if reruns else None,
+        distributions=distributions([*replay, *replay_spread], host) if reruns else None,
     )
 
 

@@ -40,14 +40,19 @@ from dlsched.runs.fidelity.host_speed import (
     write_host_speed,
 )
 from dlsched.runs.fidelity.quiet_host import QUIET_CORES, sample_load
-from dlsched.runs.fidelity.validation_plots import plot_timelines, plot_twins
+from dlsched.runs.fidelity.validation_plots import (
+    plot_distributions,
+    plot_paces,
+    plot_timelines,
+    plot_twins,
+)
 from dlsched.runs.fidelity.validation_report import (
     ValidationReport,
     build_report,
     render_report,
     report_data,
 )
-from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_sides
+from dlsched.runs.fidelity.validation_sides import REPLAY, Side, replay_spread, run_sides
 from dlsched.runs.tracking.owners import end_run, owner_tags
 from dlsched.runs.tracking.run_logging import TAG_KIND, log_in_batches
 from dlsched.runs.tracking.store import STORE_ERRORS, first_line
@@ -70,6 +75,8 @@ class ValidationRequest:
         held_out: names of the policies calibration did not see.
         host_speed: the host's speed the model was rescaled to, saved beside the report
             (``None``: the profiles as they are, or the bracket's speed).
+        replay_seeds: seeds replay runs in all for the distributions (see
+            :func:`~dlsched.runs.fidelity.validation_sides.replay_spread`).
     """
 
     scenario: Scenario
@@ -79,6 +86,7 @@ class ValidationRequest:
     model: Side | SpeedBracket = REPLAY
     held_out: tuple[str, ...] = ()
     host_speed: HostSpeed | None = None
+    replay_seeds: int = 0
 
     def rescaled_to(self) -> HostSpeed | None:
         """The speed replay was rescaled to (a bracket's: once its reference ran)."""
@@ -252,6 +260,14 @@ def validate_tracked(
         request.held_out,
         [*warnings, *sides.notes],
         (sides.model.label(), request.reference.label()),
+        replay_spread(
+            sides.model,
+            request.scenario,
+            request.policies,
+            request.seeds,
+            request.replay_seeds,
+            progress,
+        ),
     )
     folder = out / validation_id
     files = _write_files(folder, report, model, reference, plots)
@@ -295,12 +311,17 @@ def _write_files(
     files[1].write_text(render_report(report) + "\n")
     if plots:
         files.append(plot_timelines(report, folder / "over-time.png"))
+        distributions = plot_distributions(report, folder / "distributions.png")
+        if distributions is not None:
+            files.append(distributions)
         twins = {(r.policy.name, r.seed): r for r in reference}
         for result in model:
-            name = f"twins-{result.policy.name}-seed{result.seed}.png"
-            files.append(
-                plot_twins(result, twins[(result.policy.name, result.seed)], folder / name)
-            )
+            episode = f"{result.policy.name}-seed{result.seed}"
+            host = twins[(result.policy.name, result.seed)]
+            files.append(plot_twins(result, host, folder / f"twins-{episode}.png"))
+            paces = plot_paces(result, host, folder / f"paces-{episode}.png")
+            if paces is not None:
+                files.append(paces)
     return files
 
 
@@ -362,6 +383,12 @@ def _log_report(
         figures["validate/held_out_max_abs_error"] = report.held_out_jobs.max
     for policy in report.policies:
         figures[f"validate/{policy.policy}/relative_error"] = policy.relative_error
+    if report.distributions is not None:
+        summary = report.distributions
+        figures["validate/distribution/median_w1"] = summary.median_w1
+        figures["validate/distribution/median_floor"] = summary.median_floor
+        figures["validate/distribution/w1_over_floor"] = summary.w1_over_floor
+        figures["validate/distribution/coverage"] = summary.coverage
     for item in report.attribution:
         figures[f"validate/{item.workload}/cores_ratio"] = item.cores_ratio
         figures[f"validate/{item.workload}/progress_per_core_s_ratio"] = item.progress_ratio

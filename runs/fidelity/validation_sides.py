@@ -6,7 +6,10 @@ engine, by default). Any side can stand on either side, so that a recalibrated s
 against the shipped one, and so that replay against itself is a test of the comparison (zero
 error). A side may also be *recorded*: the episodes of an earlier evaluation read from its
 folder, so that a change of the replay model is held against yesterday's host run without
-running it again.
+running it again. A recording's files are measured, every episode's, before any side runs
+(within :data:`~dlsched.runs.tracking.trajectory.MAX_RECORD_BYTES` and
+:data:`~dlsched.runs.tracking.trajectory.MAX_TRAJECTORY_BYTES`, as ``dlsched runs sync`` reads
+them).
 
 :func:`run_validation` runs every policy on every seed on both sides (:func:`run_sides` says
 in which order) and builds the report (:mod:`~dlsched.runs.fidelity.validation_report`);
@@ -26,7 +29,13 @@ from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.policy import Policy
 from dlsched.runs.evaluation.records import EpisodeResult, PolicyIdentity, backend_label
 from dlsched.runs.fidelity.validation_report import ValidationReport, build_report
-from dlsched.runs.tracking.trajectory import EPISODE_FILE, EvaluationFolder, read_episode
+from dlsched.runs.fidelity.validation_statistics import same_jobs_every_seed
+from dlsched.runs.tracking.trajectory import (
+    EPISODE_FILE,
+    EvaluationFolder,
+    episode_files,
+    read_episode,
+)
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,8 @@ class Side:
                 "<policy>-seed<seed>/episode.json folders, as dlsched evaluate and validate "
                 "write under --out); name the folder of one evaluation"
             )
+        for episode in episodes:  # at once, rather than once the model's episodes have run
+            episode_files(episode)
         first = read_episode(episodes[0])
         return cls(first.backend, dict(first.backend_options), recorded=folder)
 
@@ -186,6 +197,41 @@ def run_sides(
     return SidesRun(side, episodes_of(side), reference_episodes, notes)
 
 
+#: Seeds replay runs in all for a validation's distributions by default where the scenario's
+#: jobs run stock threading (the host's reruns spread, issue #32); none otherwise.
+STOCK_REPLAY_SEEDS = 50
+
+
+def replay_spread(
+    model: Side,
+    scenario: Scenario,
+    policies: Sequence[Policy],
+    seeds: Sequence[int],
+    replay_seeds: int,
+    progress: bool = False,
+) -> list[EpisodeResult]:
+    """Replay's episodes of the seeds after ``seeds``, up to ``replay_seeds`` seeds in all,
+    for the distributions of a scenario that draws the same jobs every seed (its seeds are
+    reruns of one episode): none where the model is not replay run now, or the scenario draws
+    other jobs per seed.
+    """
+    from dlsched.runs.evaluation.runners import evaluate
+
+    extra = replay_seeds - len(seeds)
+    if model.backend != "replay" or model.recorded is not None or extra <= 0:
+        return []
+    if not same_jobs_every_seed(scenario):
+        return []
+    start = max(seeds) + 1
+    return evaluate(
+        model.scenario_for(scenario),
+        policies,
+        range(start, start + extra),
+        "replay",
+        progress=progress,
+    )
+
+
 def run_validation(
     scenario: Scenario,
     policies: Sequence[Policy],
@@ -195,6 +241,7 @@ def run_validation(
     held_out: Sequence[str] = (),
     progress: bool = True,
     warnings: Sequence[str] = (),
+    replay_seeds: int = 0,
 ) -> tuple[ValidationReport, list[EpisodeResult], list[EpisodeResult]]:
     """Run every policy on every seed on the model and on the reference, and compare.
 
@@ -211,6 +258,7 @@ def run_validation(
         held_out: names of the policies calibration did not see.
         progress: show a progress bar.
         warnings: warnings to carry into the report (a busy or different host).
+        replay_seeds: seeds replay runs in all for the distributions (:func:`replay_spread`).
 
     Returns:
         The report, and the model's and the reference's episodes.
@@ -237,5 +285,6 @@ def run_validation(
         held_out,
         [*warnings, *sides.notes],
         (sides.model.label(), reference.label()),
+        replay_spread(sides.model, scenario, policies, seeds, replay_seeds, progress),
     )
     return report, sides.model_episodes, sides.reference_episodes

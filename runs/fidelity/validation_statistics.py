@@ -362,31 +362,33 @@ def seed_agreement(jobs: Sequence[JobComparison]) -> SeedAgreement | None:
 
 
 def distributions(
-    jobs: Sequence[JobComparison],
-    replay: Sequence[EpisodeResult],
-    host: Sequence[EpisodeResult],
+    replay: Sequence[EpisodeResult], host: Sequence[EpisodeResult]
 ) -> DistributionSummary | None:
     """Each job's outcomes over the seeds as samples on both sides (the seeds are reruns of one
-    episode where every seed draws the same jobs), and each policy's primary metric likewise;
-    ``None`` with fewer than two seeds.
+    episode where every seed draws the same jobs; replay may have run more of them than the
+    host), and each policy's primary metric likewise; ``None`` with fewer than two host seeds.
 
     Args:
-        jobs: every job of every episode, of a scenario that draws the same jobs every seed.
-        replay: the episodes on replay.
+        replay: the episodes on replay, of a scenario that draws the same jobs every seed.
         host: the episodes on the host.
     """
-    if len({job.seed for job in jobs}) < 2:
+    if len({result.seed for result in host}) < 2:
         return None
-    reruns: dict[tuple[str, str], list[JobComparison]] = {}
-    for job in jobs:
-        reruns.setdefault((job.policy, job.job_id), []).append(job)
-    compared = []
-    for (policy, job_id), runs in reruns.items():
-        replay_values = tuple(job.replay for job in runs if job.replay is not None)
-        host_values = tuple(job.host for job in runs if job.host is not None)
-        if replay_values and host_values:
-            outcomes = SampleComparison(replay_values, host_values)
-            compared.append(JobDistribution(policy, job_id, runs[0].workload, outcomes))
+    samples: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    workloads: dict[str, str] = {}
+    for side, results in enumerate((replay, host)):
+        for result in results:
+            for job in result.jobs:
+                workloads[job.job_id] = job.workload
+                value = job_outcome(result, job.job_id)
+                if value is not None:
+                    key = (result.policy.name, job.job_id)
+                    samples.setdefault(key, ([], []))[side].append(value)
+    compared = [
+        JobDistribution(policy, job_id, workloads[job_id], SampleComparison(*map(tuple, pair)))
+        for (policy, job_id), pair in samples.items()
+        if pair[0] and pair[1]
+    ]
     metric = PRIMARY_METRIC[replay[0].scenario.kind]
     return distribution_summary(
         compared, _policy_samples(host, metric), _policy_samples(replay, metric)
@@ -429,7 +431,7 @@ def compare_episode(
             f"{host.policy.name} seed {host.seed}"
         )
     replay_jobs = {job.job_id: job for job in replay.jobs}
-    host_jobs = {job.job_id: job for job in host.jobs}
+    host_jobs = {job.job_id for job in host.jobs}
     if set(replay_jobs) != set(host_jobs):
         raise ValueError(
             f"the episodes' jobs differ: {sorted(replay_jobs)} != {sorted(host_jobs)}; the same "
@@ -438,17 +440,14 @@ def compare_episode(
     kind = replay.scenario.kind
     comparisons = []
     for job_id, outcome in replay_jobs.items():
-        replay_latencies = _latencies(replay, job_id)
-        host_latencies = _latencies(host, job_id)
+        replay_value, host_value = job_outcome(replay, job_id), job_outcome(host, job_id)
         if kind is JobKind.TRAINING:
             measure = "completion_s"
-            replay_value = outcome.completion_s
-            host_value = host_jobs[job_id].completion_s
             distance = None
         else:
             measure = "median_latency_s"
-            replay_value = statistics.median(replay_latencies) if replay_latencies else None
-            host_value = statistics.median(host_latencies) if host_latencies else None
+            replay_latencies = _latencies(replay, job_id)
+            host_latencies = _latencies(host, job_id)
             distance = (
                 float(stats.wasserstein_distance(replay_latencies, host_latencies))
                 if replay_latencies and host_latencies
@@ -472,6 +471,15 @@ def compare_episode(
             )
         )
     return comparisons
+
+
+def job_outcome(result: EpisodeResult, job_id: str) -> float | None:
+    """A job's outcome in an episode: its completion time (training) or its median batch
+    latency (inference); ``None`` where it has none (it never finished, or answered no batch)."""
+    if result.scenario.kind is JobKind.TRAINING:
+        return next(job.completion_s for job in result.jobs if job.job_id == job_id)
+    latencies = _latencies(result, job_id)
+    return statistics.median(latencies) if latencies else None
 
 
 def _latencies(result: EpisodeResult, job_id: str) -> list[float]:

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-from repo_paths import MODEL_V0_1_0
+from repo_paths import LIMITS_DOC, MODEL_V0_1_0
 
 from dlsched.baselines import make
 from dlsched.envs.errors import BackendError
+from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.replay.profile import PROFILES_DIR
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main as cli_main
+from dlsched.runs.fidelity.validation_plots import plot_distributions, plot_paces
 from dlsched.runs.fidelity.validation_report import render_report
 from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_validation
 from dlsched.runs.fidelity.validation_statistics import (
@@ -25,6 +29,7 @@ from dlsched.runs.fidelity.validation_statistics import (
     ranking_agreement,
     seed_agreement,
 )
+from dlsched.runs.tracking.trajectory import MAX_RECORD_BYTES, MAX_TRAJECTORY_BYTES
 
 
 def _scaled_set(tmp_path: Path, source: str, factor: float) -> str:
@@ -297,6 +302,48 @@ def test_replay_against_its_own_recording_reports_no_error_and_refuses_what_it_l
     assert "no recorded episode there" in capsys.readouterr().err
 
 
+def test_a_recording_too_large_or_not_dlsched_s_is_refused_before_anything_runs(
+    tmp_path, monkeypatch, capsys, mlflow_store
+):
+    folder, uri = mlflow_store
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv(MAX_TRAJECTORY_BYTES.variable, raising=False)
+    evaluate = ["evaluate", "--scenario", "docker-inference-3", "--policy", "default,equal"]
+    options = ["--episodes", "1", "--tracking-uri", uri, "--out", str(tmp_path), "--no-progress"]
+    assert cli_main([*evaluate, *options, "--experiment", f"too-large-{tmp_path.name}"]) == 0
+    (recording,) = [path for path in tmp_path.iterdir() if path.is_dir()]
+    capsys.readouterr()
+
+    def validate() -> tuple[int, str]:
+        code = cli_main([
+            "validate", "--scenario", "docker-inference-3", "--policy", "default,equal",
+            "--episodes", "1", "--against", f"recorded:{recording}", "--no-tracking",
+        ])  # fmt: skip
+        return code, capsys.readouterr().err
+
+    table = recording / "equal-seed0" / "trajectory.csv"
+    with table.open("r+b") as stream:
+        stream.truncate(MAX_TRAJECTORY_BYTES.default + 1)  # sparse: no disk taken
+    code, err = validate()
+    assert code == 2 and "Traceback" not in err
+    first = err.splitlines()[0]
+    assert f"{table} has {MAX_TRAJECTORY_BYTES.default + 1:,} bytes" in first
+    assert f"expected at most {MAX_TRAJECTORY_BYTES.default:,} bytes" in first
+    assert f"{MAX_TRAJECTORY_BYTES.variable}=N" in first
+    readme = LIMITS_DOC.read_text()
+    assert all(
+        f"`{limit.variable}`" in readme for limit in (MAX_RECORD_BYTES, MAX_TRAJECTORY_BYTES)
+    )
+    assert "replay" not in err  # refused before the model's episodes ran
+
+    shutil.rmtree(recording / "equal-seed0")
+    episode = recording / "default-seed0" / "episode.json"
+    episode.write_text(episode.read_text()[:100])
+    code, err = validate()
+    assert code == 2 and "Traceback" not in err
+    assert f"episode folder {recording / 'default-seed0'} holds no dlsched episode" in err
+
+
 def test_a_model_is_held_out_by_the_path_that_names_it(capsys):
     model = MODEL_V0_1_0
     arguments = ["--scenario", "dqoes-varied-burst", "--policy", f"default,{model}"]
@@ -368,3 +415,51 @@ def test_replay_is_within_a_loose_bound_of_the_host(
         or "this host's speed changed while its episodes ran" in warning
         for warning in data["warnings"]
     ), data["warnings"]
+
+
+def test_replay_runs_more_seeds_for_the_distributions_of_a_scenario_that_reruns_one_episode():
+    scenario = load_scenario("docker-training-4-stock")
+    report, model, reference = run_validation(
+        scenario, [make("default")], (0, 1), reference=REPLAY, progress=False, replay_seeds=12
+    )
+    assert len(model) == len(reference) == 2  # the pairs are the shared seeds'
+    summary = report.distributions
+    assert summary is not None and len(summary.jobs) == 4
+    assert all(
+        (len(job.outcomes.replay), len(job.outcomes.host)) == (12, 2) for job in summary.jobs
+    )
+    drawn, _, _ = run_validation(
+        load_scenario("flowcon-10-random"), [make("default")], (0, 1), REPLAY, progress=False,
+        replay_seeds=12,
+    )  # fmt: skip
+    assert drawn.distributions is None  # its seeds draw other jobs: no reruns to compare
+
+
+@pytest.mark.parametrize("count", ["-1", "10001"])
+def test_a_replay_seed_count_out_of_range_is_refused(capsys, count):
+    code = cli_main(
+        ["validate", "--scenario", "docker-training-4", "--policy", "default", "--against",
+         "replay:measured", "--replay-seeds", count, "--no-tracking"]
+    )  # fmt: skip
+    assert code == 2
+    assert f"--replay-seeds {count}: expected 0 to 10000" in capsys.readouterr().err
+
+
+def test_the_distributions_and_the_paces_are_drawn_where_there_is_something_to_draw(tmp_path):
+    scenario = load_scenario("docker-training-4-stock")
+    report, model, reference = run_validation(
+        scenario, [make("default")], (0, 1), reference=REPLAY, progress=False, replay_seeds=8
+    )
+    drawn = plot_distributions(report, tmp_path / "distributions.png")
+    assert drawn is not None and drawn.read_bytes().startswith(b"\x89PNG")
+    single, _, _ = run_validation(scenario, [make("default")], (0,), REPLAY, progress=False)
+    assert plot_distributions(single, tmp_path / "none.png") is None  # one host seed: no spread
+
+    assert plot_paces(model[0], reference[0], tmp_path / "paces.png") is None  # no host events
+    traces = tuple(
+        ProgressTrace(job.job_id, "iteration", np.linspace(1.0, 20.0, 40), np.arange(1, 41))
+        for job in reference[0].jobs
+    )
+    host = dataclasses.replace(reference[0], progress_traces=traces)
+    paces = plot_paces(model[0], host, tmp_path / "paces.png")
+    assert paces is not None and paces.read_bytes().startswith(b"\x89PNG")
