@@ -230,7 +230,7 @@ class _RowEncoderPolicy(ActorCriticPolicy):
     Subclasses name the extractor and who they are (for messages), and check the spaces.
     """
 
-    #: The row encoders the policy builds.
+    #: The row encoders the policy builds (unless it builds them itself).
     extractor: type[_RowEncoders]
     #: What the policy is called in the messages of :func:`_hidden_widths`.
     who: str
@@ -274,7 +274,6 @@ class SlotActorCriticPolicy(_RowEncoderPolicy):
     gSDE is not supported. :meth:`fit_layout` sets it to act on another layout.
     """
 
-    extractor = SlotExtractor
     who = "the slot network"
 
     def __init__(

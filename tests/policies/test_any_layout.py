@@ -12,21 +12,17 @@ import numpy as np
 import pytest
 import torch
 from repo_paths import MODEL_V0_1_0
-from stable_baselines3 import PPO
-from stable_baselines3.common.vec_env import DummyVecEnv
+from test_learned_policy import untrained_model
 
 from dlsched.envs.errors import ModelError
 from dlsched.envs.observation import FEATURES, ObservationLayout
 from dlsched.envs.scenarios.file_format import parse_scenario
-from dlsched.envs.scenarios.model import JobKind, Scenario
-from dlsched.policies.agent_actions import ActionMapping, ActionMode
-from dlsched.policies.learned import CARD_FILE, LearnedPolicy, ModelCard, load_model, save_model
+from dlsched.envs.scenarios.model import Scenario
+from dlsched.policies.learned import CARD_FILE, LearnedPolicy, load_model, save_model
 from dlsched.policies.mlflow_model import SLOTS_PER_WORKER, save_mlflow_model
-from dlsched.policies.normalization import slot_normalizer
 from dlsched.policies.pretrained import load_pretrained, pretrained_folder
-from dlsched.policies.slot_network import SlotActionHead, SlotActorCriticPolicy
+from dlsched.policies.slot_network import SlotActionHead
 from dlsched.runs.evaluation import run_episode
-from dlsched.runs.training.environments import make_training_env
 
 #: workers x slots per worker the test model is trained on, and the layouts it acts on.
 TRAINED = (1, 4)
@@ -59,24 +55,14 @@ def scenario(workers: int, slots_per_worker: int) -> Scenario:
 def model_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model of the slot network as `dlsched train` builds it, on a 1 x 4 layout (untrained:
     its actions are made large, so that they differ from slot to slot)."""
-    trained = scenario(*TRAINED)
-    mapping = ActionMapping(ActionMode.ABSOLUTE)
-    venv = DummyVecEnv([lambda: make_training_env([trained], mapping)])
-    normalizer = slot_normalizer(venv, gamma=0.99, normalize_reward=False)
-    model = PPO(
-        SlotActorCriticPolicy,
-        normalizer,
-        n_steps=32,
-        batch_size=32,
-        seed=0,
-        policy_kwargs={"slots_per_worker": TRAINED[1]},
-    )
+    model, card = untrained_model(TRAINED[1])
     head = model.policy.action_net
     assert isinstance(head, SlotActionHead)
     with torch.no_grad():
         head.linear.weight.mul_(100.0)
-    card = ModelCard("ppo", JobKind.INFERENCE, ObservationLayout(*TRAINED), mapping)
-    return save_model(model, normalizer, card, tmp_path_factory.mktemp("any-layout"))
+    return save_model(
+        model, model.get_vec_normalize_env(), card, tmp_path_factory.mktemp("any-layout")
+    )
 
 
 def observations(layout: ObservationLayout, seed: int = 0) -> np.ndarray:
