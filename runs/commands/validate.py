@@ -103,13 +103,16 @@ def register(subparsers: Subcommands) -> None:
         "--host-speed",
         metavar="measure|none|FILE",
         help="hold the host against replay rescaled to the host's speed: measure it first "
-        "(measure: each workload alone for about 15 s; the default against the engine), reuse "
-        "a host-speed.json a validation saved (FILE), or hold the profiles as they are (none; "
-        "the default against recorded or replay references). Hosts that report the same CPU "
-        "model differ in speed by up to 1.6x; the report names the ratios. A measured speed is "
-        "measured again after the host episodes, replay (run after them) is rescaled to the "
-        "geometric mean of the two probes, and the report warns if they differ by more than a "
-        "tenth",
+        "(measure: each workload alone for about 15 s, in 4 sub-windows; the default against "
+        "the engine), reuse a host-speed.json a validation saved (FILE), or hold the profiles "
+        "as they are (none; the default against recorded or replay references). Hosts that "
+        "report the same CPU model differ in speed by up to 1.6x; the report names the ratios. "
+        "A measured speed is measured again after the host episodes, replay (run after them) "
+        "is rescaled to the geometric mean of the two probes, and the report warns if they "
+        "differ by more than a tenth. The sub-windows' spread gives every ratio an interval; "
+        "the report holds the median error unscaled and rescaled to each end of the interval "
+        "beside the verdict, says when the verdict is within the probe's noise, and how long a "
+        "probe must run for its interval to be narrower than the rescale",
     )
     add_evaluation_outputs(
         parser,
@@ -274,6 +277,7 @@ def _validate(
             progress=progress,
             warnings=warnings,
             replay_seeds=request.replay_seeds,
+            host_speed=request.host_speed,
         )
         _print(report_data(report) if args.json else render_report(report), args.json)
         return 0
