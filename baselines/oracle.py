@@ -124,7 +124,9 @@ def shortest_first(works: Sequence[TrainingWork], capacity: float) -> dict[str, 
 
 
 class CheatingOracle(Baseline):
-    """The privileged upper bound; it cheats (see the module docstring). Replay backend only.
+    """An upper bound that cheats: it plans from the replay model's true profiles (replay only).
+
+    See the module docstring for what it reads and how it plans.
 
     Args:
         aim: the batch latency it plans for, as a fraction of each service's target; 1 aims at

@@ -20,15 +20,21 @@ class ScenarioError(DlschedError, ValueError):
 
 
 class UnknownNameError(DlschedError, KeyError):
-    """A name (scenario, workload, policy, reward, backend, ...) that is not registered."""
+    """A name (scenario, workload, policy, reward, backend, ...) that is not registered.
+
+    The message says the name, then the hint (by default the closest known name), then every
+    known name: the list may run to hundreds of characters, and the name meant comes first.
+    """
 
     def __init__(self, what: str, name: str, known: Iterable[str], hint: str = "") -> None:
         known_sorted = sorted(known)
         if not hint:
             close = difflib.get_close_matches(name, known_sorted, n=1)
             hint = f"Did you mean {close[0]!r}?" if close else ""
-        self.message = f"unknown {what} {name!r}; known: {', '.join(known_sorted)}." + (
-            f" {hint}" if hint else ""
+        self.message = (
+            f"unknown {what} {name!r}."
+            + (f" {hint}" if hint else "")
+            + f" Known: {', '.join(known_sorted)}."
         )
         super().__init__(self.message)
 

@@ -40,6 +40,13 @@ from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.agent_actions import AGENT_HIGH, AGENT_LOW, ActionMapping
 from dlsched.policies.cards import card_data
+from dlsched.policies.model_files import (
+    CARD_FILE,
+    MODEL_FILE,
+    NORMALIZER_FILE,
+    model_files,
+    not_a_model,
+)
 from dlsched.policies.normalization import load_normalizer, save_normalizer
 from dlsched.policies.policy import ParamValue, Policy
 from dlsched.policies.slot_network import own_rows_first
@@ -47,13 +54,6 @@ from dlsched.policies.slot_network import own_rows_first
 if TYPE_CHECKING:
     pass
 
-MODEL_FILE = "model.zip"
-NORMALIZER_FILE = "vec_normalize.pkl"
-CARD_FILE = "dlsched-model.json"
-#: The file that makes a folder an MLflow Model (:mod:`dlsched.policies.mlflow_model`).
-MLMODEL_FILE = "MLmodel"
-#: The model folder's key among an MLflow Model's artifacts (``artifacts/policy/``).
-POLICY_ARTIFACT = "policy"
 #: Version of the model card's format; a reader refuses a newer one.
 CARD_FORMAT = 1
 
@@ -384,38 +384,21 @@ def load_model(path: Path, source: str = "", name: str | None = None) -> Learned
     Raises:
         PolicyError: the model, its card or its statistics are missing or unreadable.
     """
-    inner = path / "artifacts" / POLICY_ARTIFACT
-    if (path / MLMODEL_FILE).is_file() and inner.is_dir():
-        path = inner
-    folder = path if path.is_dir() else path.parent
-    model_path = folder / MODEL_FILE if path.is_dir() else path
-    if not model_path.is_file():
-        raise PolicyError(
-            f"no model at {str(model_path)!r}; expected a {MODEL_FILE} written by "
-            "`dlsched train` (or the folder holding it)"
-        )
-    card_path = folder / CARD_FILE
+    files = model_files(path)
     try:
-        card_text = card_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        card_text = files.card.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
         raise ModelError(
-            f"model {str(model_path)!r} has no {CARD_FILE} beside it; the card holds the "
-            "observation layout the model was trained on, and a model is not used without it "
-            "(copy the whole model folder that `dlsched train` wrote)"
+            f"cannot read the card {str(files.card)!r} ({error}); expected the {CARD_FILE} "
+            "that `dlsched train` writes (copy the whole model folder again)"
         ) from None
-    card = ModelCard.from_json(card_text, str(card_path))
-    model = _load_sb3(card.algo, model_path)
-    normalizer_path = folder / NORMALIZER_FILE
-    normalizer = load_normalizer(normalizer_path) if normalizer_path.exists() else None
+    card = ModelCard.from_json(card_text, str(files.card))
+    model = _load_sb3(card.algo, files.model)
+    normalizer = load_normalizer(files.normalizer) if files.normalizer is not None else None
     return LearnedPolicy(model, card, normalizer, source=source or str(path), name=name)
 
 
-#: What SB3's ``save`` writes into a model's zip; a zip without these is no SB3 model.
-SB3_ZIP_ENTRIES: tuple[str, ...] = ("data", "policy.pth")
-
-
 def _load_sb3(algo: str, path: Path) -> BaseAlgorithm:
-    _check_zip(path)
     cls = algorithm_class(algo)
     try:
         loaded: Any = cls.load(str(path), device="cpu")
@@ -431,30 +414,8 @@ def _load_sb3(algo: str, path: Path) -> BaseAlgorithm:
         pickle.UnpicklingError,
         zipfile.BadZipFile,
     ) as error:
-        raise _not_a_model(
+        raise not_a_model(
             path, f"{algo} cannot load it ({type(error).__name__}: {error})"
         ) from error
     assert isinstance(loaded, BaseAlgorithm)
     return loaded
-
-
-def _check_zip(path: Path) -> None:
-    """Refuse a file that is not a whole zip of an SB3 model, before SB3 reads it."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = set(archive.namelist())
-            missing = [name for name in SB3_ZIP_ENTRIES if name not in names]
-            if missing:
-                raise _not_a_model(path, f"a zip without {', '.join(missing)}")
-            damaged = archive.testzip()  # reads every entry and checks its CRC
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as error:
-        raise _not_a_model(path, f"not a whole zip file ({error})") from error
-    if damaged is not None:
-        raise _not_a_model(path, f"the zip's entry {damaged!r} is damaged")
-
-
-def _not_a_model(path: Path, reason: str) -> ModelError:
-    return ModelError(
-        f"{str(path)!r} is not a dlsched model: {reason}; expected the {MODEL_FILE} that "
-        "`dlsched train` writes (copy the whole model folder, or download it again)"
-    )

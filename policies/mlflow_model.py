@@ -37,13 +37,8 @@ from mlflow.models import ModelSignature
 from mlflow.pyfunc.model import PythonModel
 from mlflow.types import Schema, TensorSpec
 
-from dlsched.policies.learned import (
-    MLMODEL_FILE,
-    POLICY_ARTIFACT,
-    LearnedPolicy,
-    ModelCard,
-    load_model,
-)
+from dlsched.policies.learned import LearnedPolicy, ModelCard, load_model
+from dlsched.policies.model_files import MLMODEL_FILE, POLICY_ARTIFACT
 
 #: The name of the signature's input tensor.
 OBSERVATION = "observation"

@@ -3,10 +3,13 @@
 Each subcommand lives in its own module of :mod:`dlsched.runs.commands` and exposes
 ``register(subparsers)``, which adds its parser and sets ``handler`` to a function of the parsed
 arguments returning the exit code. Errors dlsched raises on purpose (a user's mistake, or a
-store or engine that fails) are printed as one message (exit 2) naming the log file that holds
-the traceback; anything else is a bug of dlsched, said as such in one message naming the log
-file (exit 1), with its traceback in the terminal too under ``--verbose``. MLflow's own log
-messages go to that file too, unless ``--verbose`` (:mod:`dlsched.runs.command_log`).
+store or engine that fails) are printed as one message (exit 2); a mistake refused before the
+command logged anything leaves no file behind, while a command that ran (its libraries logged)
+adds the traceback to its log file and names it. Anything else is a bug of dlsched, said as such
+in one message naming the log file that holds its traceback (exit 1). The log messages of
+MLflow and Docker's client go to that file too (:mod:`dlsched.runs.command_log`); the commands
+that use them take ``--verbose``, which shows those messages, and a bug's traceback, in the
+terminal.
 
 SIGINT and SIGTERM stop a command the same way (:mod:`dlsched.runs.interruption`): containers are
 removed and runs ended ``KILLED``, repeated signals do not cut that cleanup short, and the exit
@@ -45,6 +48,9 @@ COMMANDS: dict[str, str] = {
     "reproduce": "run the papers' claims and report which dlsched reproduces",
 }
 COMMAND_MODULES: tuple[str, ...] = tuple(COMMANDS)
+#: The commands that use neither MLflow nor Docker's client: no library of theirs logs, so they
+#: take no ``--verbose``.
+QUIET_COMMANDS: frozenset[str] = frozenset({"scenarios", "baselines"})
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -62,12 +68,14 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             importlib.import_module(f"dlsched.runs.commands.{name}").register(subparsers)
         else:
             subparsers.add_parser(name, help=summary)
-    for command in subparsers.choices.values():
-        command.add_argument(
-            "--verbose",
-            action="store_true",
-            help="show MLflow's own log messages in the terminal (they go to the log file)",
-        )
+    for name, command in subparsers.choices.items():
+        if name not in QUIET_COMMANDS:
+            command.add_argument(
+                "--verbose",
+                action="store_true",
+                help="show the log messages of MLflow and Docker's client, and a bug's "
+                "traceback, in the terminal (else they go to the log file)",
+            )
     return parser
 
 
@@ -87,13 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # said by the command's parser, with its usage and the option meant
         unrecognized(_subparsers(parser).choices[args.command], extra)
-    log = CommandLog.open(args.command, args.verbose)
+    verbose = bool(getattr(args, "verbose", False))
+    log = CommandLog.open(args.command, verbose)
     with interruptible():
         try:
             return int(args.handler(args))
         except DlschedError as error:
-            log.record_exception(error)
-            print(f"dlsched {args.command}: error: {error}\n(details: {log.path})", file=sys.stderr)
+            print(f"dlsched {args.command}: error: {error}", file=sys.stderr)
+            if log.record_failure(error):
+                print(f"(details: {log.path})", file=sys.stderr)
             return 2
         except BrokenPipeError:  # the reader (``| head``) went away: not an error of ours
             # Point stdout at /dev/null so the interpreter's final flush does not fail again.
@@ -109,12 +119,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return exit_code_of(interruption)
         except Exception as error:  # a bug: its traceback is for a report, not for the user
             log.record_exception(error)
-            if args.verbose:
+            if verbose:
                 raise
+            rerun = (
+                "" if args.command in QUIET_COMMANDS else ", or rerun with --verbose to see it here"
+            )
             print(
                 f"dlsched {args.command}: internal error (a bug of dlsched, not of your input): "
                 f"{type(error).__name__}: {error}\n(traceback: {log.path}; please report it with "
-                "that file, or rerun with --verbose to see it here)",
+                f"that file{rerun})",
                 file=sys.stderr,
             )
             return 1

@@ -3,8 +3,10 @@
 MLflow and alembic log at length (schema migrations, every retry of a dead server, full
 tracebacks of a refused write) to stderr, where they bury dlsched's one-line message. A command
 sends those loggers to its log file instead, and turns off MLflow's bar per artifact transfer,
-unless ``--verbose``; dlsched's own warnings stay on stderr. When a command fails, its message
-names the log file, which holds the traceback.
+unless ``--verbose``; dlsched's own warnings stay on stderr. A bug's traceback goes to the file,
+which its message names; so does the traceback of a refusal once the command has logged (it
+ran: a store or an engine answered). A mistake refused before that (a misspelt name, a file
+that is no scenario) leaves nothing behind: its one-line message is all there is to know.
 
 The file is ``dlsched-runs/logs/<command>-<UTC time>-<pid>.log`` in the working directory (the
 system's temporary folder if that is not writable), created only when something is written.
@@ -74,6 +76,14 @@ class CommandLog:
             if not self.verbose:
                 logger.propagate = False
             logger.addHandler(handler)
+
+    def record_failure(self, error: BaseException) -> bool:
+        """Append the traceback of ``error``, a refusal, if the command has written its log
+        already (see the module docstring); whether it did."""
+        if not self.path.exists():
+            return False
+        self.record_exception(error)
+        return True
 
     def record_exception(self, error: BaseException) -> None:
         """Append ``error`` with its traceback to the log file."""

@@ -1,8 +1,11 @@
 """The ``argparse`` pieces every ``dlsched`` command shares: one parser class and two actions.
 
-- :class:`Parser` suggests the closest name for a misspelt option (``--epsiodes``: did you mean
-  ``--episodes``?) or choice (``--backend dockr``), and prints its help texts as plain text:
-  a docstring's reST literals (````dlsched train````) lose their backquotes.
+- :class:`Parser` refuses a command line in one line that says what is wrong, first, then
+  where its usage is (``(see dlsched evaluate --help)``); it suggests the closest name for a
+  misspelt option (``unrecognized --epsiodes; did you mean --episodes?``), also where the
+  misspelling leaves a required option missing, or choice (``--backend dockr``), and prints its
+  help texts as plain text: a docstring's reST literals (````dlsched train````) lose their
+  backquotes.
 - :class:`ListOption` is the one convention for lists: an option given several times, or once
   with comma-separated values (``--policy default,dqoes`` is ``--policy default --policy
   dqoes``).
@@ -20,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 _UNRECOGNIZED = "unrecognized arguments: "
+_REQUIRED = "the following arguments are required: "
 _INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)")
 _REST_LITERAL = re.compile(r"``([^`]+)``")
 
@@ -36,36 +40,75 @@ def plain(text: str) -> str:
 
 
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors suggest the option or choice meant, and whose help is
-    plain text. Its subcommands' parsers are of this class too."""
+    """An ``ArgumentParser`` whose errors say what is wrong in one line, first, with the option
+    or choice meant where a name is misspelt, and whose help is plain text. Its subcommands'
+    parsers are of this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._words: list[str] = []  # the words of the last parse
 
     def format_help(self) -> str:
         return plain(super().format_help())
 
+    def parse_known_args(  # type: ignore[override]  # typeshed overloads the namespace
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # kept for error(): argparse says a required option is missing before it says which
+        # words it did not recognise, and the missing one is often a misspelt word's
+        self._words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {self.with_suggestion(message)}\n")
+        """Exit 2 with one line that says what is wrong, then where the usage is (not the
+        usage itself, which would bury that line)."""
+        self.exit(
+            2, f"{self.prog}: error: {self.with_suggestion(message)}\n(see {self.prog} --help)\n"
+        )
 
     def with_suggestion(self, message: str) -> str:
-        """``message`` with the closest valid name, where it names a misspelt one."""
-        if message.startswith(_UNRECOGNIZED):
-            words = message[len(_UNRECOGNIZED) :].split()
-            options = [name for name in self._option_string_actions if name.startswith("--")]
-            hints = [
-                f"{word} (did you mean {match}?)"
-                for word in words
-                if word.startswith("-") and (match := closest(word.split("=")[0], options))
-            ]
-            if hints:
-                return f"{message}; " + ", ".join(hints)
+        """``message`` with the closest valid name first, where it names a misspelt one; a
+        missing required option is said as the misspelt word given for it, if one was."""
+        if message.startswith(_REQUIRED):
+            unknown = [word for word in self._words if self._unknown_option(word)]
+            if unknown:
+                return self._unrecognized(unknown)
             return message
+        if message.startswith(_UNRECOGNIZED):
+            return self._unrecognized(message[len(_UNRECOGNIZED) :].split())
         choice = _INVALID_CHOICE.search(message)
         if choice is not None:
             names = re.findall(r"'([^']*)'", choice["choices"])
             match = closest(choice["value"], names)
             if match is not None:
-                return f"{message}; did you mean {match!r}?"
+                return (
+                    f"{message[: choice.start()]}invalid choice {choice['value']!r}; did you "
+                    f"mean {match!r}? (choose from {choice['choices']})"
+                )
         return message
+
+    def _unknown_option(self, word: str) -> bool:
+        """Whether ``word`` is a long option this parser does not take (nor abbreviates)."""
+        name = word.split("=")[0]
+        return (
+            name.startswith("--")
+            and name != "--"
+            and not any(option.startswith(name) for option in self._option_string_actions)
+        )
+
+    def _unrecognized(self, words: Sequence[str]) -> str:
+        """What is wrong with ``words`` this parser does not take: each unknown option with the
+        one meant (the words after one are taken as its value), else the words as they are."""
+        options = [word for word in words if word.startswith("-")]
+        if not options:
+            return _UNRECOGNIZED + " ".join(words)
+        known = [name for name in self._option_string_actions if name.startswith("--")]
+        meant = {word: closest(word.split("=")[0], known) for word in options}
+        if len(options) == 1 and meant[options[0]] is not None:
+            return f"unrecognized {options[0]}; did you mean {meant[options[0]]}?"
+        return "unrecognized " + ", ".join(
+            f"{word} (did you mean {match}?)" if match else word for word, match in meant.items()
+        )
 
 
 def unrecognized(parser: argparse.ArgumentParser, words: Sequence[str]) -> NoReturn:

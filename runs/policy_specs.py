@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dlsched.envs.errors import PolicyError
 from dlsched.envs.scenarios.model import Scenario
+from dlsched.policies.model_files import MODEL_FILE, model_files
 from dlsched.policies.policy import ParamValue, Policy
 from dlsched.policies.pretrained import PRETRAINED_SCHEME, is_pretrained_spec, load_pretrained
 from dlsched.runs.tracking.model_uris import (
@@ -71,9 +72,6 @@ def resolve_policy(
         return load_pretrained(spec)
     if is_mlflow_uri(spec):
         return _load_from_mlflow(parse_model_uri(spec), _model_store(tracking_uri))
-    # imported here: it loads SB3 and torch, which a baseline does not need
-    from dlsched.policies.learned import MODEL_FILE, load_model
-
     path = Path(spec).expanduser()
     if not path.exists():
         raise PolicyError(
@@ -81,6 +79,11 @@ def resolve_policy(
             "`dlsched train` wrote, a runs:/<run_id>/model URI, a pretrained:<name> "
             "(`dlsched baselines` lists them), or a baseline name"
         )
+    # checked here, and again as it is loaded, so that a file that is no model or too large
+    # is refused at once rather than after the seconds SB3 and torch take to import
+    model_files(path)
+    from dlsched.policies.learned import load_model
+
     return load_model(path, source=spec)
 
 

@@ -12,6 +12,8 @@ TESTS = Path(__file__).resolve().parent
 #: The repository's root: the folder of ``pyproject.toml``.
 REPOSITORY = TESTS.parent
 README = REPOSITORY / "README.md"
+#: The table of every input limit and the variable that raises it.
+LIMITS_DOC = REPOSITORY / "docs" / "limits.md"
 #: Files the tests read: saved models, recorded episodes, scenario files.
 FIXTURES = TESTS / "fixtures"
 #: An inference model saved by dlsched 0.1.0, before the observation layout was recorded.

@@ -27,3 +27,21 @@ def test_the_python_example_shows_a_scheduler_beat_docker_s_default() -> None:
     assert float(fractions["dqoes"]) > float(fractions["default"])  # it teaches a difference
     assert float(fractions[learned]) > float(fractions["dqoes"])  # and a learned scheduler
     assert "latency / target" in text and "satisfied " in text  # the rendered last step
+
+
+def test_the_readme_is_an_entry_point_whose_links_all_resolve() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 200  # a newcomer's five minutes; the detail is in docs/
+    links = re.findall(r"\]\(([^)#]+)\)", text)
+    assert "docs/limits.md" in links and "docs/tracking.md" in links
+    missing = [link for link in links if not (README.parent / link).exists()]
+    assert not missing, missing
+
+
+def test_every_doc_link_resolves() -> None:
+    missing = []
+    for doc in sorted((README.parent / "docs").glob("*.md")):
+        for link in re.findall(r"\]\(([^)#:]+)\)", doc.read_text(encoding="utf-8")):
+            if not (doc.parent / link).exists():
+                missing.append(f"{doc.name}: {link}")
+    assert not missing, missing

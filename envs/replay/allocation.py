@@ -99,6 +99,8 @@ def allocate(
     for profile, (cores_points, rate_points) in enumerate(table.curves):
         members = profile_of == profile
         rate[members] = np.interp(share[members], cores_points, rate_points)
+    # exact where no speed is drawn: x * 1.0 is x
+    rate *= physics.speed.reshape(-1)[at]
     rate[booting] = 0.0
     physics.rate[stale] = 0.0
     physics.rate.reshape(-1)[at] = rate

@@ -37,6 +37,11 @@ class ReplayBackend(Backend):
         loss_noise_cv: coefficient of variation of the loss a training job reports around its
             profile's loss curve; 0 reports the curve itself. Mini-batch losses scatter around
             the trend, and growth-efficiency schedulers (FlowCon) must cope with it.
+        speed_spread: coefficient of variation of each workload's speed per episode (a factor
+            of mean 1 on its throughput, the same for all its jobs in an episode): hosts of one
+            CPU model differ in speed by up to 1.6x (``dlsched validate``'s speed probes), and
+            a scheduler trained on many speeds meets the host's as one of them. 0 (the
+            default) draws nothing: the episodes of the profiles as measured.
     """
 
     name: ClassVar[str] = "replay"
@@ -44,12 +49,12 @@ class ReplayBackend(Backend):
         simulated_time=True, deterministic=True, batchable=True, reads_profiles=True
     )
 
-    def __init__(self, loss_noise_cv: float = 0.01) -> None:
-        if not (math.isfinite(loss_noise_cv) and 0.0 <= loss_noise_cv < 1.0):
-            raise BackendError(
-                f"loss_noise_cv={loss_noise_cv!r} must be a coefficient of variation in [0, 1)"
-            )
+    def __init__(self, loss_noise_cv: float = 0.01, speed_spread: float = 0.0) -> None:
+        for name, value in (("loss_noise_cv", loss_noise_cv), ("speed_spread", speed_spread)):
+            if not (math.isfinite(value) and 0.0 <= value < 1.0):
+                raise BackendError(f"{name}={value!r} must be a coefficient of variation in [0, 1)")
         self.loss_noise_cv = float(loss_noise_cv)
+        self.speed_spread = float(speed_spread)
         self._engine: ReplayEngine | None = None
         self._column: dict[str, int] = {}
 
@@ -60,7 +65,7 @@ class ReplayBackend(Backend):
             UnknownNameError: a workload of the scenario is not in its profile set.
             ScenarioError: a workload's kind or threading differs from the scenario's.
         """
-        return ReplayEngine(scenario, episodes, self.loss_noise_cv)
+        return ReplayEngine(scenario, episodes, self.loss_noise_cv, speed_spread=self.speed_spread)
 
     def reset(
         self, scenario: Scenario, jobs: Sequence[JobSpec], rng: np.random.Generator
@@ -84,7 +89,7 @@ class ReplayBackend(Backend):
         if not fits:
             # Sized for these jobs, which need not be drawn from the scenario's groups.
             engine = self._engine = ReplayEngine(
-                scenario, 1, self.loss_noise_cv, sorted(workloads), len(jobs)
+                scenario, 1, self.loss_noise_cv, sorted(workloads), len(jobs), self.speed_spread
             )
         assert engine is not None
         engine.reset_rows([0], [jobs], [rng])

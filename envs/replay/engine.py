@@ -58,13 +58,15 @@ from dlsched.envs.episode_batch import (
 from dlsched.envs.errors import ScenarioError
 from dlsched.envs.replay.allocation import allocate
 from dlsched.envs.replay.engine_arrays import PhysicsArrays
-from dlsched.envs.replay.profile_table import ProfileTable
+from dlsched.envs.replay.profile_table import ProfileTable, lognormal
 from dlsched.envs.replay.race import RaceChains
 from dlsched.envs.replay.unit_work import HEAD, WINDOW, UnitWork
 from dlsched.envs.scenarios.model import JobKind, Scenario
 
 __all__ = ["ReplayEngine"]
 
+#: The second word of the seed of an episode's speed stream (see ``speed_spread``).
+SPEED_STREAM = 0x5EED
 #: Work (in units) within which a unit counts as complete; absorbs the rounding of solved times.
 WORK_EPS = 1e-9
 #: Offsets of the bounds a completion looks at first, after the units done.
@@ -81,6 +83,9 @@ class ReplayEngine(EpisodeBatch):
         episodes: rows.
         loss_noise_cv: coefficient of variation of the loss a training job reports around its
             profile's loss curve; 0 reports the curve itself.
+        speed_spread: coefficient of variation of each workload's speed in an episode (a
+            lognormal factor of mean 1 on its throughput, the same for all its jobs in the
+            episode, drawn from a stream seeded by the episode's first job); 0 draws nothing.
         workloads: the workloads its episodes' jobs run; by default the scenario's.
         jobs: the most jobs an episode has; by default the scenario's.
 
@@ -96,6 +101,7 @@ class ReplayEngine(EpisodeBatch):
         loss_noise_cv: float,
         workloads: Sequence[str] | None = None,
         jobs: int | None = None,
+        speed_spread: float = 0.0,
     ) -> None:
         super().__init__(scenario, episodes, jobs)
         self.table = ProfileTable(scenario, workloads)
@@ -104,6 +110,9 @@ class ReplayEngine(EpisodeBatch):
         self.units_of_work = UnitWork(
             self.table, episodes, self.jobs, self.training, float(loss_noise_cv)
         )
+        self.speed_spread = speed_spread
+        #: Per row whose episode has placed a job, its workloads' speed factors (``speed_spread``).
+        self._speeds: dict[int, np.ndarray] = {}
         #: The racing jobs' chains, where the scenario's profile set has a race (else ``None``:
         #: the deterministic model, untouched).
         self.races = RaceChains(self.table.races) if self.table.racing else None
@@ -144,6 +153,8 @@ class ReplayEngine(EpisodeBatch):
         self.units_of_work.reset_rows(reset.tolist(), rngs)
         if self.races is not None:
             self.races.reset_rows(reset.tolist())
+        for row in reset.tolist():
+            self._speeds.pop(row, None)
         for row, ordered in zip(reset.tolist(), ordered_rows, strict=True):
             self.set_jobs(row, ordered)
         every = [job for ordered in ordered_rows for job in ordered]
@@ -196,6 +207,10 @@ class ReplayEngine(EpisodeBatch):
         first, last = self.units_of_work.draw(rows, jobs, profile_of, state.total[rows, jobs])
         physics.next_bound[rows, jobs] = first
         physics.final_bound[rows, jobs] = last
+        if self.speed_spread > 0:
+            physics.speed[rows, jobs] = self._episode_speeds(rows, jobs)[
+                np.arange(len(rows)), profile_of
+            ]
         if self.races is not None:
             seeds = self.units_of_work.seeds[rows, jobs]
             for row, job, level, holding, full_at in self.races.start(
@@ -205,6 +220,20 @@ class ReplayEngine(EpisodeBatch):
                 physics.race_full_at[row, job] = full_at
                 physics.race_switch_s[row, job] = self.now[row] + holding
         self._paused_or_booting_changed()
+
+    def _episode_speeds(self, rows: np.ndarray, jobs: np.ndarray) -> np.ndarray:
+        """Per job just placed, its episode's speed factor of every workload: drawn at the
+        episode's first placement from a stream of its own (seeded by that job's noise seed and
+        :data:`SPEED_STREAM`, so the units of work stay those drawn without it)."""
+        factors = []
+        for row, job in zip(rows.tolist(), jobs.tolist(), strict=True):
+            if row not in self._speeds:
+                stream = np.random.default_rng(
+                    (int(self.units_of_work.seeds[row, job]), SPEED_STREAM)
+                )
+                self._speeds[row] = lognormal(stream, self.speed_spread, len(self.table.names))
+            factors.append(self._speeds[row])
+        return np.asarray(factors)
 
     def apply(self, limits: np.ndarray, migrations: Sequence[Move]) -> None:
         """Put ``limits`` in force, then move the jobs of ``migrations`` (each pauses for the

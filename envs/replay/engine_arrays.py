@@ -36,6 +36,8 @@ class PhysicsArrays(ArrayFields):
         final_bound: a training job's work of all its iterations.
         share: cores it gets now.
         rate: units of average work per second it makes now.
+        speed: the factor on its workload's throughput in its episode (1 unless the backend
+            draws speeds: ``speed_spread``).
         race_level: the multiplier its race is at now (:mod:`~dlsched.envs.replay.race`; 1
             without a race).
         race_full_at: its race's ``full_at`` (``inf`` without a race).
@@ -60,6 +62,7 @@ class PhysicsArrays(ArrayFields):
     final_bound: np.ndarray = field(metadata=column(np.inf))
     share: np.ndarray = field(metadata=column(0.0))
     rate: np.ndarray = field(metadata=column(0.0))
+    speed: np.ndarray = field(metadata=column(1.0))
     race_level: np.ndarray = field(metadata=column(1.0))
     race_full_at: np.ndarray = field(metadata=column(np.inf))
     race_switch_s: np.ndarray = field(metadata=column(np.inf))

@@ -32,7 +32,8 @@ if TYPE_CHECKING:  # problems imports the schema, which imports the lengths belo
 @dataclass(frozen=True)
 class Limit:
     """A limit on a count, with its default; raised by the environment variable
-    ``DLSCHED_<name>``.
+    ``DLSCHED_<name>``. Scenarios have theirs below; other inputs that size work (a model's
+    files, a training's timesteps) declare theirs where they are read.
 
     Attributes:
         name: the limit's name, e.g. ``MAX_WORKERS``.
@@ -75,7 +76,7 @@ class Limit:
         """What a refusal expected: the limit and how to raise it."""
         return (
             f"at most {self.value:,} {self.unit} (dlsched's limit {self.name}; if your machine "
-            f"has the memory for more, raise it with the environment variable "
+            f"has the memory and the time for more, raise it with the environment variable "
             f"{self.variable}=N)"
         )
 

@@ -15,7 +15,7 @@ from dlsched.baselines.registry import baseline_class, defaults, names
 from dlsched.policies.pretrained import pretrained_cards
 from dlsched.runs.commands.argument_types import positive_int
 from dlsched.runs.commands.options import Subcommands
-from dlsched.runs.parser import ListOption, deprecated_alias
+from dlsched.runs.parser import ListOption, deprecated_alias, plain
 from dlsched.runs.reproduce.baselines_report import format_report, report
 
 
@@ -71,7 +71,7 @@ def run_list(args: argparse.Namespace) -> int:
     model's card; the exit code."""
     for name in names():
         doc = (baseline_class(name).__doc__ or "").strip().splitlines()
-        print(f"{name}: {doc[0] if doc else ''}")
+        print(f"{name}: {plain(doc[0]) if doc else ''}")
         for param, default in defaults(name).items():
             print(f"    {param} = {default!r}")
     cards = pretrained_cards()

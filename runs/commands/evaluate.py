@@ -155,8 +155,8 @@ def run(args: argparse.Namespace) -> int:
     if outcome.failure is not None:
         raise outcome.failure
     print(
-        f"MLflow: experiment {location.experiment!r}, run {location.id} "
-        f"({location.parent_run_id}) in {location.tracking_uri}",
+        f"MLflow: experiment {location.experiment!r}, evaluation {location.id} (run "
+        f"{location.parent_run_id}) in {location.tracking_uri}",
         file=sys.stderr,
     )
     return 0

@@ -51,6 +51,7 @@ SB3_ONLY: Mapping[str, object] = {
     "actions": _SB3_DEFAULTS.actions.value,
     "max_step": _SB3_DEFAULTS.max_step,
     "frame_stack": _SB3_DEFAULTS.frame_stack,
+    "speed_spread": _SB3_DEFAULTS.speed_spread,
     "slot_agents": False,
     "own_weight": _SB3_DEFAULTS.own_weight,
     "policy_kwarg": [],
@@ -142,6 +143,12 @@ def register(subparsers: Subcommands) -> None:
     )
     sb3_option("--max-step", "largest factor of one relative action", type=float)
     sb3_option("--frame-stack", "consecutive observations the agent sees at once", type=int)
+    sb3_option(
+        "--speed-spread",
+        "on replay, each workload's speed drawn per training episode with this coefficient of "
+        "variation (0.1-0.2 spans the drift between hosts that validate's speed probes measure)",
+        type=float,
+    )
     parser.add_argument(
         "--slot-agents",
         action="store_true",
@@ -244,9 +251,6 @@ def _add_settings_option(
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched train`` as ``args`` say; the exit code."""
-    # imported here, so that parsing (and --help) does not wait for torch, SB3 and MLflow
-    from dlsched.runs.training.harness import train
-
     if args.engine == "rllib":
         return _run_rllib(args)
     _refuse_options(args, RLLIB_ONLY, "sb3")
@@ -267,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
         actions=ActionMode(args.actions),
         max_step=args.max_step,
         frame_stack=args.frame_stack,
+        speed_spread=args.speed_spread,
         slot_agents=args.slot_agents,
         own_weight=args.own_weight,
         hyperparams=parse_settings(args.hp, "--hp"),
@@ -275,6 +280,11 @@ def run(args: argparse.Namespace) -> int:
         vec_env=VecEnvKind(args.vec_env),
         torch_threads=args.torch_threads,
     )
+    config.check_size()
+    # imported here, so that parsing, --help and a refused size do not wait for torch, SB3 and
+    # MLflow
+    from dlsched.runs.training.harness import train
+
     client, target = _tracking(args)
     result = train(
         config,
@@ -306,7 +316,7 @@ def _print_outcome(
     """Print where a training's files, run and model are; re-raise its interruption."""
     print(f"local files: {result.folder.resolve()}")
     if result.run_id is not None and target is not None:
-        print(f"MLflow run {result.run_id} (experiment {result.experiment_id}) in {target.uri}")
+        print(f"MLflow: experiment {result.experiment!r}, run {result.run_id} in {target.uri}")
     print(f"model: {result.model_uri}")
     if latest_weights:
         print(f"latest weights: {result.final_model_uri}")
@@ -352,9 +362,6 @@ def _refuse_options(args: argparse.Namespace, options: Mapping[str, object], eng
 
 def _run_rllib(args: argparse.Namespace) -> int:
     """``dlsched train --engine rllib``."""
-    from dlsched.runs.training.harness import register_model
-    from dlsched.runs.training.rllib import require_ray, train_rllib
-
     _refuse_options(args, SB3_ONLY, "rllib")
     if args.register_as is not None and args.no_tracking:
         raise TrackingError(
@@ -380,6 +387,9 @@ def _run_rllib(args: argparse.Namespace) -> int:
         torch_threads=args.torch_threads,
     )
     config.check()
+    from dlsched.runs.training.harness import register_model
+    from dlsched.runs.training.rllib import require_ray, train_rllib
+
     # before the store is touched: a missing extra is the first thing to say
     require_ray(local=config.address is None)
     client, target = _tracking(args)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from dlsched.envs.errors import BackendError, PolicyError
 from dlsched.envs.replay.profile import profile_set_names
 from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
 from dlsched.runs.commands.argument_types import local_records_folder
 from dlsched.runs.commands.evaluate import parse_settings
@@ -133,8 +134,9 @@ def register(subparsers: Subcommands) -> None:
     parser.set_defaults(handler=run)
 
 
-def reference_side(against: str, workload_threading: str | None, default_threading: str) -> Side:
-    """The reference the command line names.
+def reference_side(against: str, workload_threading: str | None, scenario: Scenario) -> Side:
+    """The reference the command line names for ``scenario`` (a docker reference runs its
+    workloads with the threading they were profiled with, unless ``workload_threading``).
 
     Raises:
         BackendError: ``--against`` is none of ``docker``, ``replay:SET`` or
@@ -143,7 +145,10 @@ def reference_side(against: str, workload_threading: str | None, default_threadi
         TrackingError: ``recorded:FOLDER`` names a folder without recorded episodes.
     """
     if against == "docker":
-        threading = workload_threading or default_threading
+        # imported here: it imports MLflow and matplotlib, which a refused recording does not need
+        from dlsched.runs.fidelity.validation_run import scenario_threading
+
+        threading = workload_threading or scenario_threading(scenario)
         return Side("docker", {"workload_threading": threading} if threading != "tuned" else {})
     backend, colon, profile_set = against.partition(":")
     if backend == "recorded" and colon and profile_set:
@@ -169,6 +174,11 @@ def reference_side(against: str, workload_threading: str | None, default_threadi
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched validate`` as ``args`` say; the exit code."""
+    out = local_records_folder(args, DEFAULT_OUT)
+    scenario = load_scenario(args.scenario)
+    # a recording is measured (and refused) first, before MLflow and matplotlib are imported
+    reference = reference_side(args.against, args.workload_threading, scenario)
+    replay_seeds = _replay_seeds(args.replay_seeds, scenario)  # refused before any probe
     # imported here, so that parsing (and --help) does not wait for MLflow and matplotlib
     from dlsched.runs.fidelity.host_speed import (
         SpeedBracket,
@@ -176,15 +186,9 @@ def run(args: argparse.Namespace) -> int:
         resolve_host_speed,
         speed_bracket,
     )
-    from dlsched.runs.fidelity.validation_run import (
-        ValidationRequest,
-        host_warnings,
-        scenario_threading,
-    )
+    from dlsched.runs.fidelity.validation_run import ValidationRequest, host_warnings
     from dlsched.runs.tracking.target import resolve_tracking_uri
 
-    out = local_records_folder(args, DEFAULT_OUT)
-    scenario = load_scenario(args.scenario)
     specs = list(args.policy)
     held_out = tuple(name.strip() for name in args.held_out.split(",") if name.strip())
     target = resolve_tracking_uri(args.tracking_uri)
@@ -199,9 +203,6 @@ def run(args: argparse.Namespace) -> int:
             f"--held-out {','.join(unknown)} is not among the policies validated "
             f"({', '.join(names)}); name policies of --policy"
         )
-    threading = scenario_threading(scenario)
-    reference = reference_side(args.against, args.workload_threading, threading)
-    replay_seeds = _replay_seeds(args.replay_seeds, threading)  # refused before any probe
     warnings = host_warnings(scenario, reference)
     speed = resolve_host_speed(args.host_speed, scenario, reference)
     with tempfile.TemporaryDirectory(prefix="dlsched-rescaled-") as scratch:
@@ -237,14 +238,16 @@ def run(args: argparse.Namespace) -> int:
 MAX_REPLAY_SEEDS = 10_000
 
 
-def _replay_seeds(given: int | None, threading: str) -> int:
-    """``--replay-seeds``, or its default for a scenario of ``threading``.
+def _replay_seeds(given: int | None, scenario: Scenario) -> int:
+    """``--replay-seeds``, or its default for ``scenario``.
 
     Raises:
         BackendError: a count below 0 or above :data:`MAX_REPLAY_SEEDS`.
     """
     if given is None:
-        return STOCK_REPLAY_SEEDS if threading == "stock" else 0
+        from dlsched.runs.fidelity.validation_run import scenario_threading
+
+        return STOCK_REPLAY_SEEDS if scenario_threading(scenario) == "stock" else 0
     if not 0 <= given <= MAX_REPLAY_SEEDS:
         raise BackendError(
             f"--replay-seeds {given}: expected 0 to {MAX_REPLAY_SEEDS} (replay's seeds for the "

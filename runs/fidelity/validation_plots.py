@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -26,16 +27,31 @@ DPI = 110
 _COLOURS = {"replay": "tab:blue", "host": "tab:orange"}
 
 
+def _panels(count: int, columns: int, width: float, height: float) -> tuple[Figure, list[Axes]]:
+    """A figure of ``count`` panels, at most ``columns`` a row, each ``width`` x ``height``."""
+    columns = min(columns, max(1, count))
+    rows = max(1, math.ceil(count / columns))
+    figure = Figure(figsize=(width * columns, height * rows), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure, list(figure.subplots(rows, columns, squeeze=False).flatten())
+
+
+def _finish(figure: Figure, axes: list[Axes], used: int, title: str, path: Path) -> Path:
+    """Hide the panels beyond ``used``, give the first the legend, title and save the figure."""
+    for ax in axes[used:]:
+        ax.set_visible(False)
+    axes[0].legend(fontsize=7)
+    figure.suptitle(title, fontsize=10)
+    figure.savefig(path, dpi=DPI)
+    return path
+
+
 def plot_twins(replay: EpisodeResult, host: EpisodeResult, path: Path) -> Path:
     """Draw every job of one episode on both backends into ``path`` (a PNG); return it."""
     inference = replay.scenario.kind is JobKind.INFERENCE
     field = "latency_s" if inference else "loss"
     jobs = [job.job_id for job in replay.jobs]
-    columns = min(4, max(1, len(jobs)))
-    rows = math.ceil(len(jobs) / columns)
-    figure = Figure(figsize=(3.6 * columns, 2.6 * rows), layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(rows, columns, squeeze=False).flatten()
+    figure, axes = _panels(len(jobs), 4, 3.6, 2.6)
     targets = {job.job_id: job.target_s for job in replay.steps[-1].containers}
     workloads = {job.job_id: job.workload for job in replay.jobs}
     for ax, job_id in zip(axes, jobs, strict=False):
@@ -49,15 +65,8 @@ def plot_twins(replay: EpisodeResult, host: EpisodeResult, path: Path) -> Path:
         ax.set_xlabel("time (s)", fontsize=8)
         ax.set_ylabel("batch latency (s)" if inference else "loss", fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in axes[len(jobs) :]:
-        ax.set_visible(False)
-    axes[0].legend(fontsize=7)
-    figure.suptitle(
-        f"{replay.scenario.name}: {replay.policy.name}, seed {replay.seed}: replay against host",
-        fontsize=10,
-    )
-    figure.savefig(path, dpi=DPI)
-    return path
+    title = f"{replay.scenario.name}: {replay.policy.name}, seed {replay.seed}: replay against host"
+    return _finish(figure, axes, len(jobs), title, path)
 
 
 def _series(result: EpisodeResult, job_id: str, field: str) -> tuple[list[float], list[float]]:
@@ -79,11 +88,7 @@ def plot_timelines(report: ValidationReport, path: Path) -> Path:
     the panel's title: the papers' main figure, drawn for replay and for the host side by side.
     """
     panels = report.timelines
-    columns = min(3, max(1, len(panels)))
-    rows = math.ceil(len(panels) / columns) if panels else 1
-    figure = Figure(figsize=(4.2 * columns, 3.0 * rows), layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(rows, columns, squeeze=False).flatten()
+    figure, axes = _panels(len(panels), 3, 4.2, 3.0)
     model, reference = report.sides
     for ax, timeline in zip(axes, panels, strict=False):
         ax.plot(timeline.times_s, timeline.replay, color=_COLOURS["replay"], label=model)
@@ -100,16 +105,11 @@ def plot_timelines(report: ValidationReport, path: Path) -> Path:
         if timeline.measure == "satisfied_fraction":
             ax.set_ylim(-0.02, 1.02)
         ax.tick_params(labelsize=7)
-    for ax in axes[len(panels) :]:
-        ax.set_visible(False)
-    axes[0].legend(fontsize=7)
-    figure.suptitle(
+    title = (
         f"{report.scenario}: {model} against {reference} over time (mean over seeds "
-        f"{', '.join(str(seed) for seed in report.seeds)})",
-        fontsize=10,
+        f"{', '.join(str(seed) for seed in report.seeds)})"
     )
-    figure.savefig(path, dpi=DPI)
-    return path
+    return _finish(figure, axes, len(panels), title, path)
 
 
 #: Panels of :func:`plot_distributions` at most (a policy's jobs, policy after policy).
@@ -124,11 +124,7 @@ def plot_distributions(report: ValidationReport, path: Path) -> Path | None:
     if summary is None or not summary.jobs:
         return None
     jobs = summary.jobs[:MAX_DISTRIBUTION_PANELS]
-    columns = min(4, len(jobs))
-    rows = math.ceil(len(jobs) / columns)
-    figure = Figure(figsize=(3.4 * columns, 2.5 * rows), layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(rows, columns, squeeze=False).flatten()
+    figure, axes = _panels(len(jobs), 4, 3.4, 2.5)
     model, reference = report.sides
     unit = "completion (s)" if report.kind is JobKind.TRAINING else "median latency (s)"
     for ax, job in zip(axes, jobs, strict=False):
@@ -146,17 +142,12 @@ def plot_distributions(report: ValidationReport, path: Path) -> Path | None:
         )
         ax.set_xlabel(unit, fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in axes[len(jobs) :]:
-        ax.set_visible(False)
-    axes[0].legend(fontsize=7)
     shown = "" if len(jobs) == len(summary.jobs) else f" (first {len(jobs)} of {len(summary.jobs)})"
-    figure.suptitle(
+    title = (
         f"{report.scenario}: each job's outcomes over the reruns{shown}; replay's 10-90% band "
-        f"shaded,\nit covers {summary.coverage:.0%} of the host's outcomes",
-        fontsize=10,
+        f"shaded,\nit covers {summary.coverage:.0%} of the host's outcomes"
     )
-    figure.savefig(path, dpi=DPI)
-    return path
+    return _finish(figure, axes, len(jobs), title, path)
 
 
 def plot_paces(replay: EpisodeResult, host: EpisodeResult, path: Path) -> Path | None:
@@ -169,11 +160,7 @@ def plot_paces(replay: EpisodeResult, host: EpisodeResult, path: Path) -> Path |
     inference = replay.scenario.kind is JobKind.INFERENCE
     traces = {trace.job_id: trace for trace in host.progress_traces}
     jobs = [job.job_id for job in replay.jobs if job.job_id in traces]
-    columns = min(4, max(1, len(jobs)))
-    rows = math.ceil(len(jobs) / columns)
-    figure = Figure(figsize=(3.6 * columns, 2.4 * rows), layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(rows, columns, squeeze=False).flatten()
+    figure, axes = _panels(len(jobs), 4, 3.6, 2.4)
     horizon = max(replay.steps[-1].time_s, host.steps[-1].time_s)
     for ax, job_id in zip(axes, jobs, strict=False):
         host_rate = traces[job_id].per_second(horizon)
@@ -186,15 +173,8 @@ def plot_paces(replay: EpisodeResult, host: EpisodeResult, path: Path) -> Path |
         ax.set_xlabel("time (s)", fontsize=8)
         ax.set_ylabel("batches / s" if inference else "iterations / s", fontsize=8)
         ax.tick_params(labelsize=7)
-    for ax in axes[len(jobs) :]:
-        ax.set_visible(False)
-    axes[0].legend(fontsize=7)
-    figure.suptitle(
-        f"{replay.scenario.name}: {replay.policy.name}, seed {replay.seed}: each job's pace",
-        fontsize=10,
-    )
-    figure.savefig(path, dpi=DPI)
-    return path
+    title = f"{replay.scenario.name}: {replay.policy.name}, seed {replay.seed}: each job's pace"
+    return _finish(figure, axes, len(jobs), title, path)
 
 
 def _replay_paces(

@@ -6,7 +6,10 @@ engine, by default). Any side can stand on either side, so that a recalibrated s
 against the shipped one, and so that replay against itself is a test of the comparison (zero
 error). A side may also be *recorded*: the episodes of an earlier evaluation read from its
 folder, so that a change of the replay model is held against yesterday's host run without
-running it again.
+running it again. A recording's files are measured, every episode's, before any side runs
+(within :data:`~dlsched.runs.tracking.trajectory.MAX_RECORD_BYTES` and
+:data:`~dlsched.runs.tracking.trajectory.MAX_TRAJECTORY_BYTES`, as ``dlsched runs sync`` reads
+them).
 
 :func:`run_validation` runs every policy on every seed on both sides (:func:`run_sides` says
 in which order) and builds the report (:mod:`~dlsched.runs.fidelity.validation_report`);
@@ -27,7 +30,12 @@ from dlsched.policies.policy import Policy
 from dlsched.runs.evaluation.records import EpisodeResult, PolicyIdentity, backend_label
 from dlsched.runs.fidelity.validation_report import ValidationReport, build_report
 from dlsched.runs.fidelity.validation_statistics import same_jobs_every_seed
-from dlsched.runs.tracking.trajectory import EPISODE_FILE, EvaluationFolder, read_episode
+from dlsched.runs.tracking.trajectory import (
+    EPISODE_FILE,
+    EvaluationFolder,
+    episode_files,
+    read_episode,
+)
 
 if TYPE_CHECKING:
     from dlsched.runs.fidelity.host_speed import HostSpeed
@@ -86,6 +94,8 @@ class Side:
                 "<policy>-seed<seed>/episode.json folders, as dlsched evaluate and validate "
                 "write under --out); name the folder of one evaluation"
             )
+        for episode in episodes:  # at once, rather than once the model's episodes have run
+            episode_files(episode)
         first = read_episode(episodes[0])
         return cls(first.backend, dict(first.backend_options), recorded=folder)
 

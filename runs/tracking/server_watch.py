@@ -10,6 +10,7 @@ back. Once it is down, the evaluation goes on untracked instead of waiting for i
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import urllib.error
@@ -22,6 +23,27 @@ POLL_S = 5.0
 TIMEOUT_S = 5.0
 #: Checks in a row without an answer that make the server down (one slow answer does not).
 MISSES = 2
+
+#: MLflow's account of a request a server did not answer: the URL, then urllib3's repr of its
+#: connection pool, retries and the errors they wrapped, around the one cause that matters.
+_UNANSWERED = re.compile(r"API request to \S+ failed with exception HTTPConnectionPool\(")
+#: The cause within it: an OS error (``[Errno 111] Connection refused``), else the innermost
+#: quoted reason (``Remote end closed connection without response``).
+_CAUSE = re.compile(r"\[Errno -?\d+\][^\"')]*|(?<=\(['\"])[^'\"]+(?=['\"]\)+$)")
+
+
+def brief_failure(text: str) -> str:
+    """``text``, a failure to log, with MLflow's account of a request the server did not
+    answer (some 400 characters) cut to its cause: ``no answer ([Errno 111] Connection
+    refused)``. What follows that account (after ``"; "``) is kept."""
+    found = _UNANSWERED.search(text)
+    if found is None:
+        return text
+    end = text.find("; ", found.end())
+    end = len(text) if end < 0 else end
+    causes = _CAUSE.findall(text[found.end() : end])
+    cause = f" ({causes[0].strip()})" if causes else ""
+    return f"{text[: found.start()]}no answer{cause}{text[end:]}"
 
 
 class ServerWatch:

@@ -76,7 +76,7 @@ from dlsched.runs.tracking.plots import (
 )
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.run_logging import TAG_EVALUATION, TAG_KIND, log_in_batches
-from dlsched.runs.tracking.server_watch import ServerWatch
+from dlsched.runs.tracking.server_watch import ServerWatch, brief_failure
 from dlsched.runs.tracking.store import STORE_ERRORS, experiment_id, first_line
 from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.tracking.trajectory import (
@@ -170,6 +170,9 @@ class EvaluationTracker:
         # per policy, each episode's headline over time, for the parent run's timeline plot
         self._timelines: dict[str, PolicyTimeline] = {}
         self._watch: ServerWatch | None = None
+        # whether every episode has been handed to the writer: a failure from then on is said
+        # once, when the evaluation ends, rather than as a warning that it goes on untracked
+        self._episodes_over = False
 
     # -------------------------------------------------------------- life cycle
 
@@ -242,6 +245,7 @@ class EvaluationTracker:
     ) -> None:
         # stopped or failed: what was handed over is logged (without plots) before the parent
         # run is ended, so no episode run is left RUNNING
+        self._episodes_over = True
         self._close_writer(hurry=kind is not None)
         if self._watch is not None:
             self._watch.stop()
@@ -338,6 +342,7 @@ class EvaluationTracker:
         """Wait until the writer has logged every episode handed to it (the timeline, and the
         chart of ``comparison``'s headlines, are drawn meanwhile); :attr:`episode_run_ids` is
         then complete. Once: later calls return at once."""
+        self._episodes_over = True
         if self._writer is None or self._writer.closed:
             return
         if self.plots and comparison is not None and comparison.summaries:
@@ -388,15 +393,20 @@ class EvaluationTracker:
         )
 
     def _fail(self, what: str) -> None:
-        """Go on untracked from now on, and say where the episodes are and how to upload them."""
+        """Go on untracked from now on: :attr:`failure` says, for the end of the evaluation,
+        where the episodes are and how to upload them; a warning says now, while episodes are
+        still to come, that they are kept on disk only."""
         folder = self.folder.path.resolve()
+        what = brief_failure(what)
         self.failure = TrackingError(
-            f"tracking to {self.target.uri} failed: {what}. Every finished episode is on disk "
-            f"in {folder} (trajectory.csv, episode.json and scenario.yaml per episode); "
-            "the evaluation goes on without tracking. When the store is back, upload them: "
-            f"dlsched runs sync {folder}"
+            f"tracking to {self.target.uri} failed: {what}; every episode is on disk, upload "
+            f"them when the store answers: dlsched runs sync {folder}"
         )
-        self.warn(f"warning: {self.failure}")
+        if not self._episodes_over:
+            self.warn(
+                f"warning: tracking to {self.target.uri} failed: {what}; the evaluation goes "
+                f"on untracked, its episodes on disk in {folder}"
+            )
 
     def finish(self, comparison: ScenarioComparison, files: Sequence[Path]) -> None:
         """Log the summary on the parent run, with ``files`` as artifacts, and close it; its

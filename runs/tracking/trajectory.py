@@ -360,6 +360,42 @@ def _optional(cell: str, parse: Callable[[str], _T]) -> _T | None:
     return None if cell == "" else parse(cell)
 
 
+@dataclass(frozen=True)
+class EpisodeFiles:
+    """The files of one recorded episode, each found within its limit.
+
+    Attributes:
+        record: ``episode.json``.
+        trajectory: ``trajectory.csv``.
+        progress: ``progress.csv`` (``None``: the episode recorded no progress events).
+    """
+
+    record: Path
+    trajectory: Path
+    progress: Path | None
+
+
+def episode_files(folder: Path) -> EpisodeFiles:
+    """The files of the episode in ``folder``, once each is found within its limit (none is
+    read): a reader of many episodes checks them all first.
+
+    Raises:
+        TrackingError: a file is missing or larger than its limit.
+    """
+    progress = folder / PROGRESS_FILE
+    try:
+        return EpisodeFiles(
+            _bounded(folder / EPISODE_FILE, MAX_RECORD_BYTES),
+            _bounded(folder / TRAJECTORY_FILE, MAX_TRAJECTORY_BYTES),
+            _bounded(progress, MAX_PROGRESS_BYTES) if progress.exists() else None,
+        )
+    except FileNotFoundError as error:
+        raise TrackingError(
+            f"episode folder {folder} lacks {Path(str(error.filename)).name}: dlsched writes "
+            f"{EPISODE_FILE}, {TRAJECTORY_FILE} and {SCENARIO_FILE} in every episode's folder"
+        ) from None
+
+
 def read_episode(folder: Path, containers: bool = False) -> EpisodeResult:
     """An episode read back from its folder (what :meth:`EvaluationFolder.write_episode` wrote).
 
@@ -376,23 +412,14 @@ def read_episode(folder: Path, containers: bool = False) -> EpisodeResult:
         TrackingError: a file is missing, larger than its limit, or not what dlsched writes.
         ScenarioError: its scenario file is not a valid scenario.
     """
-    try:
-        record_file = _bounded(folder / EPISODE_FILE, MAX_RECORD_BYTES)
-        trajectory_file = _bounded(folder / TRAJECTORY_FILE, MAX_TRAJECTORY_BYTES)
-        progress_file = folder / PROGRESS_FILE
-        has_progress = progress_file.exists() and bool(_bounded(progress_file, MAX_PROGRESS_BYTES))
-    except FileNotFoundError as error:
-        raise TrackingError(
-            f"episode folder {folder} lacks {Path(str(error.filename)).name}: dlsched writes "
-            f"{EPISODE_FILE}, {TRAJECTORY_FILE} and {SCENARIO_FILE} in every episode's folder"
-        ) from None
+    files = episode_files(folder)
     scenario = load_scenario(str(folder / SCENARIO_FILE))
     try:
-        record = json.loads(record_file.read_text())
-        rows = read_trajectory(trajectory_file) if containers else {}
+        record = json.loads(files.record.read_text())
+        rows = read_trajectory(files.trajectory) if containers else {}
         traces = (
-            read_progress(progress_file, frozenset(record.get("progress_truncated", ())))
-            if containers and has_progress
+            read_progress(files.progress, frozenset(record.get("progress_truncated", ())))
+            if containers and files.progress is not None
             else ()
         )
         return _episode_result(record, scenario, rows, traces)

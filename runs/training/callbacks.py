@@ -48,8 +48,21 @@ class ProgressBar(BaseCallback):
         self.bar: tqdm[None] | None = None
 
     def _on_training_start(self) -> None:
+        planned = self.planned_steps()
+        if planned != self.total:  # said once, whether or not the bar shows
+            envs = self.training_env.num_envs
+            unit = (
+                f"rollouts of n_steps x environments = {self._n_steps():,} x {envs:,} steps"
+                if hasattr(self.model, "n_steps")
+                else f"steps of all {envs:,} environments"
+            )
+            print(
+                f"note: --timesteps {self.total:,} rounds up to {planned:,}: training runs "
+                f"whole {unit}",
+                file=sys.stderr,
+            )
         self.bar = tqdm(
-            total=self.planned_steps(),
+            total=planned,
             unit="step",
             desc="training",
             file=sys.stderr,
@@ -61,8 +74,12 @@ class ProgressBar(BaseCallback):
         """The timesteps SB3 will run: whole rollouts of ``n_steps`` per environment for an
         on-policy algorithm, whole vector steps otherwise (``--timesteps 20000`` with 8
         environments of 256 steps runs 20480)."""
-        chunk = self.training_env.num_envs * int(getattr(self.model, "n_steps", 1))
+        chunk = self.training_env.num_envs * self._n_steps()
         return -(-self.total // chunk) * chunk
+
+    def _n_steps(self) -> int:
+        """Steps of one environment in a rollout (an off-policy algorithm's: 1)."""
+        return int(getattr(self.model, "n_steps", 1))
 
     def _on_step(self) -> bool:
         assert self.bar is not None

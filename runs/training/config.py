@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from dlsched.envs.errors import PolicyError
+from dlsched.envs.scenarios.limits import Limit
 from dlsched.policies.agent_actions import ActionMapping, ActionMode
 
 if TYPE_CHECKING:
@@ -29,6 +30,13 @@ ON_POLICY: tuple[str, ...] = ("ppo", "a2c")
 ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "sac", "td3")
 
 HyperValue = float | int | str | bool
+
+MAX_TIMESTEPS = Limit("MAX_TIMESTEPS", 100_000_000, "timesteps of a training")
+"""Environment steps of one training: a day or more on a few cores (the shipped model took
+10**6 in 13 minutes), and a line of the progress file per rollout."""
+MAX_ENVS = Limit("MAX_ENVS", 256, "environments stepped side by side")
+"""``n_envs``: each holds its episode, and SB3 keeps a rollout of observations per environment;
+256 replay environments of a shipped scenario take about 1.2 GB with PPO's defaults."""
 
 
 class VecEnvKind(StrEnum):
@@ -63,6 +71,9 @@ class TrainingConfig:
         actions: how the agent's actions become limits (see
             :mod:`dlsched.policies.agent_actions`).
         max_step: the largest factor one relative action changes a limit by.
+        speed_spread: on replay, the coefficient of variation of each workload's speed per
+            training episode (:class:`~dlsched.envs.replay.backend.ReplayBackend`), so that the
+            agent meets many host speeds; validation runs the profiles as measured.
         frame_stack: consecutive observations the agent sees at once (1: the current one);
             a batch latency stays the same until the next batch ends, and only a history
             shows whether it is new and which limits it ran under.
@@ -92,6 +103,7 @@ class TrainingConfig:
     actions: ActionMode = ActionMode.RELATIVE
     max_step: float = 2.0
     frame_stack: int = 1
+    speed_spread: float = 0.0
     slot_agents: bool = False
     own_weight: float = 0.5
     hyperparams: tuple[tuple[str, HyperValue], ...] = ()
@@ -145,8 +157,9 @@ class TrainingConfig:
         )
         from dlsched.policies.learned import algorithm_class
 
+        self.check_size()
         algorithm_class(self.algo)
-        problems = _size_problems(self.timesteps, self.n_envs)
+        problems = []
         if self.eval_every < 0:
             problems.append(f"eval_every={self.eval_every} must be >= 0 (0: no validation)")
         if self.eval_every and self.eval_episodes < 1:
@@ -166,6 +179,13 @@ class TrainingConfig:
             problems.append(f"max_step={self.max_step} must be > 1")
         if not 0.0 <= self.own_weight <= 1.0:
             problems.append(f"own_weight={self.own_weight} must be in [0, 1]")
+        if not 0.0 <= self.speed_spread < 1.0:
+            problems.append(f"speed_spread={self.speed_spread} must be in [0, 1)")
+        elif self.speed_spread and self.backend != "replay":
+            problems.append(
+                f"speed_spread={self.speed_spread} draws replay's speeds; backend "
+                f"{self.backend!r} runs at its host's own"
+            )
         if self.frame_stack < 1:
             problems.append(f"frame_stack={self.frame_stack} must be at least 1")
         if self.torch_threads < 1:
@@ -182,8 +202,16 @@ class TrainingConfig:
         )
         if network_builds:
             problems += policy_keyword_problems(self.policy_class(), dict(self.policy_kwargs))
-        if problems:
-            raise PolicyError("invalid training configuration: " + "; ".join(problems))
+        _refuse(problems, "training configuration")
+
+    def check_size(self) -> None:
+        """Refuse a training of no steps or above its limits (:data:`MAX_TIMESTEPS`,
+        :data:`MAX_ENVS`); it imports nothing, so a command refuses one at once.
+
+        Raises:
+            PolicyError: a bad size.
+        """
+        _refuse(_size_problems(self.timesteps, self.n_envs), "training configuration")
 
     def to_data(self) -> dict[str, Any]:
         """The configuration as plain JSON data."""
@@ -200,13 +228,28 @@ class TrainingConfig:
 
 def _size_problems(timesteps: int, n_envs: int) -> list[str]:
     """What is wrong with a training's size, on either engine: ``timesteps`` environment steps
-    in all, ``n_envs`` environments stepped side by side; both must be at least 1."""
+    in all, ``n_envs`` environments stepped side by side; both at least 1 and within
+    :data:`MAX_TIMESTEPS` and :data:`MAX_ENVS`."""
     problems = []
     if timesteps < 1:
         problems.append(f"timesteps={timesteps} must be at least 1")
+    elif MAX_TIMESTEPS.exceeded(timesteps):
+        problems.append(f"timesteps={timesteps:,}: expected {MAX_TIMESTEPS.expected()}")
     if n_envs < 1:
         problems.append(f"n_envs={n_envs} must be at least 1")
+    elif MAX_ENVS.exceeded(n_envs):
+        problems.append(f"n_envs={n_envs:,}: expected {MAX_ENVS.expected()}")
     return problems
+
+
+def _refuse(problems: list[str], what: str) -> None:
+    """Raise ``problems`` of a configuration of ``what``, if any, as one error.
+
+    Raises:
+        PolicyError: naming every problem.
+    """
+    if problems:
+        raise PolicyError(f"invalid {what}: " + "; ".join(problems))
 
 
 @dataclass(frozen=True)
@@ -263,8 +306,7 @@ class RllibConfig:
             problems.append(f"net_arch={list(self.net_arch)} must be positive widths, e.g. 64,64")
         if self.torch_threads < 1:
             problems.append(f"torch_threads={self.torch_threads} must be at least 1")
-        if problems:
-            raise PolicyError("invalid RLlib training configuration: " + "; ".join(problems))
+        _refuse(problems, "RLlib training configuration")
 
     def to_data(self) -> dict[str, Any]:
         """The configuration as plain JSON data."""

@@ -20,7 +20,7 @@ observation normaliser of :mod:`dlsched.policies.normalization`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -132,6 +132,7 @@ def make_training_env(
     actions: ActionMapping | None,
     backend: str = "replay",
     reward: str | None = None,
+    backend_options: Mapping[str, object] | None = None,
 ) -> gym.Env[np.ndarray, np.ndarray]:
     """One training environment: the scenario's (or a :class:`ScenarioMix`), actions in [-1, 1].
 
@@ -141,9 +142,16 @@ def make_training_env(
             agents map them themselves, see :mod:`dlsched.runs.training.slot_agents`).
         backend: the backend's registered name.
         reward: the reward's name; ``None`` takes the environment's default.
+        backend_options: keyword arguments of the backend's constructor.
     """
     envs = [
-        gym.make(ENV_IDS[scenario.kind], scenario=scenario, backend=backend, reward=reward)
+        gym.make(
+            ENV_IDS[scenario.kind],
+            scenario=scenario,
+            backend=backend,
+            reward=reward,
+            backend_options=backend_options,
+        )
         for scenario in scenarios
     ]
     env: gym.Env[np.ndarray, np.ndarray] = envs[0] if len(envs) == 1 else ScenarioMix(envs)
@@ -198,6 +206,7 @@ def make_vec_env(
     reward: str | None = None,
     slot_agents: bool = False,
     own_weight: float = 0.5,
+    backend_options: Mapping[str, object] | None = None,
 ) -> VecEnv:
     """``n_envs`` training environments side by side (not yet normalised or seeded).
 
@@ -210,6 +219,7 @@ def make_vec_env(
         reward: the reward's name (``None``: the environment's default).
         slot_agents: make every slot an agent (:mod:`dlsched.runs.training.slot_agents`).
         own_weight: with per-slot agents, the weight of an agent's own job in its reward.
+        backend_options: keyword arguments of the backend's constructor.
     """
     resolved = resolve_vec_env_kind(kind, n_envs, backend, len(scenarios), slot_agents)
     if resolved is VecEnvKind.BATCHED:
@@ -219,6 +229,7 @@ def make_vec_env(
             vectorization_mode="vector_entry_point",
             scenario=scenarios[0],
             reward=reward,
+            backend_options=backend_options,
             autoreset_mode=AutoresetMode.SAME_STEP,
         )
         vector = batched.unwrapped
@@ -226,7 +237,12 @@ def make_vec_env(
             raise TypeError(f"expected dlsched's batched replay env, got {type(vector).__name__}")
         return VecMonitor(BatchedVecEnv(vector, actions))
     factory: Callable[[], gym.Env[np.ndarray, np.ndarray]] = partial(
-        make_training_env, tuple(scenarios), None if slot_agents else actions, backend, reward
+        make_training_env,
+        tuple(scenarios),
+        None if slot_agents else actions,
+        backend,
+        reward,
+        backend_options,
     )
     venv: VecEnv
     if resolved is VecEnvKind.SUBPROC:

@@ -101,7 +101,7 @@ class TrainingResult:
         stopped_early: whether validation stopped it before ``timesteps``.
         validations: every validation, in order.
         run_id: the MLflow run, when tracked.
-        experiment_id: its experiment.
+        experiment: its experiment's name.
         interruption: the SIGINT or SIGTERM that stopped it early, if one did (its work is
             saved and logged all the same).
         registered_uri: ``models:/<name>/<version>`` where the best model was registered in
@@ -115,7 +115,7 @@ class TrainingResult:
     stopped_early: bool
     validations: tuple[ValidationRecord, ...] = ()
     run_id: str | None = None
-    experiment_id: str | None = None
+    experiment: str | None = None
     interruption: KeyboardInterrupt | None = None
     registered_uri: str | None = None
 
@@ -139,12 +139,13 @@ class TrainingResult:
 
 @dataclass
 class TrainingTracking:
-    """The MLflow side of one training run."""
+    """The MLflow side of one training run: its run, in the experiment of that id and name."""
 
     client: MlflowClient
     target: TrackingTarget
     run_id: str
     experiment_id: str
+    experiment: str
 
 
 def new_training_id(config: TrainingConfig, scenario: Scenario) -> str:
@@ -291,7 +292,7 @@ def start_training_run(
             f"MLflow tracking store {target.uri} refused to start the training run: {error}; "
             "check the store, or train without tracking (--no-tracking)"
         ) from error
-    return TrainingTracking(client, target, run_id, experiment_id)
+    return TrainingTracking(client, target, run_id, experiment_id, experiment)
 
 
 @contextlib.contextmanager
@@ -406,6 +407,7 @@ def _training_env(config: TrainingConfig, scenarios: Sequence[Scenario]) -> VecE
         config.reward,
         config.slot_agents,
         config.own_weight,
+        {"speed_spread": config.speed_spread} if config.speed_spread else {},
     )
     if config.frame_stack > 1:
         venv = VecFrameStack(venv, config.frame_stack, channels_order="last")
@@ -506,7 +508,7 @@ def _training_result(
         stopped_early=validation.stopped_early if validation is not None else False,
         validations=records,
         run_id=tracking.run_id if tracking is not None else None,
-        experiment_id=tracking.experiment_id if tracking is not None else None,
+        experiment=tracking.experiment if tracking is not None else None,
         interruption=interruption,
     )
 

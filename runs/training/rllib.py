@@ -214,7 +214,7 @@ def train_rllib(
         timesteps=steps,
         stopped_early=False,
         run_id=tracking.run_id if tracking is not None else None,
-        experiment_id=tracking.experiment_id if tracking is not None else None,
+        experiment=tracking.experiment if tracking is not None else None,
         interruption=interruption,
     )
     if tracking is not None:

@@ -134,22 +134,67 @@ def test_a_misspelt_option_gets_the_one_meant(capsys: pytest.CaptureFixture[str]
             ["evaluate", "--scenario", "dqoes-varied-burst", "--policy", "dqoes", "--epsiodes", "3"]
         )
     assert exited.value.code == 2
-    err = capsys.readouterr().err
-    assert "dlsched evaluate: error: unrecognized arguments: --epsiodes 3" in err
-    assert "--epsiodes (did you mean --episodes?)" in err
+    assert capsys.readouterr().err == (
+        "dlsched evaluate: error: unrecognized --epsiodes; did you mean --episodes?\n"
+        "(see dlsched evaluate --help)\n"
+    )
 
 
-def test_a_misspelt_command_or_choice_gets_the_one_meant(
+def test_a_misspelt_required_option_is_named_not_said_missing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 34 item 5: argparse said "--policy is required", never naming --polcy."""
+    with pytest.raises(SystemExit) as exited:
+        main(
+            [
+                "evaluate",
+                "--scenario",
+                "dqoes-varied-burst",
+                "--polcy",
+                "default",
+                "--episodes",
+                "1",
+            ]
+        )
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "dlsched evaluate: error: unrecognized --polcy; did you mean --policy?\n"
+        "(see dlsched evaluate --help)\n"
+    )
+    with pytest.raises(SystemExit):  # abbreviations argparse takes are not misspellings
+        main(["evaluate", "--scen", "dqoes-varied-burst"])
+    assert capsys.readouterr().err.startswith(
+        "dlsched evaluate: error: the following arguments are required: --policy\n"
+    )
+
+
+def test_a_refusal_is_its_line_then_where_the_usage_is(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 35 item 8: the 8-line usage came before the one line that matters."""
+    with pytest.raises(SystemExit) as exited:
+        main(["evaluate", "--scenario", "dqoes-varied-burst"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "dlsched evaluate: error: the following arguments are required: --policy",
+        "(see dlsched evaluate --help)",
+    ]
+
+
+def test_a_misspelt_command_or_choice_gets_the_one_meant_first(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["evalute"])
     assert exited.value.code == 2
-    assert "did you mean 'evaluate'?" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith(
+        "dlsched: error: argument COMMAND: invalid choice 'evalute'; did you mean 'evaluate'? "
+        "(choose from 'scenarios', "
+    )
     with pytest.raises(SystemExit):
         main(["evaluate", "--scenario", "x", "--backend", "dockr"])
-    err = capsys.readouterr().err
-    assert "dlsched evaluate: error: argument --backend" in err and "'docker'?" in err
+    assert capsys.readouterr().err.startswith(
+        "dlsched evaluate: error: argument --backend: invalid choice 'dockr'; did you mean "
+        "'docker'? (choose from 'replay', 'docker')\n"
+    )
 
 
 def test_list_options_take_commas_and_repetition_alike() -> None:
@@ -224,7 +269,7 @@ def test_out_beside_no_tracking_is_refused_not_ignored(
 
 
 def test_a_bug_is_one_line_naming_its_log_and_exit_1(capsys, tmp_path, monkeypatch):
-    from dlsched.runs.commands import scenarios
+    from dlsched.runs.commands import compare, scenarios
 
     def buggy(args):
         raise ZeroDivisionError("a bug")
@@ -235,7 +280,36 @@ def test_a_bug_is_one_line_naming_its_log_and_exit_1(capsys, tmp_path, monkeypat
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
     assert "dlsched scenarios: internal error (a bug of dlsched" in err
+    assert "--verbose" not in err  # scenarios has no such option
     log = Path(err.split("(traceback: ")[1].split(";")[0])
     assert "ZeroDivisionError: a bug" in log.read_text() and "Traceback" in log.read_text()
+    monkeypatch.setattr(compare, "run", buggy)
     with pytest.raises(ZeroDivisionError):  # --verbose: the traceback in the terminal
-        main(["scenarios", "--verbose"])
+        main(["compare", "--verbose"])
+
+
+def test_a_mistake_leaves_no_log_behind(capsys, tmp_path, monkeypatch):
+    """Issue 34 item 11: every refused command wrote dlsched-runs/logs/<cmd>-*.log here, and a
+    tracked one an empty mlflow.db (the default store, here)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for argv in (
+        ["scenarios", "nosuch"],
+        ["evaluate", "--scenario", "nosuch", "--policy", "default"],
+        ["evaluate", "--scenario", "dqoes-varied-burst", "--policy", "nosuch", "--no-tracking"],
+        ["train", "--scenario", "dqoes-varied-burst", "--timesteps", "0"],
+        ["train", "--scenario", "dqoes-varied-burst", "--timesteps", "100", "--n-envs", "100000"],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"dlsched {argv[0]}: error: ") and "(details: " not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_only_commands_that_use_mlflow_or_docker_offer_verbose(capsys) -> None:
+    """Issue 34 item 13: scenarios offered --verbose for "MLflow's own log messages"."""
+    for command in COMMANDS:
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        offered = "--verbose" in capsys.readouterr().out
+        assert offered is (command not in ("scenarios", "baselines")), command

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dlsched.baselines import make
-from dlsched.envs.errors import ProfileError
+from dlsched.envs.errors import BackendError, ProfileError
 from dlsched.envs.replay.profile import PROFILES_DIR, load_set_contention
 from dlsched.envs.replay.race import RaceModel, race_data, race_factor
 from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
@@ -150,3 +150,21 @@ def test_the_single_and_the_batched_environment_draw_the_same_race(tmp_path) -> 
             _, _, terminated, truncated, info = single.step(action[0])
         assert tuple(job.completed_s for job in info["telemetry"].jobs) == ended[index]
         single.close()
+
+
+def test_a_speed_spread_draws_each_workloads_speed_per_episode(tmp_path) -> None:
+    scenario = _scenario(_stock_set(tmp_path, None), 1)
+    plain = _completions(scenario, range(20))[:, 0]
+
+    def spread_completions(seeds: range) -> np.ndarray:
+        results = run_episodes(
+            scenario, make("default"), list(seeds), backend_options={"speed_spread": 0.2}
+        )
+        return np.array([result.jobs[0].completion_s for result in results])
+
+    drawn = spread_completions(range(20))
+    assert drawn.tolist() == spread_completions(range(20)).tolist()  # one seed, one speed
+    assert drawn.std() / drawn.mean() > 10 * plain.std() / plain.mean()
+    assert 0.85 < drawn.mean() / plain.mean() < 1.2  # around the profiles' own speed
+    with pytest.raises(BackendError, match=r"speed_spread=1.5 must be a coefficient"):
+        run_episodes(scenario, make("default"), [0], backend_options={"speed_spread": 1.5})

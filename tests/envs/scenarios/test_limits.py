@@ -22,7 +22,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 import yaml
-from repo_paths import README, SCENARIO_BIG
+from repo_paths import LIMITS_DOC, SCENARIO_BIG
 
 import dlsched.envs  # registers the environments
 
@@ -280,9 +280,9 @@ def test_a_python_made_scenario_is_held_to_the_limits():
 
 
 def test_the_limits_are_documented_in_the_readme():
-    readme = README.read_text()
+    readme = LIMITS_DOC.read_text()
     from dlsched.envs.scenarios.limits import COUNT_LIMITS
 
     for limit in COUNT_LIMITS:
-        assert f"`{limit.variable}`" in readme, f"{limit.variable} is not in the README"
-        assert f"{limit.default:,}" in readme, f"{limit.name}'s default is not in the README"
+        assert f"`{limit.variable}`" in readme, f"{limit.variable} is not in docs/limits.md"
+        assert f"{limit.default:,}" in readme, f"{limit.name}'s default is not in docs/limits.md"

@@ -153,3 +153,18 @@ def test_an_empty_tracking_uri_is_refused(capsys, tmp_path, monkeypatch, command
     }[command]
     code, err = cli(capsys, command, *required, "--tracking-uri", "")
     assert code == 2 and "argument --tracking-uri: '' is empty" in err
+
+
+def test_a_misspelt_scenario_is_suggested_before_the_names_known(capsys, tmp_path, monkeypatch):
+    """Issue 34 item 6: the suggestion came at the end of a ~900-character line."""
+    monkeypatch.chdir(tmp_path)
+    code, err = cli(
+        capsys, "evaluate", "--scenario", "dqoes-varied-brust", "--policy", "default",
+        "--episodes", "1", "--no-tracking",
+    )  # fmt: skip
+    assert code == 2
+    assert err.startswith(
+        "dlsched evaluate: error: unknown scenario 'dqoes-varied-brust'. "
+        "Did you mean 'dqoes-varied-burst'? Known: "
+    )
+    assert "flowcon-poc-3" in err.splitlines()[0]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-from repo_paths import MODEL_V0_1_0
+from repo_paths import LIMITS_DOC, MODEL_V0_1_0
 
 from dlsched.baselines import make
 from dlsched.envs.errors import BackendError
@@ -29,6 +29,7 @@ from dlsched.runs.fidelity.validation_statistics import (
     ranking_agreement,
     seed_agreement,
 )
+from dlsched.runs.tracking.trajectory import MAX_RECORD_BYTES, MAX_TRAJECTORY_BYTES
 
 
 def _scaled_set(tmp_path: Path, source: str, factor: float) -> str:
@@ -299,6 +300,48 @@ def test_replay_against_its_own_recording_reports_no_error_and_refuses_what_it_l
     assert "not 'docker-inference-6' as it is now" in capsys.readouterr().err
     assert validate("--scenario", "docker-inference-3", "--against", f"recorded:{tmp_path}") == 2
     assert "no recorded episode there" in capsys.readouterr().err
+
+
+def test_a_recording_too_large_or_not_dlsched_s_is_refused_before_anything_runs(
+    tmp_path, monkeypatch, capsys, mlflow_store
+):
+    folder, uri = mlflow_store
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv(MAX_TRAJECTORY_BYTES.variable, raising=False)
+    evaluate = ["evaluate", "--scenario", "docker-inference-3", "--policy", "default,equal"]
+    options = ["--episodes", "1", "--tracking-uri", uri, "--out", str(tmp_path), "--no-progress"]
+    assert cli_main([*evaluate, *options, "--experiment", f"too-large-{tmp_path.name}"]) == 0
+    (recording,) = [path for path in tmp_path.iterdir() if path.is_dir()]
+    capsys.readouterr()
+
+    def validate() -> tuple[int, str]:
+        code = cli_main([
+            "validate", "--scenario", "docker-inference-3", "--policy", "default,equal",
+            "--episodes", "1", "--against", f"recorded:{recording}", "--no-tracking",
+        ])  # fmt: skip
+        return code, capsys.readouterr().err
+
+    table = recording / "equal-seed0" / "trajectory.csv"
+    with table.open("r+b") as stream:
+        stream.truncate(MAX_TRAJECTORY_BYTES.default + 1)  # sparse: no disk taken
+    code, err = validate()
+    assert code == 2 and "Traceback" not in err
+    first = err.splitlines()[0]
+    assert f"{table} has {MAX_TRAJECTORY_BYTES.default + 1:,} bytes" in first
+    assert f"expected at most {MAX_TRAJECTORY_BYTES.default:,} bytes" in first
+    assert f"{MAX_TRAJECTORY_BYTES.variable}=N" in first
+    readme = LIMITS_DOC.read_text()
+    assert all(
+        f"`{limit.variable}`" in readme for limit in (MAX_RECORD_BYTES, MAX_TRAJECTORY_BYTES)
+    )
+    assert "replay" not in err  # refused before the model's episodes ran
+
+    shutil.rmtree(recording / "equal-seed0")
+    episode = recording / "default-seed0" / "episode.json"
+    episode.write_text(episode.read_text()[:100])
+    code, err = validate()
+    assert code == 2 and "Traceback" not in err
+    assert f"episode folder {recording / 'default-seed0'} holds no dlsched episode" in err
 
 
 def test_a_model_is_held_out_by_the_path_that_names_it(capsys):

@@ -108,7 +108,11 @@ def test_a_server_killed_mid_evaluation_is_said_at_once_and_synced_after(
     assert said_at - killed_at <= FIRST_MESSAGE_S
     assert code == 2 and "Traceback" not in stderr
     (folder,) = (path.parent for path in tmp_path.glob("dlsched-runs/*/tracking.json"))
-    assert f"dlsched runs sync {folder}" in stderr
+    # the last word, once the evaluation has ended: short, and true then (issue 35 item 8)
+    (error,) = [line for line in stderr.splitlines() if line.startswith("dlsched evaluate: error")]
+    assert error.startswith(f"dlsched evaluate: error: tracking to {uri} failed: ")
+    assert error.endswith(f"upload them when the store answers: dlsched runs sync {folder}")
+    assert "goes on" not in error and len(error) < 300 + len(str(folder))
     episodes = sorted(path.parent.name for path in folder.glob("*/episode.json"))
     assert len(episodes) == 12  # every episode of the evaluation is on disk
 

@@ -33,7 +33,12 @@ from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.training import callbacks
 from dlsched.runs.training.callbacks import validation_score
 from dlsched.runs.training.config import VALIDATION_SEED_BASE, TrainingConfig
-from dlsched.runs.training.environments import ScenarioMix, VecEnvKind, make_training_env
+from dlsched.runs.training.environments import (
+    ScenarioMix,
+    VecEnvKind,
+    make_training_env,
+    make_vec_env,
+)
 from dlsched.runs.training.harness import (
     BEST_MODEL_DIR,
     CONFIG_FILE,
@@ -589,6 +594,33 @@ def test_train_command_trains_and_says_how_to_evaluate(
     assert config["policy_kwargs"] == {"log_std_init": -1}
 
 
+def test_train_command_names_its_experiment_and_says_once_that_timesteps_round_up(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    mlflow_store: tuple[Path, str],
+) -> None:
+    folder, uri = mlflow_store
+    monkeypatch.chdir(folder)  # the store's artifacts live beside it
+    scenario = write_scenario(tmp_path, TINY)
+    experiment = f"train-rounding-{uuid.uuid4().hex[:8]}"
+    code = main([
+        "train", "--scenario", str(scenario), "--timesteps", "100", "--n-envs", "2",
+        "--eval-every", "0", "--net-arch", "8", "--hp", "n_steps=32", "--hp", "batch_size=32",
+        "--tracking-uri", uri, "--experiment", experiment, "--no-progress",
+        "--out", str(tmp_path / "out"),
+    ])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert err.count("rounds up") == 1
+    assert (
+        "note: --timesteps 100 rounds up to 128: training runs whole rollouts of n_steps x "
+        "environments = 32 x 2 steps"
+    ) in err
+    assert ": 128 timesteps, done" in out
+    assert f"MLflow: experiment {experiment!r}, run " in out
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -652,3 +684,27 @@ def test_the_progress_bar_counts_the_timesteps_sb3_will_run(tmp_path: Path) -> N
     # whole rollouts of 16 steps x 3 environments: 144, not the 100 asked for
     assert model.num_timesteps == 144
     assert bar.bar is not None and bar.bar.total == bar.bar.n == 144
+
+
+@pytest.mark.parametrize("kind", [VecEnvKind.DUMMY, VecEnvKind.BATCHED])
+def test_a_speed_spread_reaches_every_training_environment(kind: VecEnvKind) -> None:
+    scenario = load_scenario("docker-training-4-stock")
+
+    def observed(options: dict[str, object] | None) -> np.ndarray:
+        venv = make_vec_env([scenario], 2, ActionMapping(), kind, backend_options=options)
+        venv.seed(0)
+        venv.reset()
+        for _ in range(6):
+            observations, *_ = venv.step(np.ones((2, *venv.action_space.shape), np.float32))
+        venv.close()
+        return np.asarray(observations)
+
+    assert not np.array_equal(observed({"speed_spread": 0.3}), observed(None))
+    assert np.array_equal(observed({"speed_spread": 0.0}), observed(None))
+
+
+def test_a_speed_spread_is_for_replay_and_below_one() -> None:
+    with pytest.raises(PolicyError, match=r"speed_spread=1.5 must be in \[0, 1\)"):
+        tiny_config(Path("x.yaml"), speed_spread=1.5).check()
+    with pytest.raises(PolicyError, match=r"backend .docker. runs at its host's own"):
+        tiny_config(Path("x.yaml"), speed_spread=0.1, backend="docker").check()
