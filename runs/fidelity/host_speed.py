@@ -83,6 +83,8 @@ SPEED_TOLERANCE = 0.10
 _SERVICE_BATCHES = 2.0
 #: Sub-windows a probe measures each workload over, by default.
 PROBE_WINDOWS = 4
+#: Seconds of one sub-window of a validation's probe (a service's: 2 batches, if longer).
+PROBE_WINDOW_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -509,7 +511,9 @@ def _rescale(profile: dict[str, Any], ratio: float, speed: HostSpeed) -> None:
 # --------------------------------------------------------------------------------- validate
 
 
-def resolve_host_speed(option: str | None, scenario: Scenario, reference: Side) -> HostSpeed | None:
+def resolve_host_speed(
+    option: str | None, scenario: Scenario, reference: Side, windows: int | None = None
+) -> HostSpeed | None:
     """The host speed a validation holds replay to, as ``--host-speed`` names it.
 
     Args:
@@ -518,14 +522,22 @@ def resolve_host_speed(option: str | None, scenario: Scenario, reference: Side) 
             against anything else.
         scenario: the scenario validated.
         reference: what replay is held against.
+        windows: sub-windows of :data:`PROBE_WINDOW_S` a measured probe runs each workload
+            (``None``: :data:`PROBE_WINDOWS`).
 
     Raises:
-        BackendError: ``measure`` against a replay reference.
+        BackendError: ``measure`` against a replay reference, or ``windows`` given where
+            nothing is measured.
         ProfileError: the file cannot be read, or probed another profile set or fewer
             workloads than the scenario runs.
     """
     live = reference.backend == "docker" and reference.recorded is None
     choice = option if option is not None else ("measure" if live else "none")
+    if windows is not None and choice != "measure":
+        raise BackendError(
+            f"--probe-windows {windows} applies to a probe measured now (--host-speed measure, "
+            f"the default against the engine), not to --host-speed {choice}; drop it"
+        )
     if choice == "none":
         return None
     if choice == "measure":
@@ -535,7 +547,10 @@ def resolve_host_speed(option: str | None, scenario: Scenario, reference: Side) 
                 f"{reference.label()}; give --host-speed none or a host-speed.json file"
             )
         threading: Threading = reference.options.get("workload_threading", "tuned")  # type: ignore[assignment]
-        return measure_host_speed(scenario, threading)
+        windows = windows or PROBE_WINDOWS
+        return measure_host_speed(
+            scenario, threading, window_s=windows * PROBE_WINDOW_S, windows=windows
+        )
     path = Path(choice)
     if not path.is_file():
         raise ProfileError(
@@ -663,12 +678,20 @@ class SpeedBracket:
         return [(name, probe) for name, probe in zip(BRACKET_FILES, taken, strict=True) if probe]
 
 
+def speed_windows(speed: HostSpeed | None) -> int:
+    """The sub-windows of ``speed``'s probe (:data:`PROBE_WINDOWS` where it has none), so
+    that the probe after the host episodes runs as long as the one before."""
+    counts = [len(probe) for w in (speed.workloads if speed else ()) for probe in w.windows]
+    return min(counts, default=PROBE_WINDOWS)
+
+
 def speed_bracket(
     option: str | None,
     scenario: Scenario,
     reference: Side,
     before: HostSpeed | None,
     directory: Path,
+    windows: int = PROBE_WINDOWS,
 ) -> SpeedBracket | None:
     """A bracket around the host episodes, where the speed was measured just now.
 
@@ -678,6 +701,7 @@ def speed_bracket(
         reference: what replay is held against.
         before: the first probe (``None``: no rescale, nothing to bracket).
         directory: a new folder for the rescaled profile set.
+        windows: sub-windows of :data:`PROBE_WINDOW_S` the probe after runs each workload.
 
     Returns:
         ``None`` where the speed was not measured now (a file, ``none``, a recorded
@@ -686,7 +710,13 @@ def speed_bracket(
     live = reference.backend == "docker" and reference.recorded is None
     if before is None or not live or option not in (None, "measure"):
         return None
-    return SpeedBracket(before, directory, lambda: measure_host_speed(scenario, before.threading))
+    return SpeedBracket(
+        before,
+        directory,
+        lambda: measure_host_speed(
+            scenario, before.threading, window_s=windows * PROBE_WINDOW_S, windows=windows
+        ),
+    )
 
 
 def rescaled_model(speed: HostSpeed, directory: Path) -> Side:

@@ -30,6 +30,7 @@ from dlsched.runs.fidelity.host_speed import (
     rescaled_model,
     resolve_host_speed,
     speed_bracket,
+    speed_windows,
     write_host_speed,
     write_rescaled_set,
 )
@@ -197,6 +198,11 @@ def test_the_option_chooses_the_probe(tmp_path):
         resolve_host_speed(str(partial), scenario, recorded)
     whole = write_host_speed(_speed({n: 0.7 for n in TRAININGS}), tmp_path / "whole.json")
     assert resolve_host_speed(str(whole), scenario, recorded) == read_host_speed(whole)
+    with pytest.raises(BackendError, match="--probe-windows 8 applies to a probe measured now"):
+        resolve_host_speed(str(whole), scenario, recorded, windows=8)
+    # the probe after the host episodes runs as many sub-windows as the one before
+    assert speed_windows(_speed({"mlp-digits": 0.7}, windows=((0.7,) * 6,))) == 6
+    assert speed_windows(None) == 4
 
 
 def test_validate_takes_a_saved_probe(tmp_path, capsys):
