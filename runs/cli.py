@@ -11,9 +11,9 @@ MLflow and Docker's client go to that file too (:mod:`dlsched.runs.command_log`)
 that use them take ``--verbose``, which shows those messages, and a bug's traceback, in the
 terminal.
 
-SIGINT and SIGTERM stop a command the same way (:mod:`dlsched.runs.interruption`): containers are
-removed and runs ended ``KILLED``, repeated signals do not cut that cleanup short, and the exit
-code is 130 or 143.
+SIGINT and SIGTERM stop a command the same way (:mod:`dlsched.runs.interruption`), from its
+first moment: containers are removed and runs ended ``KILLED``, repeated signals do not cut that
+cleanup short, one line says what the stop undid, and the exit code is 130 or 143.
 """
 
 from __future__ import annotations
@@ -24,9 +24,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from dlsched.envs.errors import DlschedError
 from dlsched.runs.command_log import CommandLog
-from dlsched.runs.interruption import Interrupted, exit_code_of, interruptible
+from dlsched.runs.interruption import (
+    command_ended,
+    exit_code_of,
+    interruptible,
+    raise_if_stopped,
+    stop_report,
+)
 from dlsched.runs.parser import Parser, unrecognized
 
 #: Each command (a module of :mod:`dlsched.runs.commands` of the same name) with the one line
@@ -91,15 +96,27 @@ def _command_of(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else [str(word) for word in argv]
-    parser = build_parser(argv)
-    args, extra = parser.parse_known_args(argv)
-    if extra:  # said by the command's parser, with its usage and the option meant
-        unrecognized(_subparsers(parser).choices[args.command], extra)
-    verbose = bool(getattr(args, "verbose", False))
-    log = CommandLog.open(args.command, verbose)
+    # from the start: loading a command takes a second or more, and a stop then is one line too
     with interruptible():
         try:
-            return int(args.handler(args))
+            parser = build_parser(argv)
+            args, extra = parser.parse_known_args(argv)
+            raise_if_stopped()
+        except KeyboardInterrupt as interruption:
+            name = " ".join(filter(None, ("dlsched", _command_of(argv))))
+            print(f"{name}: {stop_report(interruption, started=False)}", file=sys.stderr)
+            return exit_code_of(interruption)
+        if extra:  # said by the command's parser, with its usage and the option meant
+            unrecognized(_subparsers(parser).choices[args.command], extra)
+        # imported after the handlers are set: it loads the environments (numpy, Gymnasium)
+        from dlsched.envs.errors import DlschedError
+
+        verbose = bool(getattr(args, "verbose", False))
+        log = CommandLog.open(args.command, verbose)
+        try:
+            code = int(args.handler(args))
+            command_ended()  # a stop Python dropped on the way is still the user's stop
+            return code
         except DlschedError as error:
             print(f"dlsched {args.command}: error: {error}", file=sys.stderr)
             if log.record_failure(error):
@@ -110,12 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
         except KeyboardInterrupt as interruption:
-            name = interruption.name if isinstance(interruption, Interrupted) else "SIGINT"
-            print(
-                f"dlsched {args.command}: interrupted ({name}); its containers are removed and "
-                "its runs ended as KILLED",
-                file=sys.stderr,
-            )
+            print(f"dlsched {args.command}: {stop_report(interruption)}", file=sys.stderr)
             return exit_code_of(interruption)
         except Exception as error:  # a bug: its traceback is for a report, not for the user
             log.record_exception(error)

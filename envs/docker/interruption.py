@@ -35,10 +35,12 @@ _registry_lock = threading.Lock()
 #: the removal ends, because a removal cut short leaves containers running.
 _removing = 0
 _deferred_signal: tuple[int, FrameType | None] | None = None
+#: Containers removed by the handler of those signals, which a command's last line counts.
+_removed_on_stop = 0
 
 
-def remove_episode(episode: str, endpoints: tuple[str | None, ...]) -> None:
-    """Remove an episode's containers from every engine it used, with fresh clients.
+def remove_episode(episode: str, endpoints: tuple[str | None, ...]) -> int:
+    """Remove an episode's containers from every engine it used, with fresh clients; how many.
 
     Fresh clients, because this may run inside a signal handler while the backend's own client
     is in the middle of a call. A SIGINT or SIGTERM that arrives meanwhile is handled after it.
@@ -46,15 +48,22 @@ def remove_episode(episode: str, endpoints: tuple[str | None, ...]) -> None:
     global _removing, _deferred_signal
     _removing += 1
     try:
-        _remove_from(episode, endpoints)
+        removed = _remove_from(episode, endpoints)
     finally:
         _removing -= 1
     if _removing == 0 and _deferred_signal is not None:
         deferred, _deferred_signal = _deferred_signal, None
         _on_interrupt(*deferred)
+    return removed
 
 
-def _remove_from(episode: str, endpoints: tuple[str | None, ...]) -> None:
+def removed_on_stop() -> int:
+    """How many containers this process has removed on a SIGINT or SIGTERM, in all."""
+    return _removed_on_stop
+
+
+def _remove_from(episode: str, endpoints: tuple[str | None, ...]) -> int:
+    count = 0
     for endpoint in endpoints:
         try:
             client = connect(endpoint, timeout_s=30.0)
@@ -72,6 +81,8 @@ def _remove_from(episode: str, endpoints: tuple[str | None, ...]) -> None:
             continue
         if removed:
             _log.info("removed %d containers of episode %s", len(removed), episode)
+        count += len(removed)
+    return count
 
 
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -80,7 +91,7 @@ def _on_interrupt(signum: int, frame: FrameType | None) -> None:
     During a removal (this handler's, or one that ``close`` began) the signal only waits for its
     end: interrupting it would leave containers running.
     """
-    global _deferred_signal
+    global _deferred_signal, _removed_on_stop
     if _removing:
         if _deferred_signal is None:
             _deferred_signal = (signum, frame)
@@ -90,7 +101,7 @@ def _on_interrupt(signum: int, frame: FrameType | None) -> None:
         )
         return
     for cleanup in list(_live_cleanups):
-        cleanup()
+        _removed_on_stop += cleanup() or 0  # ``None``: it had run already
     _live_cleanups.clear()
     previous = _previous_handlers.get(signum, signal.SIG_DFL)
     if callable(previous):

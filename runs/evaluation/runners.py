@@ -13,10 +13,11 @@ the metrics of :mod:`~dlsched.runs.evaluation.metrics`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -45,6 +46,7 @@ from dlsched.runs.evaluation.records import (
     PolicyIdentity,
     StepRecord,
 )
+from dlsched.runs.interruption import deferred, raise_if_stopped
 
 MAX_EPISODES = Limit("MAX_EPISODES", 100_000, "episodes in an evaluation (policies x seeds)")
 """Episodes one evaluation runs: memory is bounded whatever the count (episodes run in batches
@@ -168,6 +170,7 @@ def run_episodes(
         PolicyError: the batch cannot run ``policy``, or it refuses the scenario.
         BackendError: several seeds on a backend that runs one episode at a time.
     """
+    raise_if_stopped()  # before its containers start, too
     options = dict(backend_options or {})
     vector = gym.make_vec(
         ENV_IDS[scenario.kind],
@@ -187,6 +190,8 @@ def run_episodes(
         terminated = [False] * len(seeds)
         running = np.ones(len(seeds), dtype=bool)
         while running.any():
+            # a stop Python dropped (in a garbage collection) ends the episode here, not later
+            raise_if_stopped()
             step = feed.step(running)
             for index in np.flatnonzero(running).tolist():
                 telemetry = step.telemetry[index]
@@ -372,10 +377,11 @@ def evaluate(
     episodes = evaluation_episodes(
         scenario, policies, seeds, backend, progress, backend_options, batched
     )
-    for result in episodes:
-        results.append(result)
-        if on_episode is not None:
-            on_episode(result)
+    with contextlib.closing(episodes):  # its progress bar ends its line at once on a stop
+        for result in episodes:
+            results.append(result)
+            if on_episode is not None:
+                on_episode(result)
     return results
 
 
@@ -387,7 +393,7 @@ def evaluation_episodes(
     progress: bool = True,
     backend_options: Mapping[str, str] | None = None,
     batched: bool = True,
-) -> Iterator[EpisodeResult]:
+) -> Generator[EpisodeResult, None, None]:
     """Run every policy for every seed, ``default`` first so that others can be set against it,
     and hand over each episode's record as it ends: a caller that keeps only what it needs of
     each (its score) evaluates any number of episodes in bounded memory.
@@ -417,14 +423,15 @@ def evaluation_episodes(
     ordered = sorted(policies, key=lambda policy: policy.name != DEFAULT_POLICY)
     options = dict(backend_options or {})
     steps_per_episode = math.ceil(scenario.horizon_s / scenario.interval_s)
-    with tqdm(
+    bar = tqdm(
         total=len(ordered) * len(seeds) * steps_per_episode,
         desc=scenario.name,
         unit="step",
         file=sys.stderr,
         disable=not progress,
         dynamic_ncols=True,
-    ) as bar:
+    )
+    try:
         for policy in ordered:
             episodes: Iterable[EpisodeResult]
             if batched and len(seeds) > 1 and at_once_refusal(policy, backend) is None:
@@ -436,6 +443,11 @@ def evaluation_episodes(
                 # a training episode that terminates early leaves its remaining steps unused
                 bar.update(steps_per_episode - (len(result.steps) - 1))
                 yield result
+    finally:
+        # a stop between the bar's last write and its newline would put the line that says
+        # what the stop did at the end of the bar's
+        with deferred():
+            bar.close()
 
 
 def _batches(

@@ -23,6 +23,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Run, ViewType
 
 from dlsched.envs.owner import OwnerState, ProcessOwner
+from dlsched.runs.interruption import count_killed_run
 
 #: Prefix of the owner tags of every run dlsched starts.
 OWNER_TAG_PREFIX = "dlsched.owner"
@@ -130,3 +131,5 @@ def end_run(client: MlflowClient, run_id: str, status: str, links: TextIO | None
     """
     with contextlib.redirect_stdout(links or io.StringIO()):
         client.set_terminated(run_id, status)
+    if status == "KILLED":
+        count_killed_run()

@@ -10,9 +10,10 @@ are.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -105,11 +106,12 @@ class TrackedEvaluation:
 def evaluate_untracked(request: EvaluationRequest, progress: bool = True) -> ScenarioComparison:
     """Run the evaluation and summarise it, recording nothing (and keeping only each episode's
     score, so that any number of episodes runs in bounded memory)."""
-    scores = [result.score for result in _episodes(request, progress)]
+    with contextlib.closing(_episodes(request, progress)) as episodes:
+        scores = [result.score for result in episodes]
     return comparison_of(request, scores, None)
 
 
-def _episodes(request: EvaluationRequest, progress: bool) -> Iterator[EpisodeResult]:
+def _episodes(request: EvaluationRequest, progress: bool) -> Generator[EpisodeResult, None, None]:
     return evaluation_episodes(
         request.scenario,
         request.policies,
@@ -177,8 +179,10 @@ def evaluate_tracked(
     )
     results: list[EpisodeResult] = []
     scores: list[EpisodeScore] = []
-    with tracker:
-        for result in _episodes(request, progress):
+    # the episodes are closed at once on a stop (not when collected): their progress bar ends
+    # its line before the line that says what the stop did
+    with tracker, contextlib.closing(_episodes(request, progress)) as episodes:
+        for result in episodes:
             tracker.record_episode(result)
             scores.append(result.score)
             if keep_results:

@@ -12,6 +12,7 @@ Layout (``root`` is ``./dlsched-runs`` unless ``--out`` says otherwise)::
             progress.csv               every iteration or batch of every job, with its time
                                        (Docker episodes only: PROGRESS_COLUMNS)
             *.png                      the episode's plots (dlsched.runs.tracking.plots)
+        .writing/<policy>-seed<seed>/  an episode being written, renamed into place once whole
 
 The folder of an evaluation is created once and never reused, so a second evaluation cannot
 overwrite a first; a finished episode is on disk whatever happens to the tracking server later,
@@ -72,6 +73,8 @@ def unique_id(prefix: str, stamp_format: str = "%Y%m%d-%H%M%S") -> str:
 TRAJECTORY_FILE = "trajectory.csv"
 EPISODE_FILE = "episode.json"
 SCENARIO_FILE = "scenario.yaml"
+#: Where an episode's folder is written before it is renamed into place, whole.
+WRITING_DIR = ".writing"
 TRACKING_FILE = "tracking.json"
 PROGRESS_FILE = "progress.csv"
 
@@ -230,13 +233,18 @@ class EvaluationFolder:
             TrackingError: the folder cannot be written (a full disk, say), naming it and the fix.
         """
         folder = self.episode_dir(result.policy, result.seed)
+        # written aside and renamed into place: a process killed in the middle leaves no episode
+        # folder that lacks a file (`dlsched runs sync` would refuse the whole evaluation)
+        written = self.path / WRITING_DIR / folder.name
         try:
-            folder.mkdir(exist_ok=False)
-            write_trajectory(result, folder / TRAJECTORY_FILE)
+            written.mkdir(parents=True, exist_ok=False)
+            write_trajectory(result, written / TRAJECTORY_FILE)
             if result.progress_traces:
-                write_progress(result.progress_traces, folder / PROGRESS_FILE)
-            (folder / EPISODE_FILE).write_text(json.dumps(episode_record(result), indent=1))
-            (folder / SCENARIO_FILE).write_text(scenario_yaml)
+                write_progress(result.progress_traces, written / PROGRESS_FILE)
+            (written / EPISODE_FILE).write_text(json.dumps(episode_record(result), indent=1))
+            (written / SCENARIO_FILE).write_text(scenario_yaml)
+            written.rename(folder)  # fails if ``folder`` holds anything: nothing is overwritten
+            written.parent.rmdir()
         except OSError as error:
             raise TrackingError(
                 f"cannot write episode {folder.name} to {folder.resolve()}: {error}; the "

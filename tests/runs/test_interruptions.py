@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,97 @@ def test_a_signal_during_a_deferred_write_interrupts_when_the_write_is_done():
             events.append("the write ended")
         events.append("after the write")  # not reached: the signal interrupts here
     assert events == ["the write ended"] and raised.value.exit_code == 143
+
+
+def _stop_in_a_weakref_callback(signum: int) -> None:
+    """Raise ``signum`` where Python cannot raise what its handler raises: in the callback of
+    a weak reference, as SQLAlchemy's ``_collection_gced`` is called when the garbage
+    collector frees the store's objects."""
+
+    class Collected:
+        pass
+
+    referent = Collected()
+    reference = weakref.ref(referent, lambda _: signal.raise_signal(signum))
+    del referent  # the callback runs here, and Python drops what it raises
+    assert reference() is None
+
+
+def test_a_stop_python_dropped_is_raised_at_the_next_safe_point_without_a_word(capfd):
+    events: list[str] = []
+    with pytest.raises(Interrupted) as raised, interruptible(events.append):
+        _stop_in_a_weakref_callback(signal.SIGTERM)
+        events.append("went on")  # nothing could stop it there
+        with deferred():  # the end of the next write is a safe point
+            events.append("the write ended")
+        events.append("after the write")  # not reached
+    assert events == ["went on", "the write ended"] and raised.value.exit_code == 143
+    assert capfd.readouterr().err == ""  # no "Exception ignored in ...", no traceback
+
+
+def test_the_next_signal_after_a_dropped_stop_interrupts_at_once():
+    events: list[str] = []
+    with pytest.raises(Interrupted) as raised, interruptible(events.append):
+        _stop_in_a_weakref_callback(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)  # the user presses again: no "cleanup in progress"
+        events.append("not reached")
+    assert events == [] and raised.value.exit_code == 143
+
+
+def test_a_command_whose_stop_was_dropped_ends_its_work_and_exits_130(
+    capsys, monkeypatch, sigint_heard
+):
+    """The stop lands where Python drops it and no safe point follows: the command does its
+    work, then says it was stopped, in one line, and exits 130."""
+    from dlsched.runs.commands import scenarios
+
+    listed = scenarios.run
+
+    def interrupted_then_listed(args):
+        _stop_in_a_weakref_callback(signal.SIGINT)
+        return listed(args)
+
+    monkeypatch.setattr(scenarios, "run", interrupted_then_listed)
+    assert main(["scenarios"]) == 130
+    out, err = capsys.readouterr()
+    assert "dqoes-varied-burst" in out  # the work was done
+    said = "dlsched scenarios: interrupted (SIGINT) as it ended: its work was done, and is kept"
+    assert err == said + "\n"
+
+
+def test_a_stop_while_the_command_loads_is_one_line(capsys, monkeypatch, sigint_heard):
+    """Loading a command (MLflow, torch) takes seconds: a Ctrl-C then is said in one line and
+    exits 130, not with the traceback of an import."""
+    from dlsched.runs import cli
+
+    build = cli.build_parser
+
+    def build_interrupted(argv):
+        signal.raise_signal(signal.SIGINT)
+        return build(argv)
+
+    monkeypatch.setattr(cli, "build_parser", build_interrupted)
+    try:
+        code = main(["scenarios"])
+    except KeyboardInterrupt:
+        pytest.fail("the stop escaped the command line as a KeyboardInterrupt")
+    assert code == 130
+    assert capsys.readouterr().err == "dlsched scenarios: interrupted (SIGINT) before it started\n"
+
+
+def test_a_stop_dropped_in_an_episode_ends_it_at_the_next_step():
+    """A Docker episode lasts minutes: a stop Python dropped in it ends it at the next step,
+    not once the evaluation is over."""
+    from dlsched.runs.evaluation import run_episode
+
+    steps: list[int] = []
+
+    def on_step(record) -> None:
+        steps.append(record.step)
+        if len(steps) == 3:
+            _stop_in_a_weakref_callback(signal.SIGTERM)
+
+    scenario = dataclasses.replace(load_scenario("dqoes-varied-burst"), horizon_s=EPISODE_S)
+    with pytest.raises(Interrupted), interruptible(lambda _: None):
+        run_episode(scenario, resolve_policy("default"), seed=0, on_step=on_step)
+    assert steps == [1, 2, 3]

@@ -19,7 +19,7 @@ from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.runs.cli import main
 from dlsched.runs.tracking.episode_run import log_episode_run
 from dlsched.runs.tracking.tracker import EvaluationTracker
-from dlsched.runs.tracking.trajectory import EvaluationFolder, read_episode
+from dlsched.runs.tracking.trajectory import SCENARIO_FILE, EvaluationFolder, read_episode
 
 SEEDS = 12
 POLICIES = ("default", "dqoes")
@@ -118,3 +118,26 @@ def test_an_episode_file_over_its_limit_is_refused_before_anything_is_read_or_up
     assert f"{bomb} has 1,073,741,824 bytes" in err and f"DLSCHED_{limit}=N" in err
     assert "Traceback" not in err
     assert _episode_runs(uri) == []  # refused before the first upload
+
+
+def test_an_episode_stopped_as_its_folder_is_written_leaves_none_to_refuse(
+    capsys, monkeypatch, missed_evaluation
+):
+    """A stop part-way through an episode's folder (its record written, its scenario not; a kill
+    there too) leaves no folder: the evaluation's other episodes are synced, not refused."""
+    folder, uri = missed_evaluation
+    evaluation = EvaluationFolder(folder)
+    episode = read_episode(evaluation.episode_dirs()[0])
+    write_text = Path.write_text
+
+    def stopped_at_the_scenario(path: Path, *args, **kwargs) -> int:
+        if path.name == SCENARIO_FILE:
+            raise KeyboardInterrupt
+        return write_text(path, *args, **kwargs)
+
+    with monkeypatch.context() as patched, pytest.raises(KeyboardInterrupt):
+        patched.setattr(Path, "write_text", stopped_at_the_scenario)
+        evaluation.write_episode(dataclasses.replace(episode, seed=SEEDS), "name: unused\n")
+    assert len(evaluation.episode_dirs()) == SEEDS * len(POLICIES)
+    assert main(["runs", "sync", str(folder)]) == 0, capsys.readouterr().err
+    assert len(_episode_runs(uri)) == SEEDS * len(POLICIES)
