@@ -23,6 +23,13 @@ def positive_int(text: str) -> int:
     return _whole_number(text, 1, "{} is not positive; expected 1 or more")
 
 
+def sub_windows(text: str) -> int:
+    """An argparse type: sub-windows of a probe, at least 2 (their spread is its interval)."""
+    return _whole_number(
+        text, 2, "{} sub-windows have no spread; expected 2 or more (each about 2 s of a probe)"
+    )
+
+
 def seed(text: str) -> int:
     """An argparse type: a seed, a whole number of at least 0 (Gymnasium's seeds)."""
     return _whole_number(

@@ -20,7 +20,7 @@ from dlsched.envs.replay.profile import profile_set_names
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS
-from dlsched.runs.commands.argument_types import local_records_folder
+from dlsched.runs.commands.argument_types import local_records_folder, sub_windows
 from dlsched.runs.commands.evaluate import parse_settings
 from dlsched.runs.commands.options import (
     Subcommands,
@@ -104,13 +104,23 @@ def register(subparsers: Subcommands) -> None:
         "--host-speed",
         metavar="measure|none|FILE",
         help="hold the host against replay rescaled to the host's speed: measure it first "
-        "(measure: each workload alone for about 15 s; the default against the engine), reuse "
-        "a host-speed.json a validation saved (FILE), or hold the profiles as they are (none; "
-        "the default against recorded or replay references). Hosts that report the same CPU "
-        "model differ in speed by up to 1.6x; the report names the ratios. A measured speed is "
-        "measured again after the host episodes, replay (run after them) is rescaled to the "
-        "geometric mean of the two probes, and the report warns if they differ by more than a "
-        "tenth",
+        "(measure: each workload alone for about 15 s, in 4 sub-windows; the default against "
+        "the engine), reuse a host-speed.json a validation saved (FILE), or hold the profiles "
+        "as they are (none; the default against recorded or replay references). Hosts that "
+        "report the same CPU model differ in speed by up to 1.6x; the report names the ratios. "
+        "A measured speed is measured again after the host episodes, replay (run after them) "
+        "is rescaled to the geometric mean of the two probes, and the report warns if they "
+        "differ by more than a tenth. The sub-windows' spread gives every ratio an interval; "
+        "the report holds the median error unscaled and rescaled to each end of the interval "
+        "beside the verdict, says when the verdict is within the probe's noise, and how long a "
+        "probe must run for its interval to be narrower than the rescale",
+    )
+    parser.add_argument(
+        "--probe-windows",
+        type=sub_windows,
+        metavar="N",
+        help="sub-windows of about 2 s each that --host-speed measure runs each workload "
+        "alone (4); the report says how many an interval narrower than the rescale needs",
     )
     add_evaluation_outputs(
         parser,
@@ -182,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
         rescaled_model,
         resolve_host_speed,
         speed_bracket,
+        speed_windows,
     )
     from dlsched.runs.fidelity.validation_run import ValidationRequest, host_warnings
     from dlsched.runs.tracking.target import resolve_tracking_uri
@@ -201,11 +212,13 @@ def run(args: argparse.Namespace) -> int:
             f"({', '.join(names)}); name policies of --policy"
         )
     warnings = host_warnings(scenario, reference)
-    speed = resolve_host_speed(args.host_speed, scenario, reference)
+    speed = resolve_host_speed(args.host_speed, scenario, reference, args.probe_windows)
     with tempfile.TemporaryDirectory(prefix="dlsched-rescaled-") as scratch:
         directory = Path(scratch) / "profiles"
         model: Side | SpeedBracket = REPLAY
-        bracket = speed_bracket(args.host_speed, scenario, reference, speed, directory)
+        bracket = speed_bracket(
+            args.host_speed, scenario, reference, speed, directory, speed_windows(speed)
+        )
         if speed is not None:
             said = speed.warning() or speed.note()
             if bracket is not None:
@@ -277,6 +290,7 @@ def _validate(
             progress=progress,
             warnings=warnings,
             replay_seeds=request.replay_seeds,
+            host_speed=request.host_speed,
         )
         _print(report_data(report) if args.json else render_report(report), args.json)
         return 0

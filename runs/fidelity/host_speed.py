@@ -11,13 +11,15 @@ warned about, since the profiles then describe another machine.
 
 The probe runs each workload of the scenario alone, uncapped, in one container of the workload
 image: after its first unit it waits ``settle_s`` and measures its units per second and the
-cores it used over ``window_s``
+cores it used over ``window_s``, in ``windows`` consecutive sub-windows
 (:func:`~dlsched.runs.fidelity.contention_measurement.measure_window`). The
-ratio of a workload is that rate over its profile's at the same cores. A rescaled profile set
-(:func:`write_rescaled_set`) multiplies each probed workload's throughput by its ratio and
-divides its start-up times by it (a start-up is CPU work too); demands, noise, loss curves and
-the contention terms stay as measured. It is written as an ordinary profile-set folder, so any
-scenario can run on it with ``profile_set: DIR``.
+ratio of a workload is its mean rate over its profile's at the same cores; the sub-windows'
+ratios give it an interval (:mod:`~dlsched.runs.fidelity.speed_interval`), and a validation
+reports the errors that interval allows beside the unscaled one (:func:`speed_noise`). A
+rescaled profile set (:func:`write_rescaled_set`) multiplies each probed workload's throughput
+by its ratio and divides its start-up times by it (a start-up is CPU work too); demands, noise,
+loss curves and the contention terms stay as measured. It is written as an ordinary
+profile-set folder, so any scenario can run on it with ``profile_set: DIR``.
 """
 
 from __future__ import annotations
@@ -27,14 +29,17 @@ import datetime as dt
 import json
 import math
 import shutil
+import statistics
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.engine import connect
@@ -52,18 +57,34 @@ from dlsched.runs.fidelity.contention_measurement import (
     measure_window,
     wait_for_first_units,
 )
+from dlsched.runs.fidelity.speed_interval import (
+    SpeedInterval,
+    SpeedNoise,
+    WorkloadInterval,
+    speed_interval,
+)
 from dlsched.runs.fidelity.validation_sides import Side
+from dlsched.runs.fidelity.validation_statistics import ErrorSummary, compare_episodes
 
-#: Version of the ``host-speed.json`` format.
-HOST_SPEED_FORMAT = 1
+if TYPE_CHECKING:
+    from dlsched.policies.policy import Policy
+    from dlsched.runs.evaluation.records import EpisodeResult
+
+#: Version of the ``host-speed.json`` format: 2 holds each probe's sub-window ratios (format 1,
+#: read as well, has none, so no interval).
+HOST_SPEED_FORMAT = 2
 #: The file a probe is saved to, beside a validation's report.
 HOST_SPEED_FILE = "host-speed.json"
 #: Where a bracket's two probes are saved beside it (each a ``host-speed.json`` of one probe).
 BRACKET_FILES = ("host-speed-before.json", "host-speed-after.json")
 #: A ratio further than this from 1 is warned about: the profiles describe another machine.
 SPEED_TOLERANCE = 0.10
-#: Batches a service's probe window holds at its profile's speed, at least.
-_SERVICE_BATCHES = 5.0
+#: Batches a service's probe sub-window holds at its profile's speed, at least.
+_SERVICE_BATCHES = 2.0
+#: Sub-windows a probe measures each workload over, by default.
+PROBE_WINDOWS = 4
+#: Seconds of one sub-window of a validation's probe (a service's: 2 batches, if longer).
+PROBE_WINDOW_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +97,9 @@ class WorkloadSpeed:
         cores: the cores it used here.
         rate: its units per second here.
         profile_rate: its profile's units per second at ``cores``.
+        windows: per probe, each consecutive sub-window's rate over ``profile_rate`` (one
+            probe's, or the two of a bracket; none in a probe saved before intervals).
+        window_s: seconds of one sub-window.
     """
 
     workload: str
@@ -83,11 +107,18 @@ class WorkloadSpeed:
     cores: float
     rate: float
     profile_rate: float
+    windows: tuple[tuple[float, ...], ...] = ()
+    window_s: float = 0.0
 
     @property
     def ratio(self) -> float:
         """This host's speed over the profile's host's (1: as fast)."""
         return self.rate / self.profile_rate
+
+    def interval(self) -> SpeedInterval | None:
+        """The ratios its probes allow (``None``: a probe without sub-windows)."""
+        unit = 1.0 / (self.profile_rate * self.window_s) if self.window_s > 0 else 0.0
+        return speed_interval(self.windows, self.ratio, self.window_s, unit)
 
 
 @dataclass(frozen=True)
@@ -118,6 +149,22 @@ class HostSpeed:
     def describe(self) -> str:
         """One line: the ratio of every workload."""
         return ", ".join(f"{w.workload} x{w.ratio:.2f}" for w in self.workloads)
+
+    def intervals(self) -> tuple[WorkloadInterval, ...]:
+        """Every workload's ratio and interval."""
+        return tuple(WorkloadInterval(w.workload, w.ratio, w.interval()) for w in self.workloads)
+
+    def at_end(self, end: Literal["low", "high"]) -> HostSpeed | None:
+        """This speed with every workload at one end of its interval (``None``: a workload has
+        no interval)."""
+        ends = []
+        for speed in self.workloads:
+            interval = speed.interval()
+            if interval is None:
+                return None
+            ratio = interval.low if end == "low" else interval.high
+            ends.append(dataclasses.replace(speed, rate=speed.profile_rate * ratio))
+        return dataclasses.replace(self, workloads=tuple(ends))
 
     def which(self) -> str:
         """Which probes the speed is: one, or the mean of those around the host episodes."""
@@ -161,25 +208,92 @@ def measure_host_speed(
     settle_s: float = 3.0,
     image: str | None = None,
     say: Callable[[str], None] | None = None,
+    windows: int = PROBE_WINDOWS,
 ) -> HostSpeed:
     """Probe every workload of ``scenario`` alone and uncapped on its first worker's engine.
 
     Args:
         scenario: the scenario whose workloads (and profile set) are probed.
         threading: how the workloads size their thread pools (as the host episodes will).
-        window_s: seconds each rate is measured over (a service's: long enough for 5 batches
-            at its profile's speed, if longer).
+        window_s: seconds each rate is measured over (a service's sub-windows: long enough for
+            2 batches each at its profile's speed, if longer).
         settle_s: seconds waited after the first unit before measuring.
         image: the workload image (``None``: dlsched's own).
         say: where progress lines go (``None``: stderr).
+        windows: consecutive sub-windows ``window_s`` is split into, for the interval.
 
     Raises:
         BackendError: no engine, a workload the image lacks, or a probe that stopped running.
     """
-    if not (window_s > 0 and settle_s >= 0):
+    endpoint = scenario.workers[0].endpoint if scenario.workers else None
+    client = connect(endpoint)
+    try:
+        host = HostDescription.of(client)
+    finally:
+        client.close()
+    probed = ProbedHost(
+        host.describe(),
+        host.cores,
+        lambda: DockerBackend(image=image, workload_threading=threading),
+        endpoint,
+    )
+    return probe_host(scenario, threading, probed, ProbeWindows(window_s, settle_s, windows), say)
+
+
+@dataclass(frozen=True)
+class ProbedHost:
+    """What a probe runs on.
+
+    Attributes:
+        host: the host, as the probe's file names it.
+        cores: its cores (the probe's one worker).
+        backend: a new backend of it, closed after each workload's probe.
+        endpoint: its engine (``None``: the environment's).
+        profile_set: the profile set the probe's scenario names (a replay backend standing in
+            for a host runs on it; Docker ignores it).
+    """
+
+    host: str
+    cores: int
+    backend: Callable[[], Backend]
+    endpoint: str | None = None
+    profile_set: str = "measured"
+
+
+@dataclass(frozen=True)
+class ProbeWindows:
+    """How long a probe measures each workload.
+
+    Attributes:
+        window_s: seconds each rate is measured over.
+        settle_s: seconds waited after the first unit before measuring.
+        windows: consecutive sub-windows ``window_s`` is split into.
+    """
+
+    window_s: float = 8.0
+    settle_s: float = 3.0
+    windows: int = PROBE_WINDOWS
+
+
+def probe_host(
+    scenario: Scenario,
+    threading: Threading,
+    probed: ProbedHost,
+    windows: ProbeWindows,
+    say: Callable[[str], None] | None = None,
+) -> HostSpeed:
+    """Probe every workload of ``scenario`` alone and uncapped on ``probed``, against the
+    scenario's profiles (:func:`measure_host_speed` on a Docker engine).
+
+    Raises:
+        BackendError: bad windows, a workload not both in the image and in the profile set, or
+            a probe that stopped running.
+    """
+    if not (windows.window_s > 0 and windows.settle_s >= 0 and windows.windows >= 2):
         raise BackendError(
-            f"host speed probe: window_s {window_s!r} and settle_s {settle_s!r} must be a "
-            "positive and a non-negative number of seconds"
+            f"host speed probe: window_s {windows.window_s!r}, settle_s {windows.settle_s!r} "
+            f"and windows {windows.windows!r} must be a positive and a non-negative number of "
+            "seconds and at least 2 sub-windows (their spread is the probe's interval)"
         )
     profiles = load_profile_set(scenario.profile_set)
     names = scenario.workload_names()
@@ -190,33 +304,33 @@ def measure_host_speed(
             f"in the workload image and in profile set {scenario.profile_set!r}; only "
             "dlsched's own workloads run on a host"
         )
-    endpoint = scenario.workers[0].endpoint if scenario.workers else None
-    client = connect(endpoint)
-    try:
-        host = HostDescription.of(client)
-    finally:
-        client.close()
     speeds = []
     for name in names:
         profile = profiles[name]
-        window = window_s
+        window_s = windows.window_s / windows.windows
         if WORKLOADS[name].kind == "inference":
             # A service's rate is one over its batches' mean latency: give it several batches.
             batch_s = 1.0 / float(profile.units_per_s(profile.demand_cores))
-            window = max(window_s, _SERVICE_BATCHES * batch_s)
-        (say or _to_stderr)(f"[host speed] {name} alone, uncapped, {window:.0f} s")
-        sample = _probe(name, host.cores, endpoint, threading, window, settle_s, image)
+            window_s = max(window_s, _SERVICE_BATCHES * batch_s)
+        (say or _to_stderr)(
+            f"[host speed] {name} alone, uncapped, {windows.windows} x {window_s:.3g} s"
+        )
+        samples = _probe(name, probed, windows, window_s)
+        cores = statistics.fmean(sample.cores for sample in samples)
+        profile_rate = float(profile.units_per_s(cores))
         speeds.append(
             WorkloadSpeed(
                 workload=name,
                 unit=profile.unit.value,
-                cores=sample.cores,
-                rate=sample.rate,
-                profile_rate=float(profile.units_per_s(sample.cores)),
+                cores=cores,
+                rate=statistics.fmean(sample.rate for sample in samples),
+                profile_rate=profile_rate,
+                windows=(tuple(sample.rate / profile_rate for sample in samples),),
+                window_s=window_s,
             )
         )
     return HostSpeed(
-        host=host.describe(),
+        host=probed.host,
         date=dt.date.today().isoformat(),
         profile_set=scenario.profile_set,
         threading=threading,
@@ -225,14 +339,9 @@ def measure_host_speed(
 
 
 def _probe(
-    workload: str,
-    cores: int,
-    endpoint: str | None,
-    threading: Threading,
-    window_s: float,
-    settle_s: float,
-    image: str | None,
-) -> JobSample:
+    workload: str, probed: ProbedHost, windows: ProbeWindows, window_s: float
+) -> list[JobSample]:
+    """One workload alone over ``windows.windows`` consecutive sub-windows of ``window_s``."""
     inference = WORKLOADS[workload].kind == "inference"
     group = JobGroup(
         workloads=(workload,),
@@ -243,28 +352,34 @@ def _probe(
     scenario = Scenario(
         name="host-speed-probe",
         kind=JobKind.INFERENCE if inference else JobKind.TRAINING,
-        workers=(WorkerSpec(cores=float(cores), endpoint=endpoint),),
+        workers=(WorkerSpec(cores=float(probed.cores), endpoint=probed.endpoint),),
         groups=(group,),
         slots_per_worker=1,
-        profile_set="measured",
+        profile_set=probed.profile_set,
     )
     specs = scenario.realise(np.random.default_rng(0))
     job_id = specs[0].job_id
-    backend = DockerBackend(image=image, workload_threading=threading)
+    backend = probed.backend()
+    samples = []
     try:
         backend.reset(scenario, specs, np.random.default_rng(0))
         backend.apply({}, [Placement(job_id, 0, 0)])
         wait_for_first_units(backend, [job_id])
-        samples, _ = measure_window(backend, {job_id: 1.0}, settle_s, window_s, inference)
+        settle_s = windows.settle_s
+        for _ in range(windows.windows):
+            window, _ = measure_window(backend, {job_id: 1.0}, settle_s, window_s, inference)
+            samples.extend(window)
+            settle_s = 0.0  # the next window follows at once
     finally:
         backend.close()
-    sample = samples[0]
-    if not (sample.rate > 0 and sample.cores > 0):
+    stalled = [sample for sample in samples if not (sample.rate > 0 and sample.cores > 0)]
+    if stalled:
         raise BackendError(
-            f"host speed probe: {workload} made {sample.rate:g} units/s on {sample.cores:g} "
-            f"cores in {window_s:g} s; give it a longer window (a service needs several batches)"
+            f"host speed probe: {workload} made {stalled[0].rate:g} units/s on "
+            f"{stalled[0].cores:g} cores in a {window_s:g} s window; give it a longer "
+            "window (a service needs several batches)"
         )
-    return sample
+    return samples
 
 
 def _to_stderr(message: str) -> None:
@@ -295,7 +410,7 @@ def write_host_speed(speed: HostSpeed, path: Path) -> Path:
 
 
 def read_host_speed(path: Path) -> HostSpeed:
-    """A probe saved by :func:`write_host_speed`.
+    """A probe saved by :func:`write_host_speed` (this format, or format 1: no interval).
 
     Raises:
         ProfileError: the file cannot be read or is not a host speed probe.
@@ -305,8 +420,8 @@ def read_host_speed(path: Path) -> HostSpeed:
     except (OSError, json.JSONDecodeError) as error:
         raise ProfileError(f"cannot read host speed file {path}: {error}") from None
     try:
-        if data["format"] != HOST_SPEED_FORMAT:
-            raise ValueError(f"format {data['format']!r}, expected {HOST_SPEED_FORMAT}")
+        if data["format"] not in (1, HOST_SPEED_FORMAT):
+            raise ValueError(f"format {data['format']!r}, expected 1 to {HOST_SPEED_FORMAT}")
         workloads = tuple(
             WorkloadSpeed(
                 workload=str(w["workload"]),
@@ -314,6 +429,9 @@ def read_host_speed(path: Path) -> HostSpeed:
                 cores=float(w["cores"]),
                 rate=float(w["rate"]),
                 profile_rate=float(w["profile_rate"]),
+                # format 1 has no sub-windows
+                windows=tuple(tuple(float(r) for r in probe) for probe in w.get("windows", ())),
+                window_s=float(w.get("window_s", 0.0)),
             )
             for w in data["workloads"]
         )
@@ -322,6 +440,8 @@ def read_host_speed(path: Path) -> HostSpeed:
             or not workloads
         ):
             raise ValueError("every workload needs positive, finite cores and rates")
+        if not all(r > 0 and math.isfinite(r) for w in workloads for p in w.windows for r in p):
+            raise ValueError("every sub-window's ratio must be positive and finite")
         probes = data.get("probes", 1)  # files saved before brackets hold one probe
         if probes not in (1, 2):
             raise ValueError(f"probes {probes!r}, expected 1 or 2")
@@ -391,7 +511,9 @@ def _rescale(profile: dict[str, Any], ratio: float, speed: HostSpeed) -> None:
 # --------------------------------------------------------------------------------- validate
 
 
-def resolve_host_speed(option: str | None, scenario: Scenario, reference: Side) -> HostSpeed | None:
+def resolve_host_speed(
+    option: str | None, scenario: Scenario, reference: Side, windows: int | None = None
+) -> HostSpeed | None:
     """The host speed a validation holds replay to, as ``--host-speed`` names it.
 
     Args:
@@ -400,14 +522,22 @@ def resolve_host_speed(option: str | None, scenario: Scenario, reference: Side) 
             against anything else.
         scenario: the scenario validated.
         reference: what replay is held against.
+        windows: sub-windows of :data:`PROBE_WINDOW_S` a measured probe runs each workload
+            (``None``: :data:`PROBE_WINDOWS`).
 
     Raises:
-        BackendError: ``measure`` against a replay reference.
+        BackendError: ``measure`` against a replay reference, or ``windows`` given where
+            nothing is measured.
         ProfileError: the file cannot be read, or probed another profile set or fewer
             workloads than the scenario runs.
     """
     live = reference.backend == "docker" and reference.recorded is None
     choice = option if option is not None else ("measure" if live else "none")
+    if windows is not None and choice != "measure":
+        raise BackendError(
+            f"--probe-windows {windows} applies to a probe measured now (--host-speed measure, "
+            f"the default against the engine), not to --host-speed {choice}; drop it"
+        )
     if choice == "none":
         return None
     if choice == "measure":
@@ -417,7 +547,10 @@ def resolve_host_speed(option: str | None, scenario: Scenario, reference: Side) 
                 f"{reference.label()}; give --host-speed none or a host-speed.json file"
             )
         threading: Threading = reference.options.get("workload_threading", "tuned")  # type: ignore[assignment]
-        return measure_host_speed(scenario, threading)
+        windows = windows or PROBE_WINDOWS
+        return measure_host_speed(
+            scenario, threading, window_s=windows * PROBE_WINDOW_S, windows=windows
+        )
     path = Path(choice)
     if not path.is_file():
         raise ProfileError(
@@ -439,7 +572,7 @@ def resolve_host_speed(option: str | None, scenario: Scenario, reference: Side) 
 def between(before: HostSpeed, after: HostSpeed) -> HostSpeed:
     """The host's speed between two probes of the same workloads: per workload, the geometric
     mean of the two (cores, rates and the profile's rates alike, so that the ratio is the
-    geometric mean of the two ratios).
+    geometric mean of the two ratios), with the sub-windows of both (its interval spans both).
 
     Raises:
         ProfileError: the probes are of different profile sets or workloads.
@@ -461,6 +594,8 @@ def between(before: HostSpeed, after: HostSpeed) -> HostSpeed:
                 cores=math.sqrt(first.cores * second.cores),
                 rate=math.sqrt(first.rate * second.rate),
                 profile_rate=math.sqrt(first.profile_rate * second.profile_rate),
+                windows=first.windows + second.windows,
+                window_s=max(first.window_s, second.window_s),
             )
         )
     return dataclasses.replace(before, date=after.date, workloads=tuple(combined), probes=2)
@@ -543,12 +678,20 @@ class SpeedBracket:
         return [(name, probe) for name, probe in zip(BRACKET_FILES, taken, strict=True) if probe]
 
 
+def speed_windows(speed: HostSpeed | None) -> int:
+    """The sub-windows of ``speed``'s probe (:data:`PROBE_WINDOWS` where it has none), so
+    that the probe after the host episodes runs as long as the one before."""
+    counts = [len(probe) for w in (speed.workloads if speed else ()) for probe in w.windows]
+    return min(counts, default=PROBE_WINDOWS)
+
+
 def speed_bracket(
     option: str | None,
     scenario: Scenario,
     reference: Side,
     before: HostSpeed | None,
     directory: Path,
+    windows: int = PROBE_WINDOWS,
 ) -> SpeedBracket | None:
     """A bracket around the host episodes, where the speed was measured just now.
 
@@ -558,6 +701,7 @@ def speed_bracket(
         reference: what replay is held against.
         before: the first probe (``None``: no rescale, nothing to bracket).
         directory: a new folder for the rescaled profile set.
+        windows: sub-windows of :data:`PROBE_WINDOW_S` the probe after runs each workload.
 
     Returns:
         ``None`` where the speed was not measured now (a file, ``none``, a recorded
@@ -566,10 +710,51 @@ def speed_bracket(
     live = reference.backend == "docker" and reference.recorded is None
     if before is None or not live or option not in (None, "measure"):
         return None
-    return SpeedBracket(before, directory, lambda: measure_host_speed(scenario, before.threading))
+    return SpeedBracket(
+        before,
+        directory,
+        lambda: measure_host_speed(
+            scenario, before.threading, window_s=windows * PROBE_WINDOW_S, windows=windows
+        ),
+    )
 
 
 def rescaled_model(speed: HostSpeed, directory: Path) -> Side:
     """Replay on ``speed``'s profile set rescaled into ``directory`` (which must be new)."""
     write_rescaled_set(speed, directory)
     return Side("replay", {}, str(directory), speed_note="rescaled to this host's speed")
+
+
+def speed_noise(
+    scenario: Scenario,
+    policies: Sequence[Policy],
+    seeds: Sequence[int],
+    model_episodes: Sequence[EpisodeResult],
+    reference_episodes: Sequence[EpisodeResult],
+    speed: HostSpeed,
+    progress: bool = False,
+) -> SpeedNoise:
+    """A verdict held through ``speed``'s interval: the median per-job |error| of the model's
+    episodes (replay rescaled to ``speed``), and of replay on ``seeds`` on the profiles as they
+    are and rescaled to every workload's low end and to its high end, each against
+    ``reference_episodes``. Replay takes seconds, so the three run beside any validation."""
+    from dlsched.runs.evaluation.runners import evaluate
+
+    def error(episodes: Sequence[EpisodeResult]) -> float | None:
+        return ErrorSummary.of(compare_episodes(episodes, reference_episodes)).median
+
+    def on(profile_set: str) -> float | None:
+        changed = dataclasses.replace(scenario, profile_set=profile_set)
+        return error(evaluate(changed, policies, seeds, "replay", progress=progress))
+
+    with tempfile.TemporaryDirectory(prefix="dlsched-speed-ends-") as scratch:
+        low, high = speed.at_end("low"), speed.at_end("high")
+        return SpeedNoise(
+            rescaled=error(model_episodes),
+            unscaled=on(scenario.profile_set),
+            at_low=None if low is None else on(str(write_rescaled_set(low, Path(scratch) / "low"))),
+            at_high=None
+            if high is None
+            else on(str(write_rescaled_set(high, Path(scratch) / "high"))),
+            workloads=speed.intervals(),
+        )

@@ -21,6 +21,7 @@ from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.runs.evaluation.metrics import PRIMARY_METRIC, metrics_for
 from dlsched.runs.evaluation.records import EpisodeResult
 from dlsched.runs.fidelity.distribution_statistics import DistributionSummary
+from dlsched.runs.fidelity.speed_interval import SpeedNoise
 from dlsched.runs.fidelity.validation_statistics import (
     ErrorSummary,
     JobComparison,
@@ -29,7 +30,7 @@ from dlsched.runs.fidelity.validation_statistics import (
     Timeline,
     WorkloadAttribution,
     attribution,
-    compare_episode,
+    compare_episodes,
     compare_policies,
     distributions,
     ranking_agreement,
@@ -65,6 +66,8 @@ class ValidationReport:
         distributions: where every seed draws the same jobs, each job's outcomes over the
             seeds as distributions on both sides, against the host's own spread (``None``
             otherwise, or with one seed).
+        speed_noise: where replay was rescaled to the host's speed, the errors beside the
+            verdict: unscaled, and over the probe's interval (``None``: no rescale).
     """
 
     scenario: str
@@ -82,6 +85,7 @@ class ValidationReport:
     seed_agreement: SeedAgreement | None = None
     attribution: tuple[WorkloadAttribution, ...] = ()
     distributions: DistributionSummary | None = None
+    speed_noise: SpeedNoise | None = None
 
 
 def build_report(
@@ -92,25 +96,18 @@ def build_report(
     warnings: Sequence[str] = (),
     sides: tuple[str, str] = ("replay", "docker"),
     replay_spread: Sequence[EpisodeResult] = (),
+    speed_noise: SpeedNoise | None = None,
 ) -> ValidationReport:
     """The report of a validation from its episodes on both backends (paired by policy and seed).
 
     ``replay_spread``: replay's episodes of more seeds than the host ran, which join replay's
     side of the distributions (a scenario that draws the same jobs every seed).
+    ``speed_noise``: the verdict held through the host speed probe's interval.
 
     Raises:
         ValueError: an episode on one backend has no twin on the other.
     """
-    host_by_key = {(result.policy.name, result.seed): result for result in host}
-    if set(host_by_key) != {(result.policy.name, result.seed) for result in replay}:
-        raise ValueError("the replay and host episodes are not the same policies and seeds")
-    jobs = tuple(
-        comparison
-        for result in replay
-        for comparison in compare_episode(
-            result, host_by_key[(result.policy.name, result.seed)], result.policy.name in held_out
-        )
-    )
+    jobs = compare_episodes(replay, host, held_out)
     policies = compare_policies(replay, host, held_out)
     spec = next(s for s in metrics_for(scenario.kind) if s.name == PRIMARY_METRIC[scenario.kind])
     tau, same = ranking_agreement(policies, spec.higher_is_better)
@@ -132,6 +129,7 @@ def build_report(
         seed_agreement=seed_agreement(jobs) if reruns else None,
         attribution=attribution(jobs),
         distributions=distributions([*replay, *replay_spread], host) if reruns else None,
+        speed_noise=speed_noise,
     )
 
 
@@ -175,6 +173,8 @@ def render_report(report: ValidationReport) -> str:
             else ""
         )
     )
+    if report.speed_noise is not None:
+        lines.extend(_speed_noise_lines(report.speed_noise))
     if report.held_out_jobs is not None:
         lines.append(
             f"held-out policies' jobs: median |error| {_percent(report.held_out_jobs.median)}, "
@@ -222,6 +222,60 @@ def render_report(report: ValidationReport) -> str:
         )
     lines.extend(f"warning: {warning}" for warning in report.warnings)
     return "\n".join(lines)
+
+
+def _speed_noise_lines(noise: SpeedNoise) -> list[str]:
+    """The report's lines on the verdict held through the host speed probe's interval."""
+    ratios = ", ".join(workload.describe() for workload in noise.workloads)
+    head = (
+        f"host speed: replay rescaled by {ratios}; median |error| "
+        f"{_percent(noise.rescaled)} rescaled, {_percent(noise.unscaled)} unscaled (the "
+        "profiles as they are)"
+    )
+    span = noise.error_range()
+    if span is None:
+        return [
+            f"{head}; the probe holds no interval (a host-speed.json of format 1): "
+            "--host-speed measure probes with one"
+        ]
+    lines = [
+        f"{head}, {_percent(span[0])}-{_percent(span[1])} over the probe's interval (every "
+        f"workload at its low end: {_percent(noise.at_low)}, at its high end: "
+        f"{_percent(noise.at_high)})"
+    ]
+    if noise.within_noise():
+        lines.append(
+            f"the verdict is within the probe's noise: its interval moves the median |error| "
+            f"over {(span[1] - span[0]) * 100:.1f} points, more than the error itself "
+            f"({_percent(noise.rescaled)}); probe longer (below) or validate on a steadier host"
+        )
+    lengths = "; ".join(workload.length() for workload in noise.workloads)
+    lines.append(f"probe length for an interval narrower than the rescale it corrects: {lengths}")
+    return lines
+
+
+def speed_noise_figures(noise: SpeedNoise | None) -> dict[str, float | None]:
+    """The MLflow metrics of the verdict held through the probe's interval."""
+    if noise is None:
+        return {}
+    span = noise.error_range()
+    within = noise.within_noise()
+    figures: dict[str, float | None] = {
+        "validate/unscaled_median_abs_error": noise.unscaled,
+        "validate/speed_noise/min_median_abs_error": None if span is None else span[0],
+        "validate/speed_noise/max_median_abs_error": None if span is None else span[1],
+        "validate/speed_noise/within": None if within is None else float(within),
+    }
+    for workload in noise.workloads:
+        interval = workload.interval
+        figures[f"validate/{workload.workload}/speed_ratio"] = workload.ratio
+        if interval is not None:
+            figures[f"validate/{workload.workload}/speed_ratio_low"] = interval.low
+            figures[f"validate/{workload.workload}/speed_ratio_high"] = interval.high
+            figures[f"validate/{workload.workload}/probe_s_needed"] = interval.needed_s(
+                workload.ratio
+            )
+    return figures
 
 
 def _seed_agreement_lines(agreement: SeedAgreement) -> list[str]:
@@ -312,6 +366,32 @@ def report_data(report: ValidationReport) -> dict[str, object]:
         ),
         "attribution": [dataclasses.asdict(item) for item in report.attribution],
         "distributions": _distribution_data(report.distributions),
+        "speed_noise": _speed_noise_data(report.speed_noise),
+    }
+
+
+def _speed_noise_data(noise: SpeedNoise | None) -> dict[str, object] | None:
+    if noise is None:
+        return None
+    span = noise.error_range()
+    return {
+        "rescaled": noise.rescaled,
+        "unscaled": noise.unscaled,
+        "at_low": noise.at_low,
+        "at_high": noise.at_high,
+        "error_range": None if span is None else list(span),
+        "within_noise": noise.within_noise(),
+        "workloads": [
+            {
+                "workload": workload.workload,
+                "ratio": workload.ratio,
+                "interval": None
+                if workload.interval is None
+                else dataclasses.asdict(workload.interval)
+                | {"probe_s_needed": workload.interval.needed_s(workload.ratio)},
+            }
+            for workload in noise.workloads
+        ],
     }
 
 

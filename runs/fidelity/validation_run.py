@@ -51,6 +51,7 @@ from dlsched.runs.fidelity.validation_report import (
     build_report,
     render_report,
     report_data,
+    speed_noise_figures,
 )
 from dlsched.runs.fidelity.validation_sides import REPLAY, Side, replay_spread, run_sides
 from dlsched.runs.tracking.owners import end_run, owner_tags
@@ -268,6 +269,9 @@ def validate_tracked(
             request.replay_seeds,
             progress,
         ),
+        sides.speed_noise(
+            request.scenario, request.policies, request.seeds, request.rescaled_to(), progress
+        ),
     )
     folder = out / validation_id
     files = _write_files(folder, report, model, reference, plots)
@@ -378,6 +382,7 @@ def _log_report(
         if report.same_ranking is None
         else float(report.same_ranking),
     }
+    figures.update(speed_noise_figures(report.speed_noise))
     if report.held_out_jobs is not None:
         figures["validate/held_out_median_abs_error"] = report.held_out_jobs.median
         figures["validate/held_out_max_abs_error"] = report.held_out_jobs.max

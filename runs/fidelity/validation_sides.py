@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dlsched.envs.errors import BackendError, TrackingError
 from dlsched.envs.scenarios.model import Scenario
@@ -36,6 +36,10 @@ from dlsched.runs.tracking.trajectory import (
     episode_files,
     read_episode,
 )
+
+if TYPE_CHECKING:
+    from dlsched.runs.fidelity.host_speed import HostSpeed
+    from dlsched.runs.fidelity.speed_interval import SpeedNoise
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,9 @@ class ModelAfterReference(Protocol):
     """A model known only once the reference's episodes are done: replay rescaled to the host's
     speed during them (:class:`~dlsched.runs.fidelity.host_speed.SpeedBracket`)."""
 
+    #: the speed replay was rescaled to, once :meth:`after_reference` ran
+    speed: HostSpeed | None
+
     def after_reference(self) -> tuple[Side, list[str]]:
         """The model's side, and what the report should say of it."""
         ...
@@ -179,6 +186,31 @@ class SidesRun:
     model_episodes: list[EpisodeResult]
     reference_episodes: list[EpisodeResult]
     notes: list[str]
+
+    def speed_noise(
+        self,
+        scenario: Scenario,
+        policies: Sequence[Policy],
+        seeds: Sequence[int],
+        speed: HostSpeed | None,
+        progress: bool = False,
+    ) -> SpeedNoise | None:
+        """The verdict held through the interval of the ``speed`` the model was rescaled to
+        (:func:`~dlsched.runs.fidelity.host_speed.speed_noise`; ``None``: no rescale)."""
+        if speed is None:
+            return None
+        # imported here: host_speed builds on this module's sides
+        from dlsched.runs.fidelity.host_speed import speed_noise
+
+        return speed_noise(
+            scenario,
+            policies,
+            seeds,
+            self.model_episodes,
+            self.reference_episodes,
+            speed,
+            progress,
+        )
 
 
 def run_sides(
@@ -242,6 +274,7 @@ def run_validation(
     progress: bool = True,
     warnings: Sequence[str] = (),
     replay_seeds: int = 0,
+    host_speed: HostSpeed | None = None,
 ) -> tuple[ValidationReport, list[EpisodeResult], list[EpisodeResult]]:
     """Run every policy on every seed on the model and on the reference, and compare.
 
@@ -259,6 +292,8 @@ def run_validation(
         progress: show a progress bar.
         warnings: warnings to carry into the report (a busy or different host).
         replay_seeds: seeds replay runs in all for the distributions (:func:`replay_spread`).
+        host_speed: the speed a model given as a side was rescaled to (a bracket's own is its
+            speed once the reference ran), for the errors its probe's interval allows.
 
     Returns:
         The report, and the model's and the reference's episodes.
@@ -278,6 +313,7 @@ def run_validation(
         )
 
     sides = run_sides(model, reference, episodes_of)
+    speed = host_speed if isinstance(model, Side) else model.speed
     report = build_report(
         scenario,
         sides.model_episodes,
@@ -286,5 +322,6 @@ def run_validation(
         [*warnings, *sides.notes],
         (sides.model.label(), reference.label()),
         replay_spread(sides.model, scenario, policies, seeds, replay_seeds, progress),
+        sides.speed_noise(scenario, policies, seeds, speed, progress),
     )
     return report, sides.model_episodes, sides.reference_episodes

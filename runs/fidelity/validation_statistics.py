@@ -417,6 +417,27 @@ def _absolute_errors(errors: Sequence[float]) -> ErrorSummary:
     )
 
 
+def compare_episodes(
+    replay: Sequence[EpisodeResult], host: Sequence[EpisodeResult], held_out: Sequence[str] = ()
+) -> tuple[JobComparison, ...]:
+    """Compare every job of every episode on replay with its twin on the host (paired by policy
+    and seed); ``held_out`` names the policies whose jobs are marked held out.
+
+    Raises:
+        ValueError: an episode on one backend has no twin on the other.
+    """
+    host_by_key = {(result.policy.name, result.seed): result for result in host}
+    if set(host_by_key) != {(result.policy.name, result.seed) for result in replay}:
+        raise ValueError("the replay and host episodes are not the same policies and seeds")
+    return tuple(
+        comparison
+        for result in replay
+        for comparison in compare_episode(
+            result, host_by_key[(result.policy.name, result.seed)], result.policy.name in held_out
+        )
+    )
+
+
 def compare_episode(
     replay: EpisodeResult, host: EpisodeResult, held_out: bool = False
 ) -> list[JobComparison]:

@@ -3,40 +3,55 @@
 from __future__ import annotations
 
 import json
+import math
+import shlex
 
 import pytest
+from repo_paths import REPOSITORY
+from scipy import stats
 
 from dlsched.baselines import make
 from dlsched.envs.errors import BackendError, ProfileError
+from dlsched.envs.replay.backend import ReplayBackend
 from dlsched.envs.replay.profile import load_profile_set, load_set_contention
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.runs.cli import main as cli_main
 from dlsched.runs.fidelity.host_speed import (
     HostSpeed,
+    ProbedHost,
+    ProbeWindows,
     SpeedBracket,
     WorkloadSpeed,
     between,
     drift_warning,
     measure_host_speed,
+    probe_host,
     read_host_speed,
     rescaled_model,
     resolve_host_speed,
     speed_bracket,
+    speed_windows,
     write_host_speed,
     write_rescaled_set,
 )
+from dlsched.runs.fidelity.speed_interval import SpeedInterval, speed_interval
 from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_validation
 
 TRAININGS = ("cnn-digits", "gru-digits", "mlp-digits", "vae-digits")
 
 
-def _speed(ratios: dict[str, float], profile_set: str = "measured") -> HostSpeed:
-    """A probe whose workloads ran ``ratio`` times as fast as their profiles (at 1.5 cores)."""
+def _speed(
+    ratios: dict[str, float],
+    profile_set: str = "measured",
+    windows: tuple[tuple[float, ...], ...] = (),
+) -> HostSpeed:
+    """A probe whose workloads ran ``ratio`` times as fast as their profiles (at 1.5 cores),
+    each with the sub-window ratios ``windows`` (none: a probe of format 1)."""
     profiles = load_profile_set(profile_set)
     speeds = []
     for name, ratio in ratios.items():
         rate = float(profiles[name].units_per_s(1.5))
-        speeds.append(WorkloadSpeed(name, "iteration", 1.5, rate * ratio, rate))
+        speeds.append(WorkloadSpeed(name, "iteration", 1.5, rate * ratio, rate, windows, 2.0))
     return HostSpeed(
         "test-host: AMD EPYC, 2 cores", "2026-11-26", profile_set, "tuned", tuple(speeds)
     )
@@ -183,6 +198,11 @@ def test_the_option_chooses_the_probe(tmp_path):
         resolve_host_speed(str(partial), scenario, recorded)
     whole = write_host_speed(_speed({n: 0.7 for n in TRAININGS}), tmp_path / "whole.json")
     assert resolve_host_speed(str(whole), scenario, recorded) == read_host_speed(whole)
+    with pytest.raises(BackendError, match="--probe-windows 8 applies to a probe measured now"):
+        resolve_host_speed(str(whole), scenario, recorded, windows=8)
+    # the probe after the host episodes runs as many sub-windows as the one before
+    assert speed_windows(_speed({"mlp-digits": 0.7}, windows=((0.7,) * 6,))) == 6
+    assert speed_windows(None) == 4
 
 
 def test_validate_takes_a_saved_probe(tmp_path, capsys):
@@ -212,11 +232,20 @@ def test_the_probe_measures_a_workload_on_the_engine(docker_engine, workload_ima
     # Any machine this runs on is within a factor of 4 of the profiles' host.
     assert 0.25 < mlp.ratio < 4.0, speed.describe()
     assert speed.profile_set == "measured"
+    # Its four consecutive sub-windows of 1 s give the ratio an interval, saved with it.
+    assert len(mlp.windows) == 1 and len(mlp.windows[0]) == 4 and mlp.window_s == 1.0
+    assert mlp.ratio == pytest.approx(sum(mlp.windows[0]) / 4)
+    interval = mlp.interval()
+    assert interval is not None and interval.windows == 4
+    assert interval.low <= mlp.ratio <= interval.high, interval
+    saved = read_host_speed(write_host_speed(speed, tmp_path / "host-speed.json"))
+    assert saved.workloads[0].interval() == interval
 
 
 def test_a_tracked_bracket_saves_the_speed_and_both_probes(tmp_path, monkeypatch, mlflow_store):
     """Beside the report: the speed replay was rescaled to, and each probe alone, so that the
-    recorded host episodes can be held against either later."""
+    recorded host episodes can be held against either later; in MLflow, the unscaled error and
+    the probe's interval beside the rescaled one."""
     from dlsched.runs.fidelity.validation_run import ValidationRequest, validate_tracked
     from dlsched.runs.tracking.store import connect
     from dlsched.runs.tracking.target import resolve_tracking_uri
@@ -226,9 +255,9 @@ def test_a_tracked_bracket_saves_the_speed_and_both_probes(tmp_path, monkeypatch
     scenario = load_scenario("docker-training-4")
     slower = write_rescaled_set(_speed({n: 0.6 for n in TRAININGS}), tmp_path / "slower")
     bracket = SpeedBracket(
-        _speed({n: 0.3 for n in TRAININGS}),
+        _speed({n: 0.3 for n in TRAININGS}, windows=((0.29, 0.31),)),
         tmp_path / "model",
-        lambda: _speed({n: 1.2 for n in TRAININGS}),
+        lambda: _speed({n: 1.2 for n in TRAININGS}, windows=((1.19, 1.21),)),
     )
     request = ValidationRequest(
         scenario=scenario,
@@ -249,7 +278,160 @@ def test_a_tracked_bracket_saves_the_speed_and_both_probes(tmp_path, monkeypatch
     )
     assert outcome.report.all_jobs.median == 0.0
     assert outcome.host_speed == bracket.speed
+    assert outcome.run_id is not None
+    metrics = connect(target).get_run(outcome.run_id).data.metrics
+    assert metrics["validate/median_abs_error"] == 0.0
+    assert metrics["validate/unscaled_median_abs_error"] > 0.2  # the profiles' host is faster
+    assert metrics["validate/speed_noise/min_median_abs_error"] == 0.0
+    assert metrics["validate/speed_noise/max_median_abs_error"] > 0.3
+    assert metrics["validate/speed_noise/within"] == 1.0
+    assert metrics["validate/cnn-digits/speed_ratio"] == pytest.approx(0.6)
+    assert metrics["validate/cnn-digits/speed_ratio_low"] < 0.3
+    assert metrics["validate/cnn-digits/speed_ratio_high"] > 1.2
+    assert "validate/cnn-digits/probe_s_needed" not in metrics  # no length outruns the drift
     saved = {path.name: read_host_speed(path) for path in outcome.folder.glob("host-speed*.json")}
     assert saved["host-speed.json"].ratios() == pytest.approx({n: 0.6 for n in TRAININGS})
     assert saved["host-speed-before.json"] == bracket.before
     assert saved["host-speed-after.json"].ratios() == pytest.approx({n: 1.2 for n in TRAININGS})
+
+
+# ------------------------------------------------------------------- the probe's interval
+
+
+def _slower_host(tmp_path, ratio: float) -> str:
+    """A profile set every training runs ``ratio`` times as fast on: replay on it stands in
+    for a host of that speed."""
+    return str(write_rescaled_set(_speed({n: ratio for n in TRAININGS}), tmp_path / "host"))
+
+
+def test_a_probe_gives_each_workload_an_interval_around_its_ratio(tmp_path):
+    """Replay on a set at 0.6x stands in for the host: each workload's four sub-windows give
+    an interval that holds 0.6, saved in the probe's file."""
+    host = ProbedHost("replay at 0.6x", 2, ReplayBackend, profile_set=_slower_host(tmp_path, 0.6))
+    scenario = load_scenario("docker-training-4")
+    speed = probe_host(scenario, "tuned", host, ProbeWindows(8.0, 3.0, 4), say=print)
+    assert sorted(speed.ratios()) == sorted(TRAININGS)
+    for workload in speed.workloads:
+        interval = workload.interval()
+        assert interval is not None and interval.windows == 4 and interval.window_s == 2.0
+        assert interval.low <= 0.6 <= interval.high, (workload.workload, interval)
+        assert interval.low <= workload.ratio <= interval.high
+        assert interval.drift == 0.0
+        assert interval.needed_s(workload.ratio) is not None
+    saved = read_host_speed(write_host_speed(speed, tmp_path / "host-speed.json"))
+    assert saved == speed
+    assert json.loads((tmp_path / "host-speed.json").read_text())["format"] == 2
+    with pytest.raises(BackendError, match="at least 2 sub-windows"):
+        probe_host(scenario, "tuned", host, ProbeWindows(8.0, 3.0, 1))
+
+
+def test_a_probe_of_format_1_is_read_without_an_interval(tmp_path):
+    path = tmp_path / "host-speed.json"
+    mlp = {"workload": "mlp-digits", "unit": "iteration", "cores": 1.5, "rate": 6.0}
+    data = {
+        "format": 1,
+        "host": "test-host",
+        "date": "2026-11-26",
+        "profile_set": "measured",
+        "threading": "tuned",
+        "workloads": [mlp | {"profile_rate": 10.0}],
+    }
+    path.write_text(json.dumps(data))
+    (speed,) = read_host_speed(path).workloads
+    assert speed.ratio == pytest.approx(0.6)
+    assert speed.windows == () and speed.interval() is None
+    assert read_host_speed(path).at_end("low") is None
+
+
+def test_the_interval_spans_both_probes_and_no_length_outruns_their_drift():
+    """The issue's probes: cnn-digits x0.82 before, x1.05 after; replay is rescaled between
+    them, the host ran anywhere between them, and longer probes cannot narrow that."""
+    before = _speed({"cnn-digits": 0.82}, windows=((0.81, 0.83, 0.82, 0.82),))
+    after = _speed({"cnn-digits": 1.05}, windows=((1.04, 1.06, 1.05, 1.05),))
+    (cnn,) = between(before, after).workloads
+    interval = cnn.interval()
+    assert interval is not None
+    assert interval.low < 0.82 and interval.high > 1.05
+    assert interval.drift == pytest.approx(0.23)
+    assert interval.needed_s(cnn.ratio) is None  # a rescale of 0.07 within a drift of 0.23
+
+
+def test_the_probe_length_needed_grows_as_the_square_of_the_spread():
+    """A sub-window's spread s gives a half-interval t * s / sqrt(n): half the spread needs a
+    quarter of the windows for the same width."""
+    assert speed_interval(((0.8, 0.8),), 0.8, 2.0) == SpeedInterval(0.8, 0.8, 0.0, 0.0, 2, 2.0)
+    # a rate counted in whole units is known to a unit over the windows (here 0.02 per window)
+    counted = speed_interval(((0.8, 0.8),), 0.8, 2.0, unit=0.02)
+    assert counted is not None and (counted.low, counted.high) == pytest.approx((0.79, 0.81))
+    noisy = SpeedInterval(0.85, 1.05, spread=0.1, drift=0.0, windows=4, window_s=2.0)
+    steady = SpeedInterval(0.9, 1.0, spread=0.05, drift=0.0, windows=4, window_s=2.0)
+    noisy_s, steady_s = noisy.needed_s(0.95), steady.needed_s(0.95)
+    assert noisy_s is not None and steady_s is not None
+
+    def width(n: int, spread: float) -> float:
+        return 2 * stats.t.ppf(0.975, n - 1) * spread / math.sqrt(n)
+
+    # each the fewest windows whose interval is narrower than the rescale (0.05)
+    for needed_s, spread in ((noisy_s, 0.1), (steady_s, 0.05)):
+        windows = round(needed_s / 2.0)
+        assert width(windows, spread) < 0.05 <= width(windows - 1, spread)
+    # four times as many but for Student's t, which asks the fewer windows for more
+    assert 3.0 < noisy_s / steady_s <= 4.0
+    assert noisy.needed_s(1.0) is None  # a ratio of 1 corrects nothing
+
+
+def _validate_json(arguments: list[str], capsys) -> dict:
+    assert cli_main([*arguments, "--no-tracking", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_validate_says_when_the_verdict_is_within_the_probe_noise(tmp_path, capsys):
+    """The issue's case with replay at 0.93x standing in for the host: probes of x0.82 before
+    and x1.05 after rescale replay to their mean, which matches the host; but the ends of
+    their interval are far off, so the verdict is within the probe's noise."""
+    drifted = between(
+        _speed({n: 0.82 for n in TRAININGS}, windows=((0.81, 0.83, 0.82, 0.82),)),
+        _speed({n: 1.05 for n in TRAININGS}, windows=((1.04, 1.06, 1.05, 1.05),)),
+    )
+    probe = write_host_speed(drifted, tmp_path / "drifted.json")
+    arguments = ["validate", "--scenario", "docker-training-4", "--policy", "default"]
+    arguments += ["--episodes", "1", "--against", f"replay:{_slower_host(tmp_path, 0.93)}"]
+    noise = _validate_json([*arguments, "--host-speed", str(probe)], capsys)["speed_noise"]
+    assert noise["rescaled"] < 0.02
+    assert noise["unscaled"] > 0.04
+    low, high = noise["error_range"]
+    assert low == noise["rescaled"] and high > 0.1
+    assert noise["within_noise"] is True
+    assert all(w["interval"]["probe_s_needed"] is None for w in noise["workloads"])
+    assert cli_main([*arguments, "--host-speed", str(probe), "--no-tracking"]) == 0
+    text = capsys.readouterr().out
+    assert "the verdict is within the probe's noise" in text
+    assert "cnn-digits x0.93 (0.80-1.07)" in text and "unscaled" in text
+    assert "cnn-digits: no probe length (the probes differ by 0.23" in text
+
+    # A steady probe of 0.6 against the same host: the error (0.6 against 0.93) stands out
+    # of the probe's noise, and a probe of some seconds makes the interval narrower still.
+    steady = _speed({n: 0.6 for n in TRAININGS}, windows=((0.59, 0.6, 0.61, 0.6),))
+    probe = write_host_speed(steady, tmp_path / "steady.json")
+    noise = _validate_json([*arguments, "--host-speed", str(probe)], capsys)["speed_noise"]
+    assert noise["rescaled"] > 0.3 and noise["within_noise"] is False
+    low, high = noise["error_range"]
+    assert high - low < noise["rescaled"]
+    assert all(w["interval"]["probe_s_needed"] > 0 for w in noise["workloads"])
+
+
+def test_the_ci_validation_prints_the_unscaled_error_and_the_interval(tmp_path, capsys):
+    """CI's own validate command, with replay standing in for the host and a saved probe."""
+    ci = (REPOSITORY / ".ci" / "run").read_text().replace("\\\n", " ")
+    (line,) = [line for line in ci.splitlines() if line.startswith('phase "validate')]
+    command = shlex.split(line)[2:]
+    assert command[:2] == ["dlsched", "validate"]
+    speed = _speed({n: 0.7 for n in TRAININGS}, windows=((0.66, 0.7, 0.74, 0.7),))
+    probe = write_host_speed(speed, tmp_path / "host-speed.json")
+    host = _slower_host(tmp_path, 0.7)
+    assert cli_main([*command[1:], "--against", f"replay:{host}", "--host-speed", str(probe)]) == 0
+    text = capsys.readouterr().out
+    assert "median |error| 0.0% rescaled" in text
+    assert "unscaled (the profiles as they are)" in text
+    assert "cnn-digits x0.70 (0.64-0.76)" in text
+    assert "over the probe's interval" in text and "probe length" in text

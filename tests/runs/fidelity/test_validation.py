@@ -204,6 +204,10 @@ def test_a_side_refuses_a_profile_set_for_docker():
         (["--held-out", "dqoes"], "--held-out dqoes is not among the policies validated"),
         (["--against", "kubernetes"], "--against 'kubernetes': expected docker, replay:SET"),
         (
+            ["--against", "replay:measured", "--probe-windows", "8"],
+            "--probe-windows 8 applies to a probe measured now",
+        ),
+        (
             ["--against", "replay:measured", "--workload-threading", "stock"],
             "--workload-threading stock applies to a docker reference",
         ),
@@ -215,6 +219,14 @@ def test_the_command_refuses_bad_options_with_exit_2(capsys, arguments, message)
     )
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_probe_of_fewer_than_two_sub_windows_is_refused(capsys):
+    arguments = ["validate", "--scenario", "docker-training-4", "--policy", "default"]
+    with pytest.raises(SystemExit) as exited:
+        cli_main([*arguments, "--probe-windows", "1"])
+    assert exited.value.code == 2
+    assert "1 sub-windows have no spread; expected 2 or more" in capsys.readouterr().err
 
 
 def test_the_command_tracks_both_sides_under_one_validation_run(
