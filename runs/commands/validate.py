@@ -189,11 +189,11 @@ def run(args: argparse.Namespace) -> int:
     # imported here, so that parsing (and --help) does not wait for MLflow and matplotlib
     from dlsched.runs.fidelity.host_speed import (
         SpeedBracket,
-        rescaled_model,
         resolve_host_speed,
         speed_bracket,
         speed_windows,
     )
+    from dlsched.runs.fidelity.rescaled_profiles import rescaled_model
     from dlsched.runs.fidelity.validation_run import ValidationRequest, host_warnings
     from dlsched.runs.tracking.target import resolve_tracking_uri
 

@@ -196,11 +196,11 @@ class SidesRun:
         progress: bool = False,
     ) -> SpeedNoise | None:
         """The verdict held through the interval of the ``speed`` the model was rescaled to
-        (:func:`~dlsched.runs.fidelity.host_speed.speed_noise`; ``None``: no rescale)."""
+        (:func:`~dlsched.runs.fidelity.rescaled_profiles.speed_noise`; ``None``: no rescale)."""
         if speed is None:
             return None
-        # imported here: host_speed builds on this module's sides
-        from dlsched.runs.fidelity.host_speed import speed_noise
+        # imported here: the rescaled profiles build on this module's sides
+        from dlsched.runs.fidelity.rescaled_profiles import speed_noise
 
         return speed_noise(
             scenario,

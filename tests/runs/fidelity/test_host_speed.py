@@ -27,13 +27,12 @@ from dlsched.runs.fidelity.host_speed import (
     measure_host_speed,
     probe_host,
     read_host_speed,
-    rescaled_model,
     resolve_host_speed,
     speed_bracket,
     speed_windows,
     write_host_speed,
-    write_rescaled_set,
 )
+from dlsched.runs.fidelity.rescaled_profiles import rescaled_model, write_rescaled_set
 from dlsched.runs.fidelity.speed_interval import SpeedInterval, speed_interval
 from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_validation
 
