@@ -256,11 +256,13 @@ class EvaluationTracker:
             end_run(self.client, self.parent_run_id, status, sys.stderr)
 
     def _run_name(self) -> str:
-        """The parent run's name: its start (UTC) and its policies, in that order, since
+        """The parent run's name: its start (UTC), its evaluation id's random suffix (two
+        evaluations started in one second differ) and its policies, in that order, since
         MLflow's runs table shows only a name's first 20 characters or so (the evaluation id,
         which begins with the scenario, the experiment's name already, is its tag)."""
         policies = ", ".join(dict.fromkeys(policy.name for policy in self.policies))
-        return f"{datetime.now(UTC):%H:%M:%S} {policies}"
+        suffix = self.evaluation_id.rsplit("-", 1)[-1]
+        return f"{datetime.now(UTC):%H:%M:%S}-{suffix} {policies}"
 
     def _experiment(self) -> str:
         """The experiment's id: one experiment per scenario content (:data:`TAG_SCENARIO_HASH`).

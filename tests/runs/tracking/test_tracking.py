@@ -187,7 +187,11 @@ def check_store_matches_printed(
     location = printed["evaluation"]
     (table,) = printed["scenarios"]
     parent = client.get_run(location["parent_run_id"])
-    assert parent.info.run_name == location["id"]
+    # named for the runs table, which shows a name's first 20 characters or so: the start, the
+    # id's suffix, the policies; the evaluation id is its tag
+    assert parent.data.tags["dlsched.evaluation"] == location["id"]
+    suffix = location["id"].rsplit("-", 1)[-1]
+    assert re.fullmatch(rf"\d\d:\d\d:\d\d-{suffix} [\w, -]+", parent.info.run_name)
     assert parent.info.status == "FINISHED"
     assert parent.data.params["scenario.hash"] == scenario.content_hash()
     # MLflow 3's UI opens the experiment in its classic ML view, not the GenAI one
@@ -373,7 +377,10 @@ def test_a_store_failing_mid_evaluation_leaves_every_episode_on_disk_and_says_wh
     assert [len(p["seeds"]) for p in printed["scenarios"][0]["policies"]] == [2, 2]
     local = Path(printed["evaluation"]["local_folder"])
     assert re.search(r"(logging episode default-seed1 failed|before episode default-seed1)", err)
-    assert f"Every finished episode is on disk in {local}" in err
+    assert (
+        f"every episode is on disk, upload them when the store answers: dlsched runs sync {local}"
+        in err
+    )
     assert f"dlsched runs sync {local}" in err
     for name in ("default-seed0", "default-seed1", "dqoes-seed0", "dqoes-seed1"):
         record = json.loads((local / name / "episode.json").read_text())
