@@ -60,14 +60,22 @@ class RaceFit:
     residuals: tuple[str, ...]
 
 
-def crowded_paces(traces: Sequence[ProgressTrace], least_jobs: int = 2) -> list[np.ndarray]:
+def crowded_paces(
+    traces: Sequence[ProgressTrace], least_jobs: int = 2, bin_s: int = 1
+) -> list[np.ndarray]:
     """Per job and spell in which at least ``least_jobs`` jobs ran (each from its first
-    reported unit to its last), the job's units in each whole second over their mean.
+    reported unit to its last), the job's units in each bin of ``bin_s`` whole seconds over
+    their mean.
 
     Args:
         traces: the jobs of one episode on one worker.
         least_jobs: how many jobs must run at once for a second to count as crowded.
+        bin_s: seconds a pace is counted over: a crowded stock job can make well under one
+            unit a second (on a 2-core host, 12% of such seconds held none), so per-second
+            counts are mostly counting noise where a few seconds' are not.
     """
+    if bin_s < 1:
+        raise ArgumentError(f"bin_s={bin_s}: expected whole seconds, at least 1")
     spans = [(float(t.times_s[0]), float(t.times_s[-1])) for t in traces if len(t) >= 2]
     if not spans:
         return []
@@ -85,8 +93,10 @@ def crowded_paces(traces: Sequence[ProgressTrace], least_jobs: int = 2) -> list[
         mine[first:last] = True
         paces = trace.per_second(end)
         for spell in _spells(crowded & mine):
-            values = paces[spell]
-            if len(values) >= MIN_SERIES_S and values.mean() > 0:
+            seconds = paces[spell]
+            bins = len(seconds) // bin_s
+            values = seconds[: bins * bin_s].reshape(bins, bin_s).sum(axis=1)
+            if bins >= MIN_SERIES_S and values.mean() > 0:
                 series.append(values / values.mean())
     return series
 
@@ -97,14 +107,18 @@ def _spells(mask: np.ndarray) -> list[slice]:
     return [slice(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
-def fit_race(series: Sequence[np.ndarray], levels: int = 3, full_at: float = 2.0) -> RaceFit:
+def fit_race(
+    series: Sequence[np.ndarray], levels: int = 3, full_at: float = 2.0, bin_s: float = 1.0
+) -> RaceFit:
     """The race whose chain best explains ``series`` (see the module docstring).
 
     Args:
-        series: per crowded spell of a job, its pace in each second over its mean pace.
+        series: per crowded spell of a job, its pace in each bin over its mean pace
+            (:func:`crowded_paces`).
         levels: the chain's levels (at least 2).
         full_at: the oversubscription from which the levels apply whole (not fitted here: the
             series come from one oversubscription, at which the levels apply whole).
+        bin_s: the seconds of a bin of ``series`` (holding times are in seconds).
 
     Raises:
         ArgumentError: too few seconds, a non-finite or negative pace, or fewer than 2 levels.
@@ -115,8 +129,9 @@ def fit_race(series: Sequence[np.ndarray], levels: int = 3, full_at: float = 2.0
     paces = np.concatenate(kept) if kept else np.zeros(0)
     if len(paces) < levels * MIN_SERIES_S:
         raise ArgumentError(
-            f"{len(paces)} seconds of crowded pace: expected at least {levels * MIN_SERIES_S} "
-            f"in series of {MIN_SERIES_S} s or more; record longer host episodes"
+            f"{len(paces)} bins of {bin_s:g} s of crowded pace: expected at least "
+            f"{levels * MIN_SERIES_S} in series of {MIN_SERIES_S} bins or more; record longer "
+            "host episodes"
         )
     if not np.isfinite(paces).all() or (paces < 0).any():
         raise ArgumentError("a pace is negative or not finite: expected units per second >= 0")
@@ -152,7 +167,7 @@ def fit_race(series: Sequence[np.ndarray], levels: int = 3, full_at: float = 2.0
             if index + 1 < len(runs):  # the last run of a series is cut short: censored
                 exits[run[0]] += 1
                 moves[run[0], runs[index + 1][0]] += 1
-    holding = tuple(float(time_at[k] / max(exits[k], 1.0)) for k in range(levels))
+    holding = tuple(float(bin_s * time_at[k] / max(exits[k], 1.0)) for k in range(levels))
     jumps = []
     for k in range(levels):
         row = (
@@ -168,11 +183,12 @@ def fit_race(series: Sequence[np.ndarray], levels: int = 3, full_at: float = 2.0
         full_at=full_at,
     )
     residuals = tuple(
-        f"level {k}: pace {values[k]:.3f}, {time_at[k] / len(paces):.0%} of {len(paces)} s, "
+        f"level {k}: pace {values[k]:.3f}, {time_at[k] / len(paces):.0%} of "
+        f"{len(paces) * bin_s:g} s, "
         f"held {holding[k]:.1f} s on average over {int(exits[k])} runs ended"
         for k in range(levels)
     )
-    return RaceFit(model, len(paces), len(kept), residuals)
+    return RaceFit(model, round(len(paces) * bin_s), len(kept), residuals)
 
 
 def _kmeans(logs: np.ndarray, levels: int) -> np.ndarray:

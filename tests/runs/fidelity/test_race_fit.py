@@ -44,7 +44,7 @@ def test_the_fit_recovers_the_levels_holding_times_and_jumps_of_its_own_model() 
 
 
 def test_too_little_crowding_is_refused_with_what_it_needs() -> None:
-    with pytest.raises(ArgumentError, match=r"0 seconds of crowded pace: expected at least 30"):
+    with pytest.raises(ArgumentError, match=r"0 bins of 1 s of crowded pace: expected at least 30"):
         fit_race([np.ones(5)], levels=3)
     with pytest.raises(ArgumentError, match=r"levels=1: expected at least 2"):
         fit_race([np.ones(50)], levels=1)
@@ -61,3 +61,17 @@ def test_crowded_paces_are_cut_where_two_jobs_run_at_once() -> None:
     paces = crowded_paces(traces)
     assert [len(p) for p in paces] == [29, 29]  # the whole seconds both ran: 21 to 50
     assert all(np.allclose(p, 1.0) for p in paces)  # steady paces: one level
+    coarse = crowded_paces(traces, bin_s=2)  # 14 whole bins of 2 s in those 29 seconds
+    assert [len(p) for p in coarse] == [14, 14] and all(np.allclose(p, 1.0) for p in coarse)
+    with pytest.raises(ArgumentError, match=r"bin_s=0: expected whole seconds"):
+        crowded_paces(traces, bin_s=0)
+
+
+def test_holding_times_are_in_seconds_whatever_the_bins() -> None:
+    rng = np.random.default_rng(3)
+    series = [_paces(TRUE, rng, 600, rate=60.0) for _ in range(20)]
+    # the same paces summed over 2-s bins: the holding times come out in seconds still
+    binned = [s[: len(s) // 2 * 2].reshape(-1, 2).mean(axis=1) for s in series]
+    fine, coarse = fit_race(series), fit_race(binned, bin_s=2.0)
+    assert coarse.model.holding_s == pytest.approx(fine.model.holding_s, rel=0.25)
+    assert coarse.seconds == fine.seconds
