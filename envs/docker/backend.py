@@ -340,10 +340,11 @@ class DockerBackend(Backend):
         """Every placed job's iterations or batches as its workload reported them, in episode
         seconds (the workload's clock against the episode's Unix start: on a remote engine whose
         clock is off this host's, shifted by the difference)."""
-        return tuple(
-            job.progress_trace(self._clock.epoch_start)
-            for job in sorted(self._jobs.values(), key=lambda j: (j.spec.arrival_s, j.spec.job_id))
-        )
+        return tuple(job.progress_trace(self._clock.epoch_start) for job in self._in_order())
+
+    def _in_order(self) -> list[Job]:
+        """The placed jobs by arrival, then id: the order telemetry and traces list them in."""
+        return sorted(self._jobs.values(), key=lambda j: (j.spec.arrival_s, j.spec.job_id))
 
     def close(self) -> None:
         """Remove this backend's containers and release its connections."""
@@ -560,7 +561,7 @@ class DockerBackend(Backend):
             elif states.get(job.run.container_id) not in _LIVE_STATES:
                 self._finish(job, now)
         jobs = []
-        for job in sorted(self._jobs.values(), key=lambda j: (j.spec.arrival_s, j.spec.job_id)):
+        for job in self._in_order():
             jobs.append(job.telemetry(now))
         interval = now - self._time_s
         self._time_s = now
