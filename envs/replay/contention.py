@@ -68,6 +68,7 @@ from typing import Any, cast, overload
 import numpy as np
 
 from dlsched.envs.errors import ProfileError
+from dlsched.envs.replay.fit_provenance import FitProvenance, parse_provenance, provenance_data
 from dlsched.envs.replay.race import RaceModel, race_data, races_by_threading
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 
@@ -330,25 +331,6 @@ def crowded_runnable_threads(
 
 
 @dataclass(frozen=True)
-class ContentionFit:
-    """How a contention model was fitted, for its provenance.
-
-    Attributes:
-        source: where the measurements come from (the command, or the paper's figure).
-        host: the machine measured (CPU model and cores).
-        date: when, ``YYYY-MM-DD``.
-        objective: what the fit minimised.
-        residuals: one line per measured cell: the measured and the modelled efficiency.
-    """
-
-    source: str
-    host: str
-    date: str
-    objective: str
-    residuals: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class ContentionModel:
     """Per threading, how fast progress per CPU-second falls with oversubscription.
 
@@ -363,7 +345,7 @@ class ContentionModel:
     """
 
     exponents: Mapping[Threading, float]
-    fit: ContentionFit | None = None
+    fit: FitProvenance | None = None
     bound_scales: Mapping[Threading, float] = field(
         default_factory=lambda: {threading: 1.0 for threading in THREADINGS}
     )
@@ -515,25 +497,9 @@ def parse_contention(data: Any, where: str) -> ContentionModel:
         problems += race_problems
         races = {cast(Threading, key): model for key, model in found.items()}
     fit = None
-    raw_fit = data.get("fit")
-    if raw_fit is not None:
-        fields = ("source", "host", "date", "objective")
-        if not isinstance(raw_fit, dict) or not all(
-            isinstance(raw_fit.get(name), str) for name in fields
-        ):
-            problems.append(f"fit: got {raw_fit!r}, expected an object with strings {fields}")
-        else:
-            residuals = raw_fit.get("residuals", [])
-            if not isinstance(residuals, list) or not all(isinstance(r, str) for r in residuals):
-                problems.append("fit.residuals: expected a list of strings")
-            else:
-                fit = ContentionFit(
-                    source=raw_fit["source"],
-                    host=raw_fit["host"],
-                    date=raw_fit["date"],
-                    objective=raw_fit["objective"],
-                    residuals=tuple(residuals),
-                )
+    if data.get("fit") is not None:
+        fit, fit_problems = parse_provenance(data["fit"], "fit")
+        problems += fit_problems
     if problems:
         raise ProfileError(f"contention file {where} is malformed:\n  " + "\n  ".join(problems))
     return ContentionModel(
@@ -554,11 +520,5 @@ def contention_data(model: ContentionModel) -> dict[str, Any]:
     if model.races:
         data["races"] = {threading: race_data(race) for threading, race in model.races.items()}
     if model.fit is not None:
-        data["fit"] = {
-            "source": model.fit.source,
-            "host": model.fit.host,
-            "date": model.fit.date,
-            "objective": model.fit.objective,
-            "residuals": list(model.fit.residuals),
-        }
+        data["fit"] = provenance_data(model.fit)
     return data

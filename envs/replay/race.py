@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from dlsched.envs.replay.fit_provenance import FitProvenance, parse_provenance, provenance_data
 
 #: The second word of a race stream's seed (the first is the job's unit-work seed): a stream
 #: apart from the job's units of work.
@@ -48,12 +50,14 @@ class RaceModel:
         jumps: ``jumps[k][j]``: the chance that a job leaving level ``k`` goes to level ``j``
             (each row sums to 1, 0 on the diagonal).
         full_at: the worker oversubscription from which the levels apply whole (> 1).
+        fit: how the race was fitted (``None``: written by hand, as in tests).
     """
 
     levels: tuple[float, ...]
     holding_s: tuple[float, ...]
     jumps: tuple[tuple[float, ...], ...]
     full_at: float = 2.0
+    fit: FitProvenance | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         problems = race_problems(self)
@@ -126,7 +130,10 @@ def parse_race(data: Any, where: str) -> tuple[RaceModel | None, list[str]]:
     """A race model from its JSON object, and what is wrong with it (the model is ``None`` then)::
 
         {"levels": [0.45, 1.0, 1.7], "holding_s": [40.0, 25.0, 30.0],
-         "jumps": [[0, 0.6, 0.4], [0.5, 0, 0.5], [0.4, 0.6, 0]], "full_at": 2.0}
+         "jumps": [[0, 0.6, 0.4], [0.5, 0, 0.5], [0.4, 0.6, 0]], "full_at": 2.0,
+         "fit": {"source": ..., "host": ..., "date": ..., "objective": ..., "residuals": [...]}}
+
+    (``full_at`` and ``fit`` are optional.)
 
     Args:
         data: the decoded JSON.
@@ -134,17 +141,22 @@ def parse_race(data: Any, where: str) -> tuple[RaceModel | None, list[str]]:
     """
     if not isinstance(data, dict):
         return None, [f"{where}: got {data!r}, expected an object"]
-    known = {"levels", "holding_s", "jumps", "full_at"}
+    known = {"levels", "holding_s", "jumps", "full_at", "fit"}
     problems = [
         f"{where}.{key}: unknown field; known fields: {', '.join(sorted(known))}"
         for key in sorted(set(data) - known)
     ]
+    fit = None
+    if data.get("fit") is not None:
+        fit, fit_problems = parse_provenance(data["fit"], f"{where}.fit")
+        problems += fit_problems
     try:
         model = RaceModel(
             levels=tuple(float(v) for v in data["levels"]),
             holding_s=tuple(float(v) for v in data["holding_s"]),
             jumps=tuple(tuple(float(p) for p in row) for row in data["jumps"]),
             full_at=float(data.get("full_at", 2.0)),
+            fit=fit,
         )
     except KeyError as missing:
         return None, [*problems, f"{where}: missing field {missing}"]
@@ -155,12 +167,15 @@ def parse_race(data: Any, where: str) -> tuple[RaceModel | None, list[str]]:
 
 def race_data(model: RaceModel) -> dict[str, Any]:
     """The JSON object of ``model``, as :func:`parse_race` reads it."""
-    return {
+    data: dict[str, Any] = {
         "levels": list(model.levels),
         "holding_s": list(model.holding_s),
         "jumps": [list(row) for row in model.jumps],
         "full_at": model.full_at,
     }
+    if model.fit is not None:
+        data["fit"] = provenance_data(model.fit)
+    return data
 
 
 class RaceChains:

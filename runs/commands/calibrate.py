@@ -12,6 +12,7 @@ import argparse
 import sys
 import time
 from collections.abc import Collection
+from pathlib import Path
 
 from dlsched.envs.docker.engine import connect
 from dlsched.envs.errors import UnknownNameError
@@ -36,6 +37,7 @@ from dlsched.runs.fidelity.contention_measurement import (
     calibrate_contention,
 )
 from dlsched.runs.fidelity.quiet_host import QUIET_CORES
+from dlsched.runs.fidelity.race_fit import fit_race_from_episodes, race_spread, write_race
 
 _DESCRIPTION = """\
 Measure the replay model's numbers on the local Docker engine, on a quiet host.
@@ -51,6 +53,14 @@ Contention (--contention): copies of one training workload run together, 2 to 4 
 free, equal, favoured and halved limits, with tuned and with stock threading; the exponent of
 the replay model's contention term is fitted per threading and written, with the measurements,
 to <output-dir>/contention.json.
+
+Race (--race-from FOLDER): from host episodes already recorded (the host side of `dlsched
+validate --out DIR`, or `dlsched evaluate --backend docker --out DIR`), fit the race of stock
+jobs that crowd a worker: the pace levels they visit against the replay model of
+<output-dir>, how long they stay, where they go next. Written as that threading's race into
+<output-dir>/contention.json; runs nothing on the host. --race-like SET copies SET's race into
+<output-dir> with its levels divided by their long-run mean: the race's spread, keeping the
+mean contention of a set fitted elsewhere (the paper set's).
 
 Every run waits for a quiet host (no other container, other processes using at most
 --quiet-cores) and records the load it saw; a calibration on a busy host is refused unless
@@ -76,6 +86,20 @@ def register(subparsers: Subcommands) -> None:
         "--contention",
         action="store_true",
         help="measure co-located jobs and fit the contention term instead of profiles",
+    )
+    parser.add_argument(
+        "--race-from",
+        type=Path,
+        action="append",
+        metavar="FOLDER",
+        help="fit the race from the Docker episodes of this evaluation folder (repeatable) "
+        "instead of measuring; --threading names the one threading fitted (default: stock)",
+    )
+    parser.add_argument(
+        "--race-like",
+        metavar="SET",
+        help="copy SET's race (a shipped set's name or a folder) into --output-dir, its levels "
+        "divided by their long-run mean (its spread, not its mean)",
     )
     parser.add_argument(
         "--threading",
@@ -234,6 +258,8 @@ def _count_list(text: str) -> tuple[int, ...]:
 def run(args: argparse.Namespace) -> int:
     """Calibrate what the command line asks for and say where it was written."""
     started = time.monotonic()
+    if args.race_from or args.race_like:
+        return _run_race(args)
     if args.contention:
         return _run_contention(args, started)
     if args.workload is None:
@@ -297,4 +323,33 @@ def _run_contention(args: argparse.Namespace, started: float) -> int:
     measurement = calibrate_contention(settings, host)
     path = write_contention(args.output_dir, measurement)
     print(f"wrote {path} in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+def _run_race(args: argparse.Namespace) -> int:
+    threadings: tuple[Threading, ...] = args.threading or ("stock",)
+    if len(threadings) != 1:
+        print(
+            f"dlsched calibrate: error: --threading {','.join(threadings)}: --race-from fits one "
+            "threading's race at a time; e.g. --threading stock",
+            file=sys.stderr,
+        )
+        return 2
+    if args.race_from and args.race_like:
+        print(
+            "dlsched calibrate: error: --race-from and --race-like both given: fit a race from "
+            "episodes, or copy one's spread from another set, not both",
+            file=sys.stderr,
+        )
+        return 2
+    if args.race_like:
+        race = race_spread(args.race_like, threadings[0])
+    else:
+        race = fit_race_from_episodes(
+            args.race_from, str(args.output_dir.resolve()), threading=threadings[0]
+        ).model
+    path = write_race(args.output_dir, threadings[0], race)
+    for line in race.fit.residuals if race.fit else ():
+        print(f"  {line}")
+    print(f"wrote the {threadings[0]} race to {path}")
     return 0

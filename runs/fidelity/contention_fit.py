@@ -36,11 +36,11 @@ import numpy as np
 
 from dlsched.envs.replay.contention import (
     CONTENTION_FILE,
-    ContentionFit,
     ContentionModel,
     Crowding,
     contention_data,
 )
+from dlsched.envs.replay.fit_provenance import FitProvenance
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 from dlsched.runs.fidelity.contention_grid import (
     ContentionMeasurement,
@@ -333,7 +333,7 @@ def fit_contention(measurement: ContentionMeasurement) -> ContentionModel:
     return ContentionModel(
         exponents={threading: exponents.get(threading, 0.0) for threading in THREADINGS},
         bound_scales={threading: bound_scales.get(threading, 1.0) for threading in THREADINGS},
-        fit=ContentionFit(
+        fit=FitProvenance(
             source=(
                 f"{measurement.workload} jobs measured with `{measurement.command}`"
                 if measurement.command
@@ -358,8 +358,14 @@ def write_contention(directory: Path, measurement: ContentionMeasurement) -> Pat
         The file written.
     """
     directory.mkdir(parents=True, exist_ok=True)
+    path = directory / CONTENTION_FILE
     data = contention_data(fit_contention(measurement))
     data["measurements"] = measurement_data(measurement)
-    path = directory / CONTENTION_FILE
+    # The races were fitted from host episodes, not from this grid: measuring the grid again
+    # must not lose them.
+    if path.is_file():
+        races = json.loads(path.read_text()).get("races")
+        if races:
+            data["races"] = races
     path.write_text(json.dumps(data, indent=1) + "\n")
     return path

@@ -1,38 +1,59 @@
-"""Fitting the race (:mod:`dlsched.envs.replay.race`) from fine host traces.
+"""Fitting the race (:mod:`dlsched.envs.replay.race`) from host episodes.
 
-A host episode on Docker keeps every iteration of every job with its time
-(:mod:`dlsched.envs.progress_trace`). Where several stock jobs share a worker, a job's pace in
-each second, over its mean pace while they share it, is the race's level times the noise of
-counting whole iterations: :func:`crowded_paces` cuts those series out of an episode's traces.
-:func:`fit_race` then finds the levels and the chain between them:
+A host episode on Docker records, every step, each job's units so far and the cores it used.
+Where stock jobs crowd a worker, a job's progress in a step over what the deterministic replay
+model gives it at those cores and that crowding is the race's level times the noise of counting
+whole units: :func:`crowded_efficiencies` cuts those series out of an episode. The levels are
+thus measured against the model: their long-run mean is the share of the model's crowded
+progress the host delivers, and their spread the race. :func:`fit_race` then finds the levels
+and the chain between them:
 
-1. **Levels**: a one-dimensional k-means of the log paces of every second of every series
+1. **Levels**: a one-dimensional k-means of the log ratios of every step of every series
    (started at evenly spaced quantiles, so the fit is deterministic).
-2. **Which level each second is at**: a few rounds of hard expectation-maximisation on a hidden
-   Markov chain: each series labelled by Viterbi (Gaussian log paces around the levels; a
+2. **Which level each step is at**: a few rounds of hard expectation-maximisation on a hidden
+   Markov chain: each series labelled by Viterbi (Gaussian log ratios around the levels; a
    switch costs what the chain's switching rate says, so that the noise of counting whole
    units makes no switches of its own), then the levels and the rate estimated anew. A level's
-   pace is the mean pace of its seconds.
+   value is the mean ratio of its steps.
 3. **Holding times**: a level's mean holding time is the seconds spent in it over the runs that
    ended in it (the exponential's maximum likelihood, the runs a series' end cut short counted
    as censored).
 4. **Jumps**: the counts of each level-to-level move, over the moves out of the level (a level
    never left gets the others' chances, evenly).
 
-Seconds are the resolution: switches within a second are averaged into its pace, so holding
-times of a few seconds are not recovered (the host's are tens of seconds, issue #32).
+Steps are the resolution: switches within a step are averaged into its ratio, so holding times
+shorter than a few steps are not recovered (the host's are tens of seconds, issue #32).
+:func:`fit_race_from_episodes` runs all of it over recorded evaluations and :func:`write_race`
+puts the result, with its provenance, into a profile set (``dlsched calibrate --race-from``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import datetime
+import itertools
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from dlsched.envs.errors import ArgumentError
-from dlsched.envs.progress_trace import ProgressTrace
-from dlsched.envs.replay.race import RaceModel
+from dlsched.envs.errors import ArgumentError, ProfileError
+from dlsched.envs.replay.contention import (
+    CONTENTION_FILE,
+    efficiency,
+    oversubscription,
+    parse_contention,
+)
+from dlsched.envs.replay.fit_provenance import FitProvenance
+from dlsched.envs.replay.profile import load_set_contention
+from dlsched.envs.replay.profile_table import ProfileTable
+from dlsched.envs.replay.race import RaceModel, race_data
+from dlsched.envs.telemetry import JobState
+from dlsched.envs.workloads.cpu_quota import Threading
+from dlsched.runs.evaluation.records import ContainerSample, EpisodeResult
+from dlsched.runs.tracking.trajectory import EPISODE_FILE, read_episode
 
 #: k-means rounds at most (it stops once no second changes level).
 MAX_ROUNDS = 100
@@ -60,51 +81,108 @@ class RaceFit:
     residuals: tuple[str, ...]
 
 
-def crowded_paces(
-    traces: Sequence[ProgressTrace], least_jobs: int = 2, bin_s: int = 1
+def crowded_efficiencies(
+    result: EpisodeResult, profile_set: str, threading: Threading = "stock", full_at: float = 2.0
 ) -> list[np.ndarray]:
-    """Per job and spell in which at least ``least_jobs`` jobs ran (each from its first
-    reported unit to its last), the job's units in each bin of ``bin_s`` whole seconds over
-    their mean.
+    """Per job of ``threading`` and spell of whole steps in which its worker was crowded to at
+    least ``full_at``, the job's progress in each step over what the deterministic model gives
+    it there: the race's level in that step, times the noise of counting whole units.
+
+    What the model gives a job in a step is its profile's throughput at the cores the host gave
+    it in the step (its ``cpu_usage``), times its contention efficiency (:mod:`.contention`) at
+    the oversubscription of the jobs its worker ran through the whole step. So the race's
+    levels are measured against the model, not against the job's own mean: their long-run mean
+    is the share of the model's crowded progress the host delivers, and their spread the race.
+    A step counts where the same jobs ran on the worker from its start to its end, each past its
+    first unit (a start-up or a finish inside the step would count as a slow level) and none
+    under a quota.
 
     Args:
-        traces: the jobs of one episode on one worker.
-        least_jobs: how many jobs must run at once for a second to count as crowded.
-        bin_s: seconds a pace is counted over: a crowded stock job can make well under one
-            unit a second (on a 2-core host, 12% of such seconds held none), so per-second
-            counts are mostly counting noise where a few seconds' are not.
+        result: an episode read with its containers (:func:`read_episode`).
+        profile_set: the profile set the race is fitted for (a shipped name or a folder).
+        threading: the threading whose jobs are cut out.
+        full_at: the oversubscription from which the race's levels apply whole: less crowded
+            steps are left out.
+
+    Raises:
+        UnknownNameError: a workload of the episode has no profile in ``profile_set``.
     """
-    if bin_s < 1:
-        raise ArgumentError(f"bin_s={bin_s}: expected whole seconds, at least 1")
-    spans = [(float(t.times_s[0]), float(t.times_s[-1])) for t in traces if len(t) >= 2]
-    if not spans:
-        return []
-    end = int(np.ceil(max(last for _, last in spans)))
-    running = np.zeros(end, dtype=np.int64)
-    for first, last in spans:
-        running[int(np.ceil(first)) : int(np.floor(last))] += 1
-    crowded = running >= least_jobs
-    series = []
-    for trace in traces:
-        if len(trace) < 2:
-            continue
-        first, last = int(np.ceil(trace.times_s[0])), int(np.floor(trace.times_s[-1]))
-        mine = np.zeros(end, dtype=bool)
-        mine[first:last] = True
-        paces = trace.per_second(end)
-        for spell in _spells(crowded & mine):
-            seconds = paces[spell]
-            bins = len(seconds) // bin_s
-            values = seconds[: bins * bin_s].reshape(bins, bin_s).sum(axis=1)
-            if bins >= MIN_SERIES_S and values.mean() > 0:
-                series.append(values / values.mean())
-    return series
+    table = ProfileTable(dataclasses.replace(result.scenario, profile_set=profile_set))
+    series: list[np.ndarray] = []
+    spells: dict[str, list[float]] = {}
+    for before, after in itertools.pairwise(result.steps):
+        earlier = {sample.job_id: sample for sample in before.containers}
+        ratios: dict[str, float] = {}
+        for worker in {s.worker for s in after.containers if s.worker is not None}:
+            step = _Step(
+                threading,
+                full_at,
+                after.time_s - before.time_s,
+                result.scenario.workers[worker].cores,
+            )
+            jobs = [s for s in after.containers if s.worker == worker and not _ended(s, earlier)]
+            ratios.update(_step_efficiencies(jobs, earlier, table, step))
+        for job_id in [job_id for job_id in spells if job_id not in ratios]:
+            series.append(np.asarray(spells.pop(job_id)))
+        for job_id, ratio in ratios.items():
+            spells.setdefault(job_id, []).append(ratio)
+    series.extend(np.asarray(values) for values in spells.values())
+    return [values for values in series if len(values) >= MIN_SERIES_S]
 
 
-def _spells(mask: np.ndarray) -> list[slice]:
-    """The runs of ``True`` in ``mask``, as slices."""
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
-    return [slice(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+#: States a job leaves no more.
+_ENDED = (JobState.DONE, JobState.FAILED)
+
+
+def _ended(sample: ContainerSample, earlier: Mapping[str, ContainerSample]) -> bool:
+    """Whether the job had ended before the step began (one that ends within it counts: it
+    ran part of the step)."""
+    first = earlier.get(sample.job_id)
+    return sample.state in _ENDED and first is not None and first.state in _ENDED
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What one worker's step is judged by: the threading fitted, the race's ``full_at``, the
+    step's seconds and the worker's cores."""
+
+    threading: Threading
+    full_at: float
+    seconds: float
+    cores: float
+
+
+def _step_efficiencies(
+    jobs: Sequence[ContainerSample],
+    earlier: Mapping[str, ContainerSample],
+    table: ProfileTable,
+    step: _Step,
+) -> dict[str, float]:
+    """One worker's step: per job of the step's threading, its progress over the model's (none
+    where the step does not count, see :func:`crowded_efficiencies`)."""
+    steady = step.seconds > 0 and all(
+        job.state is JobState.RUNNING
+        and job.limit >= 1.0
+        and (first := earlier.get(job.job_id)) is not None
+        and first.state is JobState.RUNNING
+        and first.worker == job.worker
+        and first.iterations > 0
+        for job in jobs
+    )
+    if not steady:
+        return {}
+    rows = np.array([table.index[job.workload] for job in jobs])
+    ratio = oversubscription(np.ones(len(jobs)), table.demand[rows], table.stock[rows], step.cores)
+    if ratio < step.full_at:
+        return {}
+    kept = efficiency(ratio, table.exponent[rows], table.floor[rows])
+    found = {}
+    for job, row, share in zip(jobs, rows.tolist(), kept.tolist(), strict=True):
+        profile = table.profiles[row]
+        modelled = float(profile.units_per_s(job.cpu_usage)) * share * step.seconds
+        if profile.threading == step.threading and modelled > 0:
+            found[job.job_id] = (job.iterations - earlier[job.job_id].iterations) / modelled
+    return found
 
 
 def fit_race(
@@ -234,4 +312,143 @@ def _viterbi(logs: np.ndarray, centers: np.ndarray, spread: float, switching: fl
     path[-1] = int(score.argmax())
     for second in range(len(logs) - 1, 0, -1):
         path[second - 1] = back[second, path[second]]
+    return path
+
+
+#: What :func:`fit_race` minimises, for the race's provenance.
+RACE_OBJECTIVE = (
+    "per job and step where the same stock jobs crowded the worker to at least full_at: "
+    "host units over the replay model's (the profile's throughput at the host's cores times "
+    "the contention efficiency); levels by k-means of the log ratios, then hard EM of a hidden "
+    "Markov chain (Viterbi labels, levels re-estimated); holding times by censored exponential "
+    "maximum likelihood; jumps by counts"
+)
+
+
+def fit_race_from_episodes(
+    folders: Sequence[Path],
+    profile_set: str,
+    threading: Threading = "stock",
+    levels: int = 3,
+    full_at: float = 2.0,
+) -> RaceFit:
+    """The race of ``threading`` fitted from every episode recorded in ``folders``.
+
+    Args:
+        folders: evaluation folders (``<out>/<evaluation id>``, as ``dlsched evaluate
+            --backend docker`` and the host side of ``dlsched validate`` write them). Replay
+            episodes fit too: the fit then recovers the race the replay model drew.
+        profile_set: the set the race is fitted for (a shipped name or a folder): the levels
+            are measured against its profiles and contention term.
+        threading: the threading whose jobs are fitted.
+        levels: the chain's levels.
+        full_at: the oversubscription from which the levels apply whole.
+
+    Raises:
+        ArgumentError: no episode in ``folders``, episodes of different step lengths,
+            or too few crowded steps.
+        TrackingError: a folder holds no evaluation as dlsched writes one.
+    """
+    episodes = [
+        read_episode(path, containers=True)
+        for folder in folders
+        for path in sorted(p.parent for p in Path(folder).glob(f"*/{EPISODE_FILE}"))
+    ]
+    if not episodes:
+        raise ArgumentError(
+            f"no episode in {', '.join(str(f) for f in folders)}: expected evaluation folders "
+            "recorded on a host (dlsched evaluate --backend docker --out DIR, or the host side "
+            "of dlsched validate --out DIR)"
+        )
+    steps = {episode.scenario.interval_s for episode in episodes}
+    if len(steps) != 1:
+        raise ArgumentError(
+            f"the episodes step every {sorted(steps)} s: expected one step length; fit episodes "
+            "of scenarios with the same interval_s together"
+        )
+    series = [
+        values
+        for episode in episodes
+        for values in crowded_efficiencies(episode, profile_set, threading, full_at)
+    ]
+    fit = fit_race(series, levels=levels, full_at=full_at, bin_s=steps.pop())
+    scenarios = sorted({episode.scenario.name for episode in episodes})
+    backends = sorted({f"{e.backend}{_options(e.backend_options)}" for e in episodes})
+    mean = float(np.dot(fit.model.stationary(), fit.model.levels))
+    provenance = FitProvenance(
+        source=(
+            f"{len(episodes)} episodes of {', '.join(scenarios)} (policies "
+            f"{', '.join(sorted({e.policy.name for e in episodes}))}) recorded in "
+            f"{', '.join(str(f) for f in folders)}, fitted against profile set "
+            f"{Path(profile_set).name!r} by dlsched calibrate --race-from"
+        ),
+        host=f"the host that recorded them ({', '.join(backends)})",
+        date=datetime.date.today().isoformat(),
+        objective=RACE_OBJECTIVE,
+        residuals=(
+            *fit.residuals,
+            f"long-run mean level {mean:.3f}: the share of the model's crowded progress the "
+            f"host delivered, over {fit.series} series of {fit.seconds} s",
+        ),
+    )
+    return dataclasses.replace(fit, model=dataclasses.replace(fit.model, fit=provenance))
+
+
+def race_spread(profile_set: str, threading: Threading = "stock") -> RaceModel:
+    """``profile_set``'s race of ``threading`` with its levels divided by their long-run mean:
+    the race's spread without the mean it adds, for a set whose mean contention was fitted
+    elsewhere (the paper set's, to FlowCon's default-Docker makespans).
+
+    Raises:
+        ProfileError: the set has no race for ``threading``.
+    """
+    races = load_set_contention(profile_set).races
+    if threading not in races:
+        raise ProfileError(
+            f"profile set {profile_set!r} has no {threading} race (it has "
+            f"{', '.join(races) or 'none'}); fit one first: dlsched calibrate --race-from FOLDER "
+            f"--output-dir <its folder>"
+        )
+    race = races[threading]
+    mean = float(np.dot(race.stationary(), race.levels))
+    origin = race.fit.source if race.fit else "written by hand"
+    return dataclasses.replace(
+        race,
+        levels=tuple(level / mean for level in race.levels),
+        fit=FitProvenance(
+            source=f"profile set {profile_set!r}'s {threading} race ({origin}), by dlsched "
+            f"calibrate --race-like {profile_set}",
+            host=race.fit.host if race.fit else "",
+            date=datetime.date.today().isoformat(),
+            objective=f"its levels divided by their long-run mean {mean:.3f}: the same spread "
+            "and switching, and this set's own mean contention",
+            residuals=race.fit.residuals if race.fit else (),
+        ),
+    )
+
+
+def _options(options: Mapping[str, str]) -> str:
+    return f"[{','.join(f'{k}={v}' for k, v in sorted(options.items()))}]" if options else ""
+
+
+def write_race(directory: Path, threading: Threading, model: RaceModel) -> Path:
+    """Put ``model`` into the ``contention.json`` of the profile set in ``directory`` as
+    ``threading``'s race, keeping everything else the file holds.
+
+    Raises:
+        ProfileError: the set has no contention file (a race multiplies the contention term),
+            or the file written would not read back.
+    """
+    path = directory / CONTENTION_FILE
+    if not path.is_file():
+        raise ProfileError(
+            f"{path} does not exist: a race multiplies a contention term; measure one first "
+            f"(dlsched calibrate --contention --output-dir {directory})"
+        )
+    data = json.loads(path.read_text())
+    data.setdefault("races", {})[threading] = race_data(model)
+    parse_contention(data, str(path))
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(data, indent=1) + "\n")
+    temporary.replace(path)
     return path

@@ -6,7 +6,8 @@ and per event, as a one-episode :class:`~dlsched.envs.backend.Backend`; an envir
 ``backend=ReferenceReplay()`` runs it through the adapter the Docker backend takes
 (:class:`~dlsched.envs.backend_episode.BackendEpisode`). ``test_replay_vector.py`` (beside it)
 holds the engine's episodes equal to this model's, step by step. It shares with the engine only
-what is tested on its own: the profiles, water-filling and the contention formulas.
+what is tested on its own: the profiles, water-filling and the contention formulas. It has no
+race (``envs/replay/race.py``): sets that carry one are held against it without it.
 """
 
 from __future__ import annotations

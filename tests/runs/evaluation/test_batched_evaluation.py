@@ -38,7 +38,7 @@ from dlsched.runs.evaluation import (
     runners,
 )
 
-SEEDS = (3, 4)
+SEEDS = (5, 8)  # seeds where SpeCon moves jobs on specon-20 (checked below)
 
 
 def assert_same(batched: object, single: object, where: str) -> None:

@@ -1,14 +1,32 @@
-"""Fitting the race from per-second paces: it recovers the chain that made them."""
+"""Fitting the race: from paces it recovers the chain that made them, and from recorded
+episodes, measured against the replay model, the race that model drew."""
 
 from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from dlsched.envs.errors import ArgumentError
-from dlsched.envs.progress_trace import ProgressTrace
+from dlsched.baselines import make
+from dlsched.envs.errors import ArgumentError, ProfileError
+from dlsched.envs.replay.profile import PROFILES_DIR, load_set_contention
 from dlsched.envs.replay.race import RaceModel
-from dlsched.runs.fidelity.race_fit import crowded_paces, fit_race
+from dlsched.envs.scenarios.file_format import dump_scenario
+from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
+from dlsched.runs.cli import main
+from dlsched.runs.evaluation.runners import run_episode
+from dlsched.runs.fidelity.contention_fit import write_contention
+from dlsched.runs.fidelity.contention_grid import recorded_measurement
+from dlsched.runs.fidelity.race_fit import (
+    crowded_efficiencies,
+    fit_race,
+    fit_race_from_episodes,
+    race_spread,
+    write_race,
+)
 
 TRUE = RaceModel(
     levels=(0.4, 1.0, 1.8),
@@ -50,23 +68,6 @@ def test_too_little_crowding_is_refused_with_what_it_needs() -> None:
         fit_race([np.ones(50)], levels=1)
 
 
-def test_crowded_paces_are_cut_where_two_jobs_run_at_once() -> None:
-    # j00 runs 0-60 s at 10 units a second; j01 from 20 to 50 s at 5
-    first = np.arange(1, 601)
-    second = np.arange(1, 151)
-    traces = (
-        ProgressTrace("j00", "iteration", first / 10.0, first),
-        ProgressTrace("j01", "iteration", 20.0 + second / 5.0, second),
-    )
-    paces = crowded_paces(traces)
-    assert [len(p) for p in paces] == [29, 29]  # the whole seconds both ran: 21 to 50
-    assert all(np.allclose(p, 1.0) for p in paces)  # steady paces: one level
-    coarse = crowded_paces(traces, bin_s=2)  # 14 whole bins of 2 s in those 29 seconds
-    assert [len(p) for p in coarse] == [14, 14] and all(np.allclose(p, 1.0) for p in coarse)
-    with pytest.raises(ArgumentError, match=r"bin_s=0: expected whole seconds"):
-        crowded_paces(traces, bin_s=0)
-
-
 def test_holding_times_are_in_seconds_whatever_the_bins() -> None:
     rng = np.random.default_rng(3)
     series = [_paces(TRUE, rng, 600, rate=60.0) for _ in range(20)]
@@ -75,3 +76,148 @@ def test_holding_times_are_in_seconds_whatever_the_bins() -> None:
     fine, coarse = fit_race(series), fit_race(binned, bin_s=2.0)
     assert coarse.model.holding_s == pytest.approx(fine.model.holding_s, rel=0.25)
     assert coarse.seconds == fine.seconds
+
+
+#: A race slow enough to be seen in 5-s steps, applying whole from twice the cores' threads.
+SLOW = RaceModel(
+    levels=(0.4, 1.0, 1.6),
+    holding_s=(60.0, 45.0, 60.0),
+    jumps=((0.0, 0.6, 0.4), (0.5, 0.0, 0.5), (0.4, 0.6, 0.0)),
+    full_at=2.0,
+)
+
+
+def _stock_set(directory: Path, race: RaceModel | None) -> str:
+    """measured-stock copied to ``directory``, with ``race`` for its stock jobs (or none)."""
+    shutil.copytree(PROFILES_DIR / "measured-stock", directory)
+    path = directory / "contention.json"
+    data = json.loads(path.read_text())
+    del data["races"]
+    path.write_text(json.dumps(data))
+    if race is not None:
+        write_race(directory, "stock", race)
+    return str(directory)
+
+
+def _crowd(profile_set: str, jobs: int = 4, iterations: int = 1500) -> Scenario:
+    """``jobs`` stock mlp-digits jobs arriving together on one 2-core worker."""
+    return Scenario(
+        name="crowd",
+        kind=JobKind.TRAINING,
+        workers=(WorkerSpec(cores=2.0),),
+        groups=(
+            JobGroup(
+                workloads=("mlp-digits",),
+                count=jobs,
+                arrival=ArrivalPattern(),
+                iterations=iterations,
+            ),
+        ),
+        slots_per_worker=jobs,
+        interval_s=5.0,
+        horizon_s=7200.0,
+        profile_set=profile_set,
+        workload_threading="stock",
+    )
+
+
+def test_the_model_held_against_its_own_episode_keeps_a_level_of_one(tmp_path) -> None:
+    plain = _stock_set(tmp_path / "plain", None)
+    result = run_episode(_crowd(plain, iterations=300), make("default"), seed=0)
+    series = crowded_efficiencies(result, plain)
+    assert len(series) == 4  # one crowded spell per job
+    steps = np.concatenate(series)
+    # what the steps' ratios miss of 1 is counting whole iterations and the units' noise
+    assert np.median(steps) == pytest.approx(1.0, abs=0.03)
+    assert crowded_efficiencies(result, plain, full_at=8.0) == []  # never 8x crowded
+
+
+def test_the_command_recovers_the_race_replay_drew_and_writes_it_with_its_provenance(
+    tmp_path, capsys
+) -> None:
+    racing = _stock_set(tmp_path / "racing", SLOW)
+    scenario_file = tmp_path / "crowd.yaml"
+    scenario_file.write_text(dump_scenario(_crowd(racing)))
+    records = tmp_path / "records"
+    assert (
+        main(
+            [
+                "evaluate",
+                "--scenario",
+                str(scenario_file),
+                "--policy",
+                "default",
+                "--episodes",
+                "8",
+                "--tracking-uri",
+                f"sqlite:///{tmp_path / 'mlflow.db'}",
+                "--no-plots",
+                "--out",
+                str(records),
+            ]
+        )
+        == 0
+    )
+    fitted_set = tmp_path / "fitted"
+    _stock_set(fitted_set, None)
+    (folder,) = records.iterdir()
+    capsys.readouterr()
+    assert main(["calibrate", "--race-from", str(folder), "--output-dir", str(fitted_set)]) == 0
+    assert f"wrote the stock race to {fitted_set / 'contention.json'}" in capsys.readouterr().out
+    race = load_set_contention(str(fitted_set)).races["stock"]
+    assert race.levels == pytest.approx(SLOW.levels, rel=0.12)
+    assert race.holding_s == pytest.approx(SLOW.holding_s, rel=0.5)
+    assert race.fit is not None and race.fit.objective.startswith("per job and step")
+    assert "8 episodes of crowd (policies default)" in race.fit.source
+    # the rest of the file is kept
+    before = json.loads((PROFILES_DIR / "measured-stock" / "contention.json").read_text())
+    after = json.loads((fitted_set / "contention.json").read_text())
+    assert {k: v for k, v in after.items() if k != "races"} == {
+        k: v for k, v in before.items() if k != "races"
+    }
+
+
+def test_a_race_needs_a_contention_term_and_episodes(tmp_path) -> None:
+    with pytest.raises(ProfileError, match=r"contention.json does not exist: a race multiplies"):
+        write_race(tmp_path, "stock", SLOW)
+    assert main(["calibrate", "--race-from", str(tmp_path), "--output-dir", str(tmp_path)]) == 2
+
+
+def test_measuring_the_contention_term_again_keeps_the_race(tmp_path) -> None:
+    directory = Path(_stock_set(tmp_path / "set", SLOW))
+    measurement = recorded_measurement(directory)
+    write_contention(directory, measurement)
+    assert load_set_contention(str(directory)).races == {"stock": SLOW}
+
+
+#: Host reruns recorded on a quiet 2-core host (stock threading, no limits): what the shipped
+#: race of measured-stock was fitted from.
+RERUNS = Path(__file__).parents[2] / "data" / "stock-reruns"
+
+
+def test_the_shipped_race_is_what_its_recorded_reruns_fit() -> None:
+    folders = [RERUNS / "docker-training-4-stock", RERUNS / "docker-training-6-stock"]
+    fit = fit_race_from_episodes(folders, "measured-stock")
+    shipped = load_set_contention("measured-stock").races["stock"]
+    assert fit.model == shipped  # levels, holding times, jumps and full_at, exactly
+    assert fit.model.fit is not None and shipped.fit is not None
+    assert shipped.fit.residuals == fit.model.fit.residuals
+    # crowded stock jobs make less progress on the host than the model's mean gives them
+    assert float(np.dot(shipped.stationary(), shipped.levels)) < 1.0
+
+
+def test_the_paper_set_carries_the_shipped_races_spread_with_its_own_mean(tmp_path) -> None:
+    measured = load_set_contention("measured-stock").races["stock"]
+    paper = load_set_contention("paper").races["stock"]
+    assert paper == race_spread("measured-stock")  # what --race-like writes, exactly
+    assert float(np.dot(paper.stationary(), paper.levels)) == pytest.approx(1.0)
+    ratio = np.asarray(paper.levels) / np.asarray(measured.levels)
+    assert ratio == pytest.approx(ratio[0])  # the same spread, scaled
+    assert (paper.holding_s, paper.jumps) == (measured.holding_s, measured.jumps)
+    with pytest.raises(ProfileError, match=r"profile set 'measured' has no tuned race"):
+        race_spread("measured", "tuned")
+
+
+def test_fitting_and_copying_a_race_at_once_is_refused(tmp_path, capsys) -> None:
+    assert main(["calibrate", "--race-from", str(tmp_path), "--race-like", "measured-stock"]) == 2
+    assert "--race-from and --race-like both given" in capsys.readouterr().err
