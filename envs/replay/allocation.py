@@ -183,7 +183,8 @@ def _contend(
         ratio_d[over] = runnable / capacity
         ratio = ratio_d.reshape(-1)[on_worker[slowed]]
         full_at = physics.race_full_at.reshape(-1)[at]
-        kept = kept * race_factor(physics.race_level.reshape(-1)[at], ratio, full_at)
+        fade = physics.race_fade.reshape(-1)[at]
+        kept = kept * race_factor(physics.race_level.reshape(-1)[at], ratio, full_at, fade)
         # only where its level changes the rate is a job's next switch an event
         physics.race_active.reshape(-1)[at] = (ratio > 1.0) & (full_at < np.inf)
     physics.rate.reshape(-1)[at] *= kept

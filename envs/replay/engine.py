@@ -213,11 +213,12 @@ class ReplayEngine(EpisodeBatch):
             ]
         if self.races is not None:
             seeds = self.units_of_work.seeds[rows, jobs]
-            for row, job, level, holding, full_at in self.races.start(
+            for row, job, level, holding, model in self.races.start(
                 rows, jobs, profile_of, seeds
             ):
                 physics.race_level[row, job] = level
-                physics.race_full_at[row, job] = full_at
+                physics.race_full_at[row, job] = model.full_at
+                physics.race_fade[row, job] = model.fade
                 physics.race_switch_s[row, job] = self.now[row] + holding
         self._paused_or_booting_changed()
 

@@ -41,6 +41,7 @@ class PhysicsArrays(ArrayFields):
         race_level: the multiplier its race is at now (:mod:`~dlsched.envs.replay.race`; 1
             without a race).
         race_full_at: its race's ``full_at`` (``inf`` without a race).
+        race_fade: its race's ``fade`` (0 without a race).
         race_switch_s: when its race moves to its next level (``inf``: never).
         race_active: whether its race changes its rate now (it is crowded): only then is its
             next switch an event.
@@ -65,5 +66,6 @@ class PhysicsArrays(ArrayFields):
     speed: np.ndarray = field(metadata=column(1.0))
     race_level: np.ndarray = field(metadata=column(1.0))
     race_full_at: np.ndarray = field(metadata=column(np.inf))
+    race_fade: np.ndarray = field(metadata=column(0.0))
     race_switch_s: np.ndarray = field(metadata=column(np.inf))
     race_active: np.ndarray = field(metadata=column(False, bool))

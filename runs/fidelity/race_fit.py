@@ -5,8 +5,10 @@ Where stock jobs crowd a worker, a job's progress in a step over what the determ
 model gives it at those cores and that crowding is the race's level times the noise of counting
 whole units: :func:`crowded_efficiencies` cuts those series out of an episode. The levels are
 thus measured against the model: their long-run mean is the share of the model's crowded
-progress the host delivers, and their spread the race. :func:`fit_race` then finds the levels
-and the chain between them:
+progress the host delivers, and their spread the race. The more jobs crowd a worker, the less
+they race: :func:`fit_fade` finds how fast the spread shrinks with the oversubscription, and
+:func:`level_multipliers` the levels behind each step's ratio at that fade. :func:`fit_race`
+then finds the levels and the chain between them:
 
 1. **Levels**: a one-dimensional k-means of the log ratios of every step of every series
    (started at evenly spaced quantiles, so the fit is deterministic).
@@ -33,6 +35,7 @@ import dataclasses
 import datetime
 import itertools
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,9 +84,22 @@ class RaceFit:
     residuals: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class CrowdedSpell:
+    """One job's steps in a row on a crowded worker.
+
+    Attributes:
+        ratios: per step, the job's progress over the model's.
+        oversubscription: per step, the worker's ``R`` (:mod:`.contention`).
+    """
+
+    ratios: np.ndarray
+    oversubscription: np.ndarray
+
+
 def crowded_efficiencies(
     result: EpisodeResult, profile_set: str, threading: Threading = "stock", full_at: float = 2.0
-) -> list[np.ndarray]:
+) -> list[CrowdedSpell]:
     """Per job of ``threading`` and spell of whole steps in which its worker was crowded to at
     least ``full_at``, the job's progress in each step over what the deterministic model gives
     it there: the race's level in that step, times the noise of counting whole units.
@@ -108,11 +124,11 @@ def crowded_efficiencies(
         UnknownNameError: a workload of the episode has no profile in ``profile_set``.
     """
     table = ProfileTable(dataclasses.replace(result.scenario, profile_set=profile_set))
-    series: list[np.ndarray] = []
-    spells: dict[str, list[float]] = {}
+    series: list[CrowdedSpell] = []
+    spells: dict[str, list[tuple[float, float]]] = {}
     for before, after in itertools.pairwise(result.steps):
         earlier = {sample.job_id: sample for sample in before.containers}
-        ratios: dict[str, float] = {}
+        ratios: dict[str, tuple[float, float]] = {}
         for worker in {s.worker for s in after.containers if s.worker is not None}:
             step = _Step(
                 threading,
@@ -123,11 +139,16 @@ def crowded_efficiencies(
             jobs = [s for s in after.containers if s.worker == worker and not _ended(s, earlier)]
             ratios.update(_step_efficiencies(jobs, earlier, table, step))
         for job_id in [job_id for job_id in spells if job_id not in ratios]:
-            series.append(np.asarray(spells.pop(job_id)))
+            series.append(_spell(spells.pop(job_id)))
         for job_id, ratio in ratios.items():
             spells.setdefault(job_id, []).append(ratio)
-    series.extend(np.asarray(values) for values in spells.values())
-    return [values for values in series if len(values) >= MIN_SERIES_S]
+    series.extend(_spell(values) for values in spells.values())
+    return [spell for spell in series if len(spell.ratios) >= MIN_SERIES_S]
+
+
+def _spell(steps: Sequence[tuple[float, float]]) -> CrowdedSpell:
+    values = np.asarray(steps, dtype=np.float64).reshape(-1, 2)
+    return CrowdedSpell(values[:, 0], values[:, 1])
 
 
 #: States a job leaves no more.
@@ -157,9 +178,10 @@ def _step_efficiencies(
     earlier: Mapping[str, ContainerSample],
     table: ProfileTable,
     step: _Step,
-) -> dict[str, float]:
-    """One worker's step: per job of the step's threading, its progress over the model's (none
-    where the step does not count, see :func:`crowded_efficiencies`)."""
+) -> dict[str, tuple[float, float]]:
+    """One worker's step: per job of the step's threading, its progress over the model's and
+    the worker's oversubscription (none where the step does not count, see
+    :func:`crowded_efficiencies`)."""
     steady = step.seconds > 0 and all(
         job.state is JobState.RUNNING
         and job.limit >= 1.0
@@ -181,8 +203,49 @@ def _step_efficiencies(
         profile = table.profiles[row]
         modelled = float(profile.units_per_s(job.cpu_usage)) * share * step.seconds
         if profile.threading == step.threading and modelled > 0:
-            found[job.job_id] = (job.iterations - earlier[job.job_id].iterations) / modelled
+            done = job.iterations - earlier[job.job_id].iterations
+            found[job.job_id] = (done / modelled, ratio)
     return found
+
+
+#: Steps a crowd (an oversubscription, to a tenth) needs for its spread to count in the fade.
+MIN_CROWD_STEPS = 30
+
+
+def fit_fade(spells: Sequence[CrowdedSpell], full_at: float) -> tuple[float, tuple[str, ...]]:
+    """How fast the race fades beyond ``full_at``, and one line per crowd it was fitted to.
+
+    Per crowd (the steps at one oversubscription ``R``, to a tenth, with at least
+    :data:`MIN_CROWD_STEPS` of them), the standard deviation of the log ratios; the fade is
+    the least-squares slope of its logarithm against ``log(full_at / R)``: the race's effect
+    shrinks as ``(full_at / R) ** fade``. 0 where fewer than two crowds count, or where the
+    spread does not shrink with the crowd.
+    """
+    ratios = np.concatenate([spell.ratios for spell in spells]) if spells else np.zeros(0)
+    crowds = np.round(
+        np.concatenate([spell.oversubscription for spell in spells]) if spells else ratios, 1
+    )
+    points, lines = [], []
+    for crowd in np.unique(crowds):
+        logs = np.log(np.maximum(ratios[crowds == crowd], 1e-3))
+        if len(logs) >= MIN_CROWD_STEPS and crowd >= full_at:
+            points.append((math.log(full_at / crowd), math.log(max(float(np.std(logs)), 1e-6))))
+            lines.append(
+                f"R {crowd:.1f}: log spread {np.std(logs):.2f}, mean ratio "
+                f"{np.exp(logs).mean():.3f} over {len(logs)} steps"
+            )
+    if len(points) < 2:
+        return 0.0, tuple(lines)
+    x, y = np.asarray(points).T
+    slope = float(np.polyfit(x, y, 1)[0])
+    return max(slope, 0.0), tuple(lines)
+
+
+def level_multipliers(spell: CrowdedSpell, full_at: float, fade: float) -> np.ndarray:
+    """The race's level multipliers behind a spell's ratios: ``1 + (ratio - 1) / s(R)`` (at
+    least 0), ``s(R) = (full_at / R) ** fade`` beyond ``full_at`` (:func:`race_factor`)."""
+    reach = (full_at / np.maximum(spell.oversubscription, full_at)) ** fade
+    return np.maximum(1.0 + (spell.ratios - 1.0) / reach, 0.0)
 
 
 def fit_race(
@@ -319,9 +382,11 @@ def _viterbi(logs: np.ndarray, centers: np.ndarray, spread: float, switching: fl
 RACE_OBJECTIVE = (
     "per job and step where the same stock jobs crowded the worker to at least full_at: "
     "host units over the replay model's (the profile's throughput at the host's cores times "
-    "the contention efficiency); levels by k-means of the log ratios, then hard EM of a hidden "
-    "Markov chain (Viterbi labels, levels re-estimated); holding times by censored exponential "
-    "maximum likelihood; jumps by counts"
+    "the contention efficiency); the fade by least squares of the log of each crowd's log "
+    "spread against log(full_at / R); the level multipliers behind the ratios at that fade; "
+    "levels by k-means of their logs, then hard EM of a hidden Markov chain (Viterbi labels, "
+    "levels re-estimated); holding times by censored exponential maximum likelihood; jumps by "
+    "counts"
 )
 
 
@@ -366,12 +431,15 @@ def fit_race_from_episodes(
             f"the episodes step every {sorted(steps)} s: expected one step length; fit episodes "
             "of scenarios with the same interval_s together"
         )
-    series = [
-        values
+    spells = [
+        spell
         for episode in episodes
-        for values in crowded_efficiencies(episode, profile_set, threading, full_at)
+        for spell in crowded_efficiencies(episode, profile_set, threading, full_at)
     ]
+    fade, crowd_lines = fit_fade(spells, full_at)
+    series = [level_multipliers(spell, full_at, fade) for spell in spells]
     fit = fit_race(series, levels=levels, full_at=full_at, bin_s=steps.pop())
+    fit = dataclasses.replace(fit, model=dataclasses.replace(fit.model, fade=fade))
     scenarios = sorted({episode.scenario.name for episode in episodes})
     backends = sorted({f"{e.backend}{_options(e.backend_options)}" for e in episodes})
     mean = float(np.dot(fit.model.stationary(), fit.model.levels))
@@ -386,9 +454,11 @@ def fit_race_from_episodes(
         date=datetime.date.today().isoformat(),
         objective=RACE_OBJECTIVE,
         residuals=(
+            *crowd_lines,
+            f"fade {fade:.2f}: the slope of the log spread against log(full_at / R)",
             *fit.residuals,
             f"long-run mean level {mean:.3f}: the share of the model's crowded progress the "
-            f"host delivered, over {fit.series} series of {fit.seconds} s",
+            f"host delivered at full_at, over {fit.series} series of {fit.seconds} s",
         ),
     )
     return dataclasses.replace(fit, model=dataclasses.replace(fit.model, fit=provenance))

@@ -94,9 +94,21 @@ def test_a_malformed_race_names_the_field(tmp_path, race, message) -> None:
 
 def test_the_factor_is_exactly_one_where_threads_fit_and_grows_to_the_level() -> None:
     levels = np.array([0.3, 1.7, 0.3, 0.3])
-    factor = race_factor(levels, np.array([1.0, 1.0, 2.5, 4.0]), np.full(4, 4.0))
+    factor = race_factor(levels, np.array([1.0, 1.0, 2.5, 4.0]), np.full(4, 4.0), np.zeros(4))
     assert factor.tolist() == pytest.approx([1.0, 1.0, 0.65, 0.3])
-    assert race_factor(np.array([0.3]), np.array([3.0]), np.array([np.inf])).tolist() == [1.0]
+    no_race = race_factor(np.array([0.3]), np.array([3.0]), np.array([np.inf]), np.zeros(1))
+    assert no_race.tolist() == [1.0]
+
+
+def test_beyond_full_at_the_level_fades_with_the_crowd() -> None:
+    levels = np.full(4, 0.4)
+    ratios = np.array([1.5, 2.0, 4.0, 8.0])
+    faded = race_factor(levels, ratios, np.full(4, 2.0), np.ones(4))
+    # half-way to full_at, at it, then (full_at / R) ** 1 of the level's effect
+    assert faded.tolist() == pytest.approx([0.7, 0.4, 0.7, 0.85])
+    assert race_factor(levels, ratios, np.full(4, 2.0), np.zeros(4)).tolist() == pytest.approx(
+        [0.7, 0.4, 0.4, 0.4]
+    )
 
 
 def test_a_job_whose_threads_fit_the_cores_runs_as_without_a_race_bit_for_bit(tmp_path) -> None:

@@ -15,7 +15,7 @@ import json
 import math
 import pickle
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import gymnasium as gym
@@ -31,7 +31,11 @@ from dlsched.envs.decision import Decision, Migration
 from dlsched.envs.episode_batch import BOOTING
 from dlsched.envs.errors import ActionError, ArgumentError, BackendError, ScenarioError
 from dlsched.envs.inference_env import InferenceEnv, InferenceVectorEnv
-from dlsched.envs.replay.profile import PROFILES_DIR
+from dlsched.envs.replay.profile import (
+    PROFILES_DIR,
+    load_set_contention,
+    profile_set_directory,
+)
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.scheduling_env import SchedulingEnv
@@ -79,7 +83,9 @@ def conform(
     seed: int = 7,
     episodes: int = 2,
 ) -> Coverage:
-    """Run both for ``episodes`` episodes of every environment; assert equality at every step."""
+    """Run both for ``episodes`` episodes of every environment; assert equality at every step
+    (on a copy of the scenario's profile set without races, which the reference has not)."""
+    scenario = race_free(scenario)
     vec = gym.make_vec(
         ENV_IDS[scenario.kind],
         num_envs=num_envs,
@@ -184,10 +190,8 @@ def with_random_limits(scenario: Scenario) -> Decider:
         "docker-training-4-stock",  # stock threading: contention
     ],
 )
-def test_batched_equals_single_envs_step_by_step(race_free_stock, name):
+def test_batched_equals_single_envs_step_by_step(name):
     scenario = load_scenario(name)
-    if scenario.profile_set == "measured-stock":
-        scenario = dataclasses.replace(scenario, profile_set=str(race_free_stock))
     coverage = conform(scenario, with_random_limits(scenario))
     assert coverage.resets >= 3  # every environment went on into a second episode
     if scenario.kind is JobKind.TRAINING:
@@ -221,28 +225,51 @@ def test_batched_equals_single_envs_under_specon_migrations():
     assert coverage.migrations > 0
 
 
-def _without_race(folder: Path) -> Path:
-    """measured-stock copied to ``folder`` without its race: the reference is the deterministic
-    physics (the race's single and batched draws are held equal in ``test_race.py``)."""
-    shutil.copytree(PROFILES_DIR / "measured-stock", folder)
+def _without_race(source: Path, folder: Path) -> Path:
+    """The profile set in ``source`` copied to ``folder`` without its races: the reference is
+    the deterministic physics (the race's single and batched draws are held equal in
+    ``test_race.py``)."""
+    shutil.copytree(source, folder)
     path = folder / "contention.json"
-    data = json.loads(path.read_text())
-    data.pop("races")
-    path.write_text(json.dumps(data))
+    if path.exists():
+        data = json.loads(path.read_text())
+        data.pop("races", None)
+        path.write_text(json.dumps(data))
     return folder
 
 
-@pytest.fixture(scope="module")
-def race_free_stock(tmp_path_factory) -> Path:
-    """measured-stock without its race."""
-    return _without_race(tmp_path_factory.mktemp("profiles") / "stock")
+#: The race-free copies of the sets :func:`conform` met, by set; "/" is their parent folder.
+RACE_FREE: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def race_free_sets(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """Per profile set, a copy without its races, made when a test first needs it."""
+    RACE_FREE.clear()
+    RACE_FREE["/"] = str(tmp_path_factory.mktemp("race-free"))
+    yield RACE_FREE
+    RACE_FREE.clear()
+
+
+def race_free(scenario: Scenario) -> Scenario:
+    """``scenario`` on a copy of its profile set without races, if its set has one."""
+    if not load_set_contention(scenario.profile_set).races:
+        return scenario
+    if scenario.profile_set not in RACE_FREE:
+        folder = Path(RACE_FREE["/"]) / f"set-{len(RACE_FREE)}"
+        RACE_FREE[scenario.profile_set] = str(
+            _without_race(profile_set_directory(scenario.profile_set), folder)
+        )
+    return dataclasses.replace(scenario, profile_set=RACE_FREE[scenario.profile_set])
 
 
 @pytest.fixture(scope="module")
 def booting_profiles(tmp_path_factory) -> Path:
     """measured-stock (without its race) with CPU-consuming start-ups and per-workload
     exponents."""
-    folder = _without_race(tmp_path_factory.mktemp("profiles") / "booting")
+    folder = _without_race(
+        PROFILES_DIR / "measured-stock", tmp_path_factory.mktemp("profiles") / "booting"
+    )
     for index, path in enumerate(sorted(folder.glob("*.json"))):
         if path.name == "contention.json":
             continue

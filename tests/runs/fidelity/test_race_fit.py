@@ -21,9 +21,12 @@ from dlsched.runs.evaluation.runners import run_episode
 from dlsched.runs.fidelity.contention_fit import write_contention
 from dlsched.runs.fidelity.contention_grid import recorded_measurement
 from dlsched.runs.fidelity.race_fit import (
+    CrowdedSpell,
     crowded_efficiencies,
+    fit_fade,
     fit_race,
     fit_race_from_episodes,
+    level_multipliers,
     race_spread,
     write_race,
 )
@@ -124,9 +127,10 @@ def _crowd(profile_set: str, jobs: int = 4, iterations: int = 1500) -> Scenario:
 def test_the_model_held_against_its_own_episode_keeps_a_level_of_one(tmp_path) -> None:
     plain = _stock_set(tmp_path / "plain", None)
     result = run_episode(_crowd(plain, iterations=300), make("default"), seed=0)
-    series = crowded_efficiencies(result, plain)
-    assert len(series) == 4  # one crowded spell per job
-    steps = np.concatenate(series)
+    spells = crowded_efficiencies(result, plain)
+    assert len(spells) == 4  # one crowded spell per job
+    steps = np.concatenate([spell.ratios for spell in spells])
+    assert (np.concatenate([spell.oversubscription for spell in spells]) >= 2.0).all()
     # what the steps' ratios miss of 1 is counting whole iterations and the units' noise
     assert np.median(steps) == pytest.approx(1.0, abs=0.03)
     assert crowded_efficiencies(result, plain, full_at=8.0) == []  # never 8x crowded
@@ -167,6 +171,7 @@ def test_the_command_recovers_the_race_replay_drew_and_writes_it_with_its_proven
     race = load_set_contention(str(fitted_set)).races["stock"]
     assert race.levels == pytest.approx(SLOW.levels, rel=0.12)
     assert race.holding_s == pytest.approx(SLOW.holding_s, rel=0.5)
+    assert race.fade < 0.3  # the race drawn did not fade
     assert race.fit is not None and race.fit.objective.startswith("per job and step")
     assert "8 episodes of crowd (policies default)" in race.fit.source
     # the rest of the file is kept
@@ -202,8 +207,10 @@ def test_the_shipped_race_is_what_its_recorded_reruns_fit() -> None:
     assert fit.model == shipped  # levels, holding times, jumps and full_at, exactly
     assert fit.model.fit is not None and shipped.fit is not None
     assert shipped.fit.residuals == fit.model.fit.residuals
-    # crowded stock jobs make less progress on the host than the model's mean gives them
+    # crowded stock jobs make less progress on the host than the model's mean gives them, and
+    # race less the more of them crowd the cores
     assert float(np.dot(shipped.stationary(), shipped.levels)) < 1.0
+    assert shipped.fade > 0.3
 
 
 def test_the_paper_set_carries_the_shipped_races_spread_with_its_own_mean(tmp_path) -> None:
@@ -211,9 +218,13 @@ def test_the_paper_set_carries_the_shipped_races_spread_with_its_own_mean(tmp_pa
     paper = load_set_contention("paper").races["stock"]
     assert paper == race_spread("measured-stock")  # what --race-like writes, exactly
     assert float(np.dot(paper.stationary(), paper.levels)) == pytest.approx(1.0)
-    ratio = np.asarray(paper.levels) / np.asarray(measured.levels)
-    assert ratio == pytest.approx(ratio[0])  # the same spread, scaled
-    assert (paper.holding_s, paper.jumps) == (measured.holding_s, measured.jumps)
+    mean = float(np.dot(measured.stationary(), measured.levels))
+    assert paper.levels == pytest.approx(tuple(level / mean for level in measured.levels))
+    assert (paper.holding_s, paper.jumps, paper.fade) == (
+        measured.holding_s,
+        measured.jumps,
+        measured.fade,
+    )
     with pytest.raises(ProfileError, match=r"profile set 'measured' has no tuned race"):
         race_spread("measured", "tuned")
 
@@ -221,3 +232,21 @@ def test_the_paper_set_carries_the_shipped_races_spread_with_its_own_mean(tmp_pa
 def test_fitting_and_copying_a_race_at_once_is_refused(tmp_path, capsys) -> None:
     assert main(["calibrate", "--race-from", str(tmp_path), "--race-like", "measured-stock"]) == 2
     assert "--race-from and --race-like both given" in capsys.readouterr().err
+
+
+def test_the_fade_is_the_slope_of_the_spread_against_the_crowd() -> None:
+    rng = np.random.default_rng(5)
+    spells = []
+    for crowd in (2.0, 4.0, 8.0):
+        # log spread 0.8 at full_at, halved each time the crowd doubles: a fade of 1
+        logs = rng.normal(0.0, 0.8 * 2.0 / crowd, 400)
+        spells.append(CrowdedSpell(np.exp(logs), np.full(400, crowd)))
+    fade, lines = fit_fade(spells, full_at=2.0)
+    assert fade == pytest.approx(1.0, abs=0.1)
+    assert [line.split(":")[0] for line in lines] == ["R 2.0", "R 4.0", "R 8.0"]
+    assert fit_fade(spells[:1], full_at=2.0)[0] == 0.0  # one crowd: no slope
+    # the multipliers behind a ratio: its distance from 1 over the race's reach at R
+    multipliers = level_multipliers(
+        CrowdedSpell(np.array([0.5, 0.5]), np.array([2.0, 4.0])), 2.0, 1.0
+    )
+    assert multipliers.tolist() == pytest.approx([0.5, 0.0])
