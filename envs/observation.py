@@ -3,11 +3,18 @@
 Every feature is computed from telemetry alone (:class:`~dlsched.envs.telemetry_columns.
 TelemetryColumns`, for one episode or many alike) and lies in ``[0, 1]``. The layout (feature
 names, workers, slots) is part of a trained model's contract: a model refuses an environment
-whose :class:`ObservationLayout` differs.
+whose :class:`ObservationLayout` differs (a model of the slot network, only one whose features
+differ).
+
+An empty slot is a row of zeros, and it is a slot all the same: a job may arrive in it. Training
+across layouts pads each environment's observation to one layout enclosing them all
+(:func:`enclosing_layout`); the rows no slot of the environment has are absent, and every
+feature of an absent row is NaN, which no encoded observation holds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +61,22 @@ class ObservationLayout:
 
     def row(self, worker: int, slot: int) -> int:
         return worker * self.slots_per_worker + slot
+
+    def rows_within(self, enclosing: ObservationLayout) -> np.ndarray:
+        """The rows of ``enclosing``'s observation that hold this layout's, in this layout's
+        order: worker ``w``'s slot ``s`` at ``enclosing.row(w, s)``."""
+        workers = np.arange(self.workers)[:, None] * enclosing.slots_per_worker
+        return (workers + np.arange(self.slots_per_worker)).ravel()
+
+
+def enclosing_layout(layouts: Sequence[ObservationLayout]) -> ObservationLayout:
+    """The smallest layout each of ``layouts`` fits in (:meth:`ObservationLayout.rows_within`):
+    the most workers and the most slots per worker among them, and the first one's features."""
+    return ObservationLayout(
+        max(layout.workers for layout in layouts),
+        max(layout.slots_per_worker for layout in layouts),
+        layouts[0].features,
+    )
 
 
 def encode(columns: TelemetryColumns, layout: ObservationLayout, horizon_s: float) -> np.ndarray:

@@ -8,7 +8,7 @@ it as the MLflow artifact ``model``):
 - ``vec_normalize.pkl``: the observation statistics it was trained with
   (:mod:`dlsched.policies.normalization`);
 - ``dlsched-model.json``: the :class:`ModelCard`: algorithm, job kind, and the features the
-  model reads (names and order), which are its contract with an environment, beside the layout
+  model reads (names and order), which are its contract with an environment, beside the layouts
   it was trained on.
 
 The agent acts in ``[-1, 1]`` per slot (SB3's convention for continuous actions);
@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import pickle
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +38,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
 
 from dlsched.envs.errors import ModelError, PolicyError, UnknownNameError
-from dlsched.envs.observation import ObservationLayout
+from dlsched.envs.observation import ObservationLayout, enclosing_layout
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.agent_actions import AGENT_HIGH, AGENT_LOW, ActionMapping
 from dlsched.policies.cards import card_data
@@ -58,8 +58,8 @@ if TYPE_CHECKING:
 
 #: Version of the model card's format; a reader refuses a newer one. Format 1 held the
 #: features inside its ``layout``; format 2 holds them on their own, and the layout the model was
-#: trained on as ``trained_on``.
-CARD_FORMAT = 2
+#: trained on as ``trained_on``; format 3 lists in ``trained_on`` every layout it was trained on.
+CARD_FORMAT = 3
 
 #: The SB3 algorithms dlsched trains, by the name ``--algo`` takes.
 ALGORITHMS: Mapping[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "sac": SAC, "td3": TD3}
@@ -74,10 +74,17 @@ def algorithm_class(name: str) -> type[BaseAlgorithm]:
 
 def describe_layout(layout: ObservationLayout) -> str:
     """A layout in one line: workers, slots and the feature columns."""
-    return (
-        f"{layout.workers} worker(s) x {layout.slots_per_worker} slots, "
-        f"{len(layout.features)} features ({', '.join(layout.features)})"
+    return describe_layouts((layout,))
+
+
+def describe_layouts(layouts: Sequence[ObservationLayout]) -> str:
+    """Layouts of the first one's features in one line: workers and slots of each, and the
+    feature columns."""
+    features = layouts[0].features
+    shapes = ", ".join(
+        f"{layout.workers} worker(s) x {layout.slots_per_worker} slots" for layout in layouts
     )
+    return f"{shapes}, {len(features)} features ({', '.join(features)})"
 
 
 @dataclass(frozen=True)
@@ -87,8 +94,9 @@ class ModelCard:
     Attributes:
         algo: the SB3 algorithm (a key of :data:`ALGORITHMS`).
         kind: the kind of jobs it schedules.
-        trained_on: the observation layout it was trained on: its features are the ones the
-            model reads; its workers and slots are where it was trained.
+        trained_on: the observation layouts it was trained on, one or more: their features
+            (the same) are the ones the model reads; their workers and slots are where it was
+            trained. Several were padded to :attr:`input_layout` in training.
         actions: how its actions become limits.
         frame_stack: how many consecutive observations it sees at once (SB3's
             ``VecFrameStack`` along the feature axis; 1: the current one only).
@@ -103,7 +111,7 @@ class ModelCard:
 
     algo: str
     kind: JobKind
-    trained_on: ObservationLayout
+    trained_on: tuple[ObservationLayout, ...]
     actions: ActionMapping = field(default_factory=ActionMapping)
     frame_stack: int = 1
     slot_agents: bool = False
@@ -115,7 +123,14 @@ class ModelCard:
     @property
     def features(self) -> tuple[str, ...]:
         """The features the model reads, in the order of the observation's columns."""
-        return self.trained_on.features
+        return self.trained_on[0].features
+
+    @property
+    def input_layout(self) -> ObservationLayout:
+        """The layout of the model's own observation and action spaces: the one it was trained
+        on, or the one enclosing all of them (:func:`~dlsched.envs.observation.
+        enclosing_layout`)."""
+        return enclosing_layout(self.trained_on)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -124,10 +139,10 @@ class ModelCard:
                 "algo": self.algo,
                 "kind": self.kind.value,
                 "features": list(self.features),
-                "trained_on": {
-                    "workers": self.trained_on.workers,
-                    "slots_per_worker": self.trained_on.slots_per_worker,
-                },
+                "trained_on": [
+                    {"workers": layout.workers, "slots_per_worker": layout.slots_per_worker}
+                    for layout in self.trained_on
+                ],
                 "actions": self.actions.to_data(),
                 "frame_stack": self.frame_stack,
                 "slot_agents": self.slot_agents,
@@ -153,16 +168,20 @@ class ModelCard:
         except (KeyError, TypeError, ValueError) as error:
             raise _malformed(origin, error) from error
         try:
-            # format 1 kept the features in its layout
+            # format 1 kept the features in its one layout, format 2 beside its one layout
             trained_on = data["layout"] if data["format"] == 1 else data["trained_on"]
             features = trained_on["features"] if data["format"] == 1 else data["features"]
+            layouts = trained_on if data["format"] >= 3 else [trained_on]
             card = cls(
                 algo=str(data["algo"]),
                 kind=JobKind(data["kind"]),
-                trained_on=ObservationLayout(
-                    int(trained_on["workers"]),
-                    int(trained_on["slots_per_worker"]),
-                    tuple(str(name) for name in features),
+                trained_on=tuple(
+                    ObservationLayout(
+                        int(layout["workers"]),
+                        int(layout["slots_per_worker"]),
+                        tuple(str(name) for name in features),
+                    )
+                    for layout in layouts
                 ),
                 actions=ActionMapping.from_data(data["actions"]),
                 frame_stack=int(data.get("frame_stack", 1)),
@@ -186,13 +205,15 @@ class ModelCard:
         problems = []
         if self.algo not in ALGORITHMS:
             problems.append(f"algo {self.algo!r} is not one of {', '.join(ALGORITHMS)}")
-        layout = self.trained_on
-        if layout.workers < 1 or layout.slots_per_worker < 1:
-            problems.append(
-                f"layout of {layout.workers} worker(s) x {layout.slots_per_worker} "
-                "slots: both must be >= 1"
-            )
-        if not self.features:
+        if not self.trained_on:
+            problems.append("the card lists no layout it was trained on")
+        for layout in self.trained_on:
+            if layout.workers < 1 or layout.slots_per_worker < 1:
+                problems.append(
+                    f"layout of {layout.workers} worker(s) x {layout.slots_per_worker} "
+                    "slots: both must be >= 1"
+                )
+        if self.trained_on and not self.features:
             problems.append("the card lists no features")
         if self.frame_stack < 1:
             problems.append(f"frame_stack {self.frame_stack} must be >= 1")
@@ -224,7 +245,7 @@ class ModelCard:
         self, layout: ObservationLayout, whose: str, source: str, any_layout: bool
     ) -> None:
         """Refuse an observation layout of other features than the model's, or, unless
-        ``any_layout``, of another shape than the one it was trained on.
+        ``any_layout``, of another shape than its own (:attr:`input_layout`).
 
         Args:
             layout: the layout the model is asked to act on.
@@ -235,12 +256,13 @@ class ModelCard:
         Raises:
             ModelError: naming both layouts.
         """
-        if layout.features == self.features and (any_layout or layout == self.trained_on):
+        trained = self.input_layout
+        if layout.features == self.features and (any_layout or layout == trained):
             return
-        trained = self.trained_on
         raise ModelError(
-            f"model {source!r} was trained on observation layout [{describe_layout(trained)}] "
-            f"but {whose} [{describe_layout(layout)}]; evaluate it on a scenario with "
+            f"model {source!r} was trained on observation layout "
+            f"[{describe_layouts(self.trained_on)}] but {whose} [{describe_layout(layout)}]; "
+            "evaluate it on a scenario with "
             f"{trained.workers} worker(s) and {trained.slots_per_worker} slots per worker, or "
             "train a model on this one"
         )
@@ -275,7 +297,7 @@ class LearnedPolicy(Policy):
         source: str = "",
         name: str | None = None,
     ) -> None:
-        slots = card.trained_on.workers * card.trained_on.slots_per_worker
+        slots = card.input_layout.shape[0]
         expected = (1,) if card.slot_agents else (slots,)
         sees = (slots, len(card.features) * card.frame_stack)
         space = model.action_space
@@ -283,7 +305,7 @@ class LearnedPolicy(Policy):
         if space.shape != expected or model.observation_space.shape != sees:
             raise ModelError(
                 f"model acts on {space.shape} and sees {model.observation_space.shape}, but "
-                f"its card's layout ({describe_layout(card.trained_on)}, {card.frame_stack} "
+                f"its card's layout ({describe_layout(card.input_layout)}, {card.frame_stack} "
                 f"frame(s)) needs actions of shape {expected} and observations of shape {sees}; "
                 "the card does not belong to this model"
             )
@@ -298,7 +320,7 @@ class LearnedPolicy(Policy):
         self.normalizer = normalizer
         self.source = source
         #: the layout it acts on (:meth:`use_layout`)
-        self.layout = card.trained_on
+        self.layout = card.input_layout
         self._frames: StackedObservations[np.ndarray] | None = None
         suffix = f"-{card.run_id[:8]}" if card.run_id else ""
         self._name = name or f"{card.algo}{suffix}"
@@ -348,7 +370,7 @@ class LearnedPolicy(Policy):
         network = self.model.policy
         if isinstance(network, SlotActorCriticPolicy):
             network.fit_layout(
-                layout.workers, layout.slots_per_worker, self.card.trained_on.workers
+                layout.workers, layout.slots_per_worker, self.card.input_layout.workers
             )
         self.layout = layout
         self._frames = None

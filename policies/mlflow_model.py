@@ -18,7 +18,8 @@ layout is MLflow's::
 The signature is the observation a model reads (``float32 (-1, slots, features)``, the
 environment's ``observation_space`` with a batch axis), the limits it sets (``float32 (-1,
 slots)``, fractions of a worker), and the parameter ``slots_per_worker``, which splits the slots
-into workers (by default the layout it was trained on). The slots are ``-1`` for a model that
+into workers (by default the layout it was trained on, or the one enclosing all it was trained
+on). The slots are ``-1`` for a model that
 acts on any layout of its features (the slot network), the trained layout's for any other.
 ``predict`` treats each row of a batch as the first step of an episode (with frame stacking, the
 observation stands for the frames before it too): a stateless service has no episode. To run a
@@ -78,7 +79,8 @@ class PolicyModel(PythonModel):
         """Limits ``(n, slots)`` for observations ``(n, slots, features)`` (or one ``(slots,
         features)``), each taken as an episode's first step; ``params`` may give
         ``slots_per_worker``, the slots of each worker (MLflow fills in the signature's
-        default, the trained layout's).
+        default, the model's own layout's:
+        :attr:`~dlsched.policies.learned.ModelCard.input_layout`).
 
         Raises:
             PolicyError: ``slots_per_worker`` does not divide the slots into workers.
@@ -90,7 +92,7 @@ class PolicyModel(PythonModel):
             model_input[OBSERVATION] if isinstance(model_input, dict) else model_input,
             dtype=np.float32,
         )
-        trained = policy.card.trained_on
+        trained = policy.card.input_layout
         slots_per_worker = int((params or {}).get(SLOTS_PER_WORKER, trained.slots_per_worker))
         slots = observations.shape[-2] if observations.ndim >= 2 else 0
         if slots_per_worker < 1 or slots % slots_per_worker:
@@ -110,7 +112,7 @@ class PolicyModel(PythonModel):
 def signature(policy: LearnedPolicy) -> ModelSignature:
     """The model's signature: observations in, one limit per slot out, and the slots per
     worker; the slots are ``-1`` where the model acts on any layout."""
-    trained = policy.card.trained_on
+    trained = policy.card.input_layout
     slots = -1 if policy.any_layout else trained.shape[0]
     return ModelSignature(
         inputs=Schema(
@@ -156,7 +158,7 @@ def save_mlflow_model(model_folder: Path, destination: Path) -> Path:
             python_model=str(code),
             artifacts={POLICY_ARTIFACT: str(staged)},
             signature=signature(policy),
-            input_example=np.zeros((1, *policy.card.trained_on.shape), dtype=np.float32),
+            input_example=np.zeros((1, *policy.card.input_layout.shape), dtype=np.float32),
             # given, so that MLflow does not load the model in a subprocess to infer them
             pip_requirements=_requirements(),
         )

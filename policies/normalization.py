@@ -7,6 +7,10 @@ row differently in different slots, and a network that shares its weights across
 :mod:`dlsched.policies.slot_network`) would see two different inputs for one situation. Pooling
 the statistics of each feature over every slot keeps a row's meaning independent of its slot.
 
+The rows an observation padded to a larger layout than its environment's lacks are NaN
+(:mod:`dlsched.envs.observation`): they enter no statistic, which are then those of the
+environments' own rows, and stay NaN when normalised, for the network to tell them apart.
+
 The normaliser is SB3's own ``VecNormalize`` with :class:`SlotPooledStatistics` in place of its
 ``obs_rms``, so it saves, loads and synchronises (``sync_envs_normalization``) as usual.
 """
@@ -38,8 +42,10 @@ class SlotPooledStatistics(RunningMeanStd):
         super().__init__(epsilon=epsilon, shape=(features,))
 
     def update(self, arr: np.ndarray) -> None:
-        """Add a batch of observations of any leading shape ``(..., features)``."""
-        super().update(np.asarray(arr, dtype=np.float64).reshape(-1, self.mean.shape[-1]))
+        """Add a batch of observations of any leading shape ``(..., features)``, but for their
+        absent rows (NaN)."""
+        rows = np.asarray(arr, dtype=np.float64).reshape(-1, self.mean.shape[-1])
+        super().update(rows[~np.isnan(rows).any(axis=1)])
 
     def copy(self) -> SlotPooledStatistics:
         twin = SlotPooledStatistics(features=self.mean.shape[-1])

@@ -18,6 +18,14 @@ Nothing in the network has the size of a layout: the same weights act on any num
 and slots per worker (:meth:`SlotActorCriticPolicy.fit_layout` tells it the layout it acts on),
 and the actions follow any permutation of the jobs over a worker's slots, and of the workers.
 
+Trained across layouts, it reads observations padded to one layout enclosing them all, whose
+absent rows are NaN (:mod:`dlsched.envs.observation`): an absent row enters no pooling, of its
+worker or of the cluster (an absent worker counts in no cluster context), and an absent slot's
+action counts neither in the log-probability nor in the entropy (:class:`SlotGaussian`), its
+environment never receiving it.
+Every present slot thus gets the action, the log-probability and the value it gets unpadded,
+and the model acts on any layout unpadded afterwards. An empty slot (a row of zeros) is present.
+
 Models saved before this network (their policy keywords have no ``slots_per_worker``) load as
 they were trained: one context ``c`` pooled over all rows, ``[e_i, c]``, a log standard
 deviation per slot. On another layout than their own, their context is their worker's if they
@@ -59,17 +67,28 @@ def _mlp(sizes: Sequence[int], activation: type[nn.Module]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def _pool(rows: torch.Tensor) -> torch.Tensor:
-    """Mean and max over the slot axis of ``(batch, slots, width)``: ``(batch, 2 * width)``."""
-    return torch.cat([rows.mean(dim=1), rows.amax(dim=1)], dim=1)
+def _pool(rows: torch.Tensor, present: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    """Mean and max along ``dim`` of the ``present`` rows: ``(batch, slots, width) ->
+    (batch, 2 * width)`` for ``dim`` 1; both 0 where no row is present."""
+    weights = present.unsqueeze(-1).to(rows.dtype)
+    count = weights.sum(dim=dim)
+    mean = (rows * weights).sum(dim=dim) / count.clamp(min=1.0)
+    peak = rows.masked_fill(~present.unsqueeze(-1), -torch.inf).amax(dim=dim)
+    return torch.cat([mean, torch.where(count > 0, peak, 0.0)], dim=-1)
 
 
-def _pool_per_worker(rows: torch.Tensor, slots_per_worker: int) -> torch.Tensor:
+def _pool_per_worker(
+    rows: torch.Tensor, present: torch.Tensor, slots_per_worker: int
+) -> torch.Tensor:
     """Each row's worker's mean and max: ``(batch, slots, width) -> (batch, slots, 2 * width)``,
     the rows of a worker being ``slots_per_worker`` consecutive ones."""
     batch, slots, width = rows.shape
-    workers = rows.reshape(batch, slots // slots_per_worker, slots_per_worker, width)
-    pooled = torch.cat([workers.mean(dim=2), workers.amax(dim=2)], dim=2)
+    workers = slots // slots_per_worker
+    pooled = _pool(
+        rows.reshape(batch, workers, slots_per_worker, width),
+        present.reshape(batch, workers, slots_per_worker),
+        dim=2,
+    )
     return pooled.repeat_interleave(slots_per_worker, dim=1)
 
 
@@ -113,9 +132,12 @@ class _RowEncoders(nn.Module):
     def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def _rows(self, features: torch.Tensor) -> torch.Tensor:
-        """``(batch, slots * features) -> (batch, slots, features)``, for any number of slots."""
-        return features.reshape(features.shape[0], -1, self.features)
+    def _rows(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(batch, slots * features) -> (batch, slots, features)``, for any number of slots,
+        absent rows (NaN) as zeros, and which rows are present, ``(batch, slots)``."""
+        rows = features.reshape(features.shape[0], -1, self.features)
+        present = ~rows.isnan().any(dim=2)
+        return torch.where(present.unsqueeze(2), rows, 0.0), present
 
 
 class SlotExtractor(_RowEncoders):
@@ -137,8 +159,9 @@ class SlotExtractor(_RowEncoders):
     ) -> None:
         super().__init__(slots, features, hidden, activation, 1 if slots_per_worker is None else 2)
         self.critic_head = _mlp([2 * self.width, self.width], activation)
-        # SB3 reads these to size the action and value outputs
-        self.latent_dim_pi = slots * self.width
+        # SB3 reads these to size the action and value outputs; a slot's latent is its mix and
+        # its presence (see forward_actor)
+        self.latent_dim_pi = slots * (self.width + 1)
         self.latent_dim_vf = self.width
         #: whether the actor pools the cluster besides each row's worker
         self.cluster_context = slots_per_worker is not None
@@ -146,14 +169,19 @@ class SlotExtractor(_RowEncoders):
         self.context_slots = slots if slots_per_worker is None else slots_per_worker
 
     def forward_actor(self, features: torch.Tensor) -> torch.Tensor:
-        rows = self.actor_rows(self._rows(features))
-        contexts = [rows, _pool_per_worker(rows, self.context_slots)]
+        """Each slot's latent: its mix of contexts, then 1 if it is present, 0 if absent (the
+        action distribution leaves absent slots out, :class:`SlotGaussian`)."""
+        inputs, present = self._rows(features)
+        rows = self.actor_rows(inputs)
+        contexts = [rows, _pool_per_worker(rows, present, self.context_slots)]
         if self.cluster_context:
-            contexts.append(_pool(rows).unsqueeze(1).expand(-1, rows.shape[1], -1))
-        return self.actor_mix(torch.cat(contexts, dim=2)).flatten(1)
+            contexts.append(_pool(rows, present).unsqueeze(1).expand(-1, rows.shape[1], -1))
+        mixed = self.actor_mix(torch.cat(contexts, dim=2))
+        return torch.cat([mixed, present.unsqueeze(2).to(mixed.dtype)], dim=2).flatten(1)
 
     def forward_critic(self, features: torch.Tensor) -> torch.Tensor:
-        return self.critic_head(_pool(self.critic_rows(self._rows(features))))
+        inputs, present = self._rows(features)
+        return self.critic_head(_pool(self.critic_rows(inputs), present))
 
 
 def own_rows_first(observation: np.ndarray) -> np.ndarray:
@@ -184,12 +212,20 @@ class OwnSlotExtractor(_RowEncoders):
         return self._own(features, self.critic_rows, self.critic_mix)
 
     def _own(self, features: torch.Tensor, rows: nn.Module, mix: nn.Module) -> torch.Tensor:
-        encoded = rows(self._rows(features))
-        return mix(torch.cat([encoded[:, 0], _pool(encoded)], dim=1))
+        inputs, present = self._rows(features)
+        encoded = rows(inputs)
+        return mix(torch.cat([encoded[:, 0], _pool(encoded, present)], dim=1))
+
+
+def _latent_rows(latent: torch.Tensor, width: int) -> torch.Tensor:
+    """The actor's latent per slot, ``(batch, slots * (width + 1)) -> (batch, slots, width + 1)``:
+    a slot's mix of contexts, then its presence (:meth:`SlotExtractor.forward_actor`)."""
+    return latent.reshape(latent.shape[0], -1, width + 1)
 
 
 class SlotActionHead(nn.Module):
-    """One linear output shared by every slot: ``(batch, slots * width) -> (batch, slots)``."""
+    """One linear output shared by every slot: ``(batch, slots * (width + 1)) -> (batch,
+    slots)``, from each slot's mix of contexts."""
 
     def __init__(self, width: int) -> None:
         super().__init__()
@@ -197,8 +233,34 @@ class SlotActionHead(nn.Module):
         self.linear = nn.Linear(width, 1)
 
     def forward(self, latent: torch.Tensor) -> torch.Tensor:
-        rows = latent.reshape(latent.shape[0], -1, self.width)
-        return self.linear(rows).squeeze(-1)
+        return self.linear(_latent_rows(latent, self.width)[..., : self.width]).squeeze(-1)
+
+
+class SlotGaussian(DiagGaussianDistribution):
+    """SB3's diagonal Gaussian over the slots' actions, whose log-probability and entropy sum
+    over the present slots only: an absent slot's action reaches no environment, so it must
+    weigh neither in PPO's probability ratio nor in its entropy bonus."""
+
+    def __init__(self, action_dim: int) -> None:
+        super().__init__(action_dim)
+        self.present: torch.Tensor | None = None
+
+    def of_slots(
+        self, mean_actions: torch.Tensor, log_std: torch.Tensor, present: torch.Tensor
+    ) -> SlotGaussian:
+        """The distribution of ``mean_actions`` (``(batch, slots)``) whose slots ``present``
+        (1 or 0, ``(batch, slots)``) count."""
+        self.proba_distribution(mean_actions, log_std)
+        self.present = present
+        return self
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        assert self.present is not None, "of_slots was not called"
+        return (self.distribution.log_prob(actions) * self.present).sum(dim=1)
+
+    def entropy(self) -> torch.Tensor:
+        assert self.present is not None, "of_slots was not called"
+        return (self.distribution.entropy() * self.present).sum(dim=1)
 
 
 #: What the slot network's refusal of other observations suggests.
@@ -321,6 +383,7 @@ class SlotActorCriticPolicy(_RowEncoderPolicy):
         assert isinstance(self.action_dist, DiagGaussianDistribution)
         extractor = self.mlp_extractor
         assert isinstance(extractor, SlotExtractor)
+        self.action_dist = SlotGaussian(self.action_dist.action_dim)
         self.action_net = SlotActionHead(extractor.width)
         if self.ortho_init:
             self.action_net.apply(partial(self.init_weights, gain=0.01))
@@ -338,8 +401,10 @@ class SlotActorCriticPolicy(_RowEncoderPolicy):
         if len(log_std) not in (1, mean_actions.shape[-1]):
             # a model saved with one log std per slot, on a layout of another slot count
             log_std = log_std.mean().reshape(1)
-        assert isinstance(self.action_dist, DiagGaussianDistribution)
-        return self.action_dist.proba_distribution(mean_actions, log_std)
+        extractor = self.mlp_extractor
+        assert isinstance(self.action_dist, SlotGaussian) and isinstance(extractor, SlotExtractor)
+        present = _latent_rows(latent_pi, extractor.width)[..., -1]
+        return self.action_dist.of_slots(mean_actions, log_std, present)
 
     def fit_layout(self, workers: int, slots_per_worker: int, trained_workers: int) -> None:
         """Act on observations of ``workers`` x ``slots_per_worker`` slots from now on.

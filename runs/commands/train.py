@@ -95,7 +95,7 @@ def register(subparsers: Subcommands) -> None:
         required=True,
         metavar="S[,S...]",
         help="training scenarios, shipped names or YAML paths, repeatable or comma-separated; "
-        "several are mixed",
+        "several are mixed (one kind of job; the slot network trains across their layouts)",
     )
     parser.add_argument("--timesteps", type=int, required=True, help="environment steps")
     parser.add_argument(

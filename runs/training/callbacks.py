@@ -223,6 +223,8 @@ class Validation(BaseCallback):
                 mean = summary.metric(spec.name).estimate.mean
                 if mean is not None:
                     metrics[f"{scenario.name}/{spec.name}"] = mean
+        # the episodes fitted the live network to their layouts; it trains on its own
+        policy.use_layout(self.card.input_layout)
         score = validation_score(results, kind)
         improved = score > self.best_score
         if improved:

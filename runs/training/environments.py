@@ -3,6 +3,9 @@
 Each training environment is the registered ``dlsched/Inference-v0`` or ``dlsched/Training-v0``
 (the same one ``dlsched evaluate`` runs), wrapped, innermost first, in
 
+- :class:`~dlsched.runs.training.padded_layout.PaddedLayout` when the scenarios have several
+  layouts (workers x slots per worker), which only the slot network of one agent reads: each
+  environment is observed in the layout enclosing them all, its absent rows NaN;
 - :class:`ScenarioMix` when several scenarios are given: every episode runs one of them, drawn
   from the episode's seed, so the agent learns the whole set;
 - :class:`~dlsched.policies.agent_actions.AgentActions`, which gives the agent actions in
@@ -34,7 +37,7 @@ import dlsched.envs  # noqa: F401  (registers the environment ids)
 from dlsched.envs.backends import backend_class
 from dlsched.envs.errors import ScenarioError
 from dlsched.envs.inference_env import InferenceEnv
-from dlsched.envs.observation import ObservationLayout
+from dlsched.envs.observation import ObservationLayout, enclosing_layout
 from dlsched.envs.rewards import telemetry_reward
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.scheduling_env import SchedulingEnv
@@ -45,6 +48,7 @@ from dlsched.policies.learned import describe_layout
 from dlsched.runs.evaluation.runners import ENV_IDS
 from dlsched.runs.training.batched_vec_env import BatchedVecEnv
 from dlsched.runs.training.config import VecEnvKind
+from dlsched.runs.training.padded_layout import PaddedLayout
 from dlsched.runs.training.slot_agents import SlotAgentVecEnv
 
 
@@ -53,12 +57,16 @@ def layout_of(scenario: Scenario) -> ObservationLayout:
     return ObservationLayout(len(scenario.workers), scenario.slots_per_worker)
 
 
-def check_compatible(scenarios: Sequence[Scenario], role: str = "training") -> None:
-    """Check that one model can act in every scenario: same job kind, same observation layout.
+def check_compatible(
+    scenarios: Sequence[Scenario], role: str = "training", any_layout: bool = False
+) -> None:
+    """Check that one model can act in every scenario: same job kind, and, unless the model
+    acts on ``any_layout`` (the slot network of one agent), same observation layout.
 
     Args:
         scenarios: the scenarios, the first one being the reference.
         role: how the message names them (``training``, ``evaluation``).
+        any_layout: whether the model acts on any layout of its features.
 
     Raises:
         ScenarioError: naming the first scenario that differs, and both values.
@@ -73,17 +81,20 @@ def check_compatible(scenarios: Sequence[Scenario], role: str = "training") -> N
                 f"{first.name!r} has {first.kind.value} jobs: {other.kind.value} != "
                 f"{first.kind.value}; one model schedules one kind of job"
             )
-        if layout_of(other) != layout_of(first):
+        if not any_layout and layout_of(other) != layout_of(first):
             raise ScenarioError(
                 f"{role} scenario {other.name!r} has observation layout "
                 f"[{describe_layout(layout_of(other))}] != [{describe_layout(layout_of(first))}] "
-                f"of {first.name!r}; one model reads one layout, so give every scenario the "
-                "same workers count and slots_per_worker"
+                f"of {first.name!r}; only the slot network of one agent (--network slot or "
+                "auto, without --slot-agents) reads several layouts, so train that one, or give "
+                "every scenario the same workers count and slots_per_worker"
             )
 
 
 class ScenarioMix(gym.Env[np.ndarray, np.ndarray]):
-    """Several environments of one kind and layout; each episode runs one, drawn uniformly.
+    """Several environments of one kind and one observation shape (their layout's, or one
+    enclosing theirs: :class:`~dlsched.runs.training.padded_layout.PaddedLayout`); each
+    episode runs one, drawn uniformly.
 
     The draw and the chosen environment's own ``reset`` seed both come from this environment's
     ``np_random``, so ``reset(seed=s)`` replays the same scenario and the same episode.
@@ -98,9 +109,15 @@ class ScenarioMix(gym.Env[np.ndarray, np.ndarray]):
         if not envs:
             raise ScenarioError("ScenarioMix needs at least one environment")
         self.envs = list(envs)
-        check_compatible([_scheduling_env(env).scenario for env in self.envs])
+        check_compatible([_scheduling_env(env).scenario for env in self.envs], any_layout=True)
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
+        for env in self.envs[1:]:
+            if env.observation_space != self.observation_space:
+                raise ScenarioError(
+                    f"ScenarioMix needs environments of one shape: {env.observation_space} "
+                    f"!= {self.observation_space}; pad them to one layout (PaddedLayout)"
+                )
         self.active = self.envs[0]
 
     def reset(
@@ -134,7 +151,9 @@ def make_training_env(
     reward: str | None = None,
     backend_options: Mapping[str, object] | None = None,
 ) -> gym.Env[np.ndarray, np.ndarray]:
-    """One training environment: the scenario's (or a :class:`ScenarioMix`), actions in [-1, 1].
+    """One training environment: the scenario's (or a :class:`ScenarioMix`), actions in [-1, 1],
+    observed in the layout enclosing every scenario's
+    (:func:`~dlsched.envs.observation.enclosing_layout`).
 
     Args:
         scenarios: the scenarios (compatible, see :func:`check_compatible`).
@@ -144,20 +163,22 @@ def make_training_env(
         reward: the reward's name; ``None`` takes the environment's default.
         backend_options: keyword arguments of the backend's constructor.
     """
-    envs = [
-        gym.make(
+    layouts = [layout_of(scenario) for scenario in scenarios]
+    enclosing = enclosing_layout(layouts)
+    envs: list[gym.Env[np.ndarray, np.ndarray]] = []
+    for scenario, layout in zip(scenarios, layouts, strict=True):
+        made = gym.make(
             ENV_IDS[scenario.kind],
             scenario=scenario,
             backend=backend,
             reward=reward,
             backend_options=backend_options,
         )
-        for scenario in scenarios
-    ]
+        envs.append(made if layout == enclosing else PaddedLayout(made, layout, enclosing))
     env: gym.Env[np.ndarray, np.ndarray] = envs[0] if len(envs) == 1 else ScenarioMix(envs)
     if actions is None:
         return Monitor(env)
-    return Monitor(AgentActions(env, actions, layout_of(scenarios[0])))
+    return Monitor(AgentActions(env, actions, enclosing))
 
 
 def resolve_vec_env_kind(

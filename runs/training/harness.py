@@ -4,7 +4,9 @@ One call of :func:`train` is one training run:
 
 1. the training scenarios (one or several, possibly distributions: see
    :meth:`~dlsched.envs.scenarios.model.Scenario.realise`) and the validation scenarios are
-   loaded and checked to share a job kind and an observation layout;
+   loaded and checked to share a job kind and, unless the agent is the slot network of one
+   agent, which reads any layout, an observation layout (several are padded to one enclosing
+   them all: :mod:`dlsched.runs.training.padded_layout`);
 2. ``n_envs`` environments (:mod:`dlsched.runs.training.environments`) are vectorised and
    normalised per feature, and the agent (:data:`~dlsched.policies.learned.ALGORITHMS`) is built
    on them with the slot-shared network of :mod:`dlsched.policies.slot_network` (PPO, A2C) or
@@ -195,8 +197,9 @@ def train(
         if config.eval_scenarios
         else scenarios
     )
-    check_compatible(scenarios, "training")
-    check_compatible([scenarios[0], *eval_scenarios], "training and validation")
+    any_layout = config.resolved_network == "slot" and not config.slot_agents
+    check_compatible(scenarios, "training", any_layout)
+    check_compatible([scenarios[0], *eval_scenarios], "training and validation", any_layout)
     training_id = new_training_id(config, scenarios[0])
     folder = out / training_id
     folder.mkdir(parents=True, exist_ok=False)
@@ -357,7 +360,7 @@ def _learn(
     interruption: KeyboardInterrupt | None = None
     try:
         normalizer = slot_normalizer(venv, _gamma(config), config.normalize_reward)
-        model = _build_model(config, normalizer, card.trained_on)
+        model = _build_model(config, normalizer, card.input_layout)
         model.set_logger(_logger(folder, tracking))
         bar = ProgressBar(config.timesteps, enabled=progress)
         callbacks: list[BaseCallback] = [bar]
@@ -387,7 +390,7 @@ def _model_card(
     return ModelCard(
         algo=config.algo,
         kind=kind,
-        trained_on=layout_of(scenarios[0]),
+        trained_on=tuple(dict.fromkeys(layout_of(scenario) for scenario in scenarios)),
         actions=config.action_mapping,
         frame_stack=config.frame_stack,
         slot_agents=config.slot_agents,

@@ -196,7 +196,7 @@ def train_rllib(
             card = ModelCard(
                 algo="ppo",
                 kind=scenario.kind,
-                trained_on=layout_of(scenario),
+                trained_on=(layout_of(scenario),),
                 actions=ActionMapping(ActionMode.ABSOLUTE),
                 reward=config.reward or default_reward(scenario.kind),
                 scenarios=(scenario.name,),

@@ -137,15 +137,23 @@ def test_a_model_whose_features_differ_is_refused(model_folder: Path, tmp_path: 
     assert "something_else" in message and "2 worker(s) x 3 slots" in message
 
 
-def test_the_card_records_the_features_and_reads_the_older_layout(model_folder: Path) -> None:
+def test_the_card_records_the_features_and_reads_the_older_layouts(
+    model_folder: Path, tmp_path: Path
+) -> None:
     card = json.loads((model_folder / CARD_FILE).read_text())
-    assert card["format"] == 2
+    assert card["format"] == 3
     assert card["features"] == list(FEATURES)
-    assert card["trained_on"] == {"workers": 1, "slots_per_worker": 4}
+    assert card["trained_on"] == [{"workers": 1, "slots_per_worker": 4}]
     assert "layout" not in card
     old = load_model(MODEL_V0_1_0).card  # format 1: the features inside "layout"
     assert old.features == FEATURES
-    assert old.trained_on == ObservationLayout(1, 10)
+    assert old.trained_on == (ObservationLayout(1, 10),)
+    folder = tmp_path / "format-2"  # format 2: the features beside its one layout
+    shutil.copytree(model_folder, folder)
+    (folder / CARD_FILE).write_text(
+        json.dumps({**card, "format": 2, "trained_on": card["trained_on"][0]})
+    )
+    assert load_model(folder).card.trained_on == (ObservationLayout(1, 4),)
 
 
 def pyfunc_predictions(folder: Path, destination: Path, layouts: list[ObservationLayout]):

@@ -83,7 +83,7 @@ def untrained_model(slots: int = SLOTS) -> tuple[PPO, ModelCard]:
     card = ModelCard(
         algo="ppo",
         kind=JobKind.INFERENCE,
-        trained_on=ObservationLayout(1, slots),
+        trained_on=(ObservationLayout(1, slots),),
         actions=mapping,
         scenarios=(scenario.name,),
     )
@@ -140,7 +140,7 @@ def test_training_environments_act_like_the_learned_policy(saved_model: Path) ->
     env = AgentActions(
         gym.make("dlsched/Inference-v0", scenario=scenario),
         policy.card.actions,
-        policy.card.trained_on,
+        policy.card.input_layout,
     )
     observation, _ = env.reset(seed=1)
     for _ in range(3):
@@ -175,7 +175,7 @@ def test_a_model_of_another_network_refuses_an_environment_with_another_layout(
     mapping = ActionMapping(ActionMode.RELATIVE, max_step=2.0)
     venv = DummyVecEnv([lambda: make_training_env([scenario], mapping)])
     mlp = PPO("MlpPolicy", venv, n_steps=32, batch_size=32, seed=0)
-    card = ModelCard("ppo", JobKind.INFERENCE, ObservationLayout(1, SLOTS), mapping)
+    card = ModelCard("ppo", JobKind.INFERENCE, (ObservationLayout(1, SLOTS),), mapping)
     policy = load_model(save_model(mlp, None, card, tmp_path / "mlp"))
     assert not policy.any_layout
     other = parse_scenario(scenario_data(slots=SLOTS + 1), "test")
@@ -228,7 +228,7 @@ def test_stacked_frames_match_what_the_agent_saw_in_training() -> None:
     )
     venv.seed(5)
     model = PPO(SlotActorCriticPolicy, venv, n_steps=32, batch_size=32, seed=0)
-    card = ModelCard("ppo", JobKind.INFERENCE, ObservationLayout(1, SLOTS), mapping, 3)
+    card = ModelCard("ppo", JobKind.INFERENCE, (ObservationLayout(1, SLOTS),), mapping, 3)
     policy = LearnedPolicy(model, card)
     stacked: Any = venv.reset()
     features = len(FEATURES)
@@ -275,7 +275,7 @@ def test_card_round_trips_through_json() -> None:
     card = ModelCard(
         algo="sac",
         kind=JobKind.TRAINING,
-        trained_on=ObservationLayout(4, 10),
+        trained_on=(ObservationLayout(4, 10), ObservationLayout(1, 16)),
         actions=ActionMapping(ActionMode.RELATIVE, max_step=3.0),
         reward="active_jobs",
         scenarios=("a", "b"),
@@ -287,7 +287,7 @@ def test_card_round_trips_through_json() -> None:
 
 def test_card_whose_layout_does_not_fit_the_model_is_refused() -> None:
     model, card = untrained_model()
-    wrong = dataclasses.replace(card, trained_on=ObservationLayout(2, SLOTS))
+    wrong = dataclasses.replace(card, trained_on=(ObservationLayout(2, SLOTS),))
     with pytest.raises(PolicyError, match=r"acts on \(4,\).*needs actions of shape \(8,\)"):
         LearnedPolicy(model, wrong)
 
@@ -398,7 +398,7 @@ def test_per_slot_agents_act_in_evaluation_as_in_training() -> None:
     assert isinstance(head, torch.nn.Linear)
     with torch.no_grad():  # distinguishable actions: the output layer starts near zero
         head.weight.mul_(100.0)
-    card = ModelCard("ppo", JobKind.INFERENCE, layout, mapping, slot_agents=True)
+    card = ModelCard("ppo", JobKind.INFERENCE, (layout,), mapping, slot_agents=True)
     policy = LearnedPolicy(model, card)
     venv.seed(4)
     views = venv.reset()

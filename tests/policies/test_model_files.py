@@ -123,7 +123,7 @@ def test_the_limit_is_the_variable_s_value(tmp_path, monkeypatch):
     with pytest.raises(ModelError, match=r"at most 1,000 bytes of a model's files"):
         model_files(folder)
     monkeypatch.setenv(MAX_MODEL_BYTES.variable, "10_000_000")
-    assert load_model(folder).card.trained_on.workers >= 1
+    assert load_model(folder).card.input_layout.workers >= 1
 
 
 def test_the_limits_doc_states_the_limits():

@@ -101,7 +101,7 @@ def test_ppo_learns_on_the_batched_env_and_its_saved_model_runs_a_single_env(tmp
     card = ModelCard(
         algo="ppo",
         kind=JobKind.INFERENCE,
-        trained_on=ObservationLayout(len(scenario.workers), scenario.slots_per_worker),
+        trained_on=(ObservationLayout(len(scenario.workers), scenario.slots_per_worker),),
         actions=MAPPING,
         frame_stack=2,
         scenarios=(scenario.name,),

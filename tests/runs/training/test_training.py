@@ -444,11 +444,15 @@ def test_invalid_configurations_are_refused_before_training(
     assert not any(tmp_path.glob("train-*"))
 
 
-def test_scenarios_with_different_layouts_are_not_trained_together(tmp_path: Path) -> None:
+@pytest.mark.parametrize("network", [{"network": "mlp"}, {"slot_agents": True}])
+def test_scenarios_with_different_layouts_are_trained_together_by_the_slot_network_only(
+    tmp_path: Path, network: dict[str, object]
+) -> None:
     wide = write_scenario(tmp_path, TINY, name="tiny-wide", slots_per_worker=6)
-    config = tiny_config(write_scenario(tmp_path, TINY), eval_scenarios=(str(wide),))
-    with pytest.raises(ScenarioError, match=r"4 slots.*!=|6 slots.*!="):
+    config = tiny_config(write_scenario(tmp_path, TINY), eval_scenarios=(str(wide),), **network)
+    with pytest.raises(ScenarioError, match=r"6 slots.*!=.*only the slot network of one agent"):
         train(config, tmp_path, progress=False)
+    assert not any(tmp_path.glob("train-*"))
 
 
 # --- the MLflow KV writer ---------------------------------------------------------------------
