@@ -213,9 +213,7 @@ class ReplayEngine(EpisodeBatch):
             ]
         if self.races is not None:
             seeds = self.units_of_work.seeds[rows, jobs]
-            for row, job, level, holding, model in self.races.start(
-                rows, jobs, profile_of, seeds
-            ):
+            for row, job, level, holding, model in self.races.start(rows, jobs, profile_of, seeds):
                 physics.race_level[row, job] = level
                 physics.race_full_at[row, job] = model.full_at
                 physics.race_fade[row, job] = model.fade

@@ -107,3 +107,27 @@ def test_it_runs_on_a_cluster_of_another_layout_and_beats_default(
         for row in summary["policies"]
     }
     assert scores[INFERENCE_MODEL] > scores["default"], scores
+
+
+#: The model trained across the dqoes-* layouts (1 x 10 and 4 x 10 in one model, #33).
+LAYOUTS_MODEL = "ppo-inference-layouts"
+
+
+@pytest.mark.parametrize(
+    "held_out", pretrained_card(LAYOUTS_MODEL).held_out, ids=lambda result: result.scenario
+)
+def test_the_layouts_model_reproduces_its_recorded_results_and_matches_dqoes(held_out) -> None:
+    first, last = (int(seed) for seed in held_out.seeds.split("-"))
+    scenario = load_scenario(held_out.scenario)
+    policy = resolve_policy(f"pretrained:{LAYOUTS_MODEL}")
+    scores = [
+        run_episode(scenario, policy, seed).metrics.satisfied_fraction_mean
+        for seed in range(first, last + 1)
+    ]
+    dqoes = [
+        run_episode(scenario, make("dqoes"), seed).metrics.satisfied_fraction_mean
+        for seed in range(first, last + 1)
+    ]
+    assert sum(scores) / len(scores) == pytest.approx(held_out.model, abs=5e-4)
+    assert sum(dqoes) / len(dqoes) == pytest.approx(held_out.dqoes, abs=5e-4)
+    assert held_out.model >= held_out.dqoes
