@@ -221,10 +221,10 @@ def fit_fade(spells: Sequence[CrowdedSpell], full_at: float) -> tuple[float, tup
     shrinks as ``(full_at / R) ** fade``. 0 where fewer than two crowds count, or where the
     spread does not shrink with the crowd.
     """
-    ratios = np.concatenate([spell.ratios for spell in spells]) if spells else np.zeros(0)
-    crowds = np.round(
-        np.concatenate([spell.oversubscription for spell in spells]) if spells else ratios, 1
-    )
+    if not spells:
+        return 0.0, ()
+    ratios = np.concatenate([spell.ratios for spell in spells])
+    crowds = np.round(np.concatenate([spell.oversubscription for spell in spells]), 1)
     points, lines = [], []
     for crowd in np.unique(crowds):
         logs = np.log(np.maximum(ratios[crowds == crowd], 1e-3))

@@ -245,6 +245,7 @@ def test_the_fade_is_the_slope_of_the_spread_against_the_crowd() -> None:
     assert fade == pytest.approx(1.0, abs=0.1)
     assert [line.split(":")[0] for line in lines] == ["R 2.0", "R 4.0", "R 8.0"]
     assert fit_fade(spells[:1], full_at=2.0)[0] == 0.0  # one crowd: no slope
+    assert fit_fade([], full_at=2.0) == (0.0, ())
     # the multipliers behind a ratio: its distance from 1 over the race's reach at R
     multipliers = level_multipliers(
         CrowdedSpell(np.array([0.5, 0.5]), np.array([2.0, 4.0])), 2.0, 1.0
