@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from mlp_crowds import mlp_crowd
 
 import dlsched.envs  # noqa: F401  (registers the ids)
 from dlsched.envs.errors import ProfileError, ScenarioError
@@ -36,10 +37,7 @@ from dlsched.envs.replay.profile import PROFILES_DIR, load_profile_set, load_set
 from dlsched.envs.scenarios.model import (
     ArrivalKind,
     ArrivalPattern,
-    JobGroup,
-    JobKind,
     Scenario,
-    WorkerSpec,
 )
 
 MEASURED_SETS = ("measured", "measured-stock")
@@ -367,23 +365,7 @@ def _set_with(tmp_path: Path, source: str, contention: dict | None) -> str:
 
 
 def _training(profile_set: str, jobs: int = 3) -> Scenario:
-    return Scenario(
-        name="contention-probe",
-        kind=JobKind.TRAINING,
-        workers=(WorkerSpec(cores=2.0),),
-        groups=(
-            JobGroup(
-                workloads=("mlp-digits",),
-                count=jobs,
-                arrival=ArrivalPattern(),
-                iterations=600,
-            ),
-        ),
-        slots_per_worker=4,
-        interval_s=5.0,
-        horizon_s=400.0,
-        profile_set=profile_set,
-    )
+    return mlp_crowd(profile_set, jobs, 600, slots=4, horizon_s=400.0, threading=None)
 
 
 def _episode(scenario: Scenario, limit: float) -> list[tuple[float, tuple[int, ...]]]:

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mlp_crowds import mlp_crowd
 
 from dlsched.baselines import make
 from dlsched.envs.errors import BackendError, ProfileError
 from dlsched.envs.replay.profile import PROFILES_DIR, load_set_contention
 from dlsched.envs.replay.race import RaceModel, race_data, race_factor
-from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
+from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.training_env import TrainingEnv, TrainingVectorEnv
 from dlsched.runs.evaluation.runners import run_episodes
 
@@ -40,24 +41,7 @@ def _stock_set(tmp_path: Path, race: RaceModel | None) -> str:
 
 def _scenario(profile_set: str, jobs: int, iterations: int = 300) -> Scenario:
     """``jobs`` stock mlp-digits jobs arriving together on one 2-core worker."""
-    return Scenario(
-        name=f"race-{jobs}",
-        kind=JobKind.TRAINING,
-        workers=(WorkerSpec(cores=2.0),),
-        groups=(
-            JobGroup(
-                workloads=("mlp-digits",),
-                count=jobs,
-                arrival=ArrivalPattern(),
-                iterations=iterations,
-            ),
-        ),
-        slots_per_worker=jobs,
-        interval_s=5.0,
-        horizon_s=3600.0,
-        profile_set=profile_set,
-        workload_threading="stock",
-    )
+    return mlp_crowd(profile_set, jobs, iterations)
 
 
 def _completions(scenario: Scenario, seeds: range) -> np.ndarray:

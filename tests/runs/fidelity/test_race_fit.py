@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mlp_crowds import mlp_crowd
 
 from dlsched.baselines import make
 from dlsched.envs.errors import ArgumentError, ProfileError
 from dlsched.envs.replay.profile import PROFILES_DIR, load_set_contention
 from dlsched.envs.replay.race import RaceModel
 from dlsched.envs.scenarios.file_format import dump_scenario
-from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scenario, WorkerSpec
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation.runners import run_episode
 from dlsched.runs.fidelity.contention_fit import write_contention
@@ -102,31 +102,9 @@ def _stock_set(directory: Path, race: RaceModel | None) -> str:
     return str(directory)
 
 
-def _crowd(profile_set: str, jobs: int = 4, iterations: int = 1500) -> Scenario:
-    """``jobs`` stock mlp-digits jobs arriving together on one 2-core worker."""
-    return Scenario(
-        name="crowd",
-        kind=JobKind.TRAINING,
-        workers=(WorkerSpec(cores=2.0),),
-        groups=(
-            JobGroup(
-                workloads=("mlp-digits",),
-                count=jobs,
-                arrival=ArrivalPattern(),
-                iterations=iterations,
-            ),
-        ),
-        slots_per_worker=jobs,
-        interval_s=5.0,
-        horizon_s=7200.0,
-        profile_set=profile_set,
-        workload_threading="stock",
-    )
-
-
 def test_the_model_held_against_its_own_episode_keeps_a_level_of_one(tmp_path) -> None:
     plain = _stock_set(tmp_path / "plain", None)
-    result = run_episode(_crowd(plain, iterations=300), make("default"), seed=0)
+    result = run_episode(mlp_crowd(plain, 4, 300, horizon_s=7200.0), make("default"), seed=0)
     spells = crowded_efficiencies(result, plain)
     assert len(spells) == 4  # one crowded spell per job
     steps = np.concatenate([spell.ratios for spell in spells])
@@ -141,7 +119,7 @@ def test_the_command_recovers_the_race_replay_drew_and_writes_it_with_its_proven
 ) -> None:
     racing = _stock_set(tmp_path / "racing", SLOW)
     scenario_file = tmp_path / "crowd.yaml"
-    scenario_file.write_text(dump_scenario(_crowd(racing)))
+    scenario_file.write_text(dump_scenario(mlp_crowd(racing, 4, 1500, horizon_s=7200.0)))
     records = tmp_path / "records"
     assert (
         main(
@@ -173,7 +151,7 @@ def test_the_command_recovers_the_race_replay_drew_and_writes_it_with_its_proven
     assert race.holding_s == pytest.approx(SLOW.holding_s, rel=0.5)
     assert race.fade < 0.3  # the race drawn did not fade
     assert race.fit is not None and race.fit.objective.startswith("per job and step")
-    assert "8 episodes of crowd (policies default)" in race.fit.source
+    assert "8 episodes of mlp-crowd-4 (policies default)" in race.fit.source
     # the rest of the file is kept
     before = json.loads((PROFILES_DIR / "measured-stock" / "contention.json").read_text())
     after = json.loads((fitted_set / "contention.json").read_text())
