@@ -13,7 +13,9 @@ from mlp_crowds import mlp_crowd
 from dlsched.baselines import make
 from dlsched.envs.errors import BackendError, ProfileError
 from dlsched.envs.replay.profile import PROFILES_DIR, load_set_contention
+from dlsched.envs.replay.profile_table import ProfileTable
 from dlsched.envs.replay.race import RaceModel, race_data, race_factor
+from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.training_env import TrainingEnv, TrainingVectorEnv
 from dlsched.runs.evaluation.runners import run_episodes
@@ -163,3 +165,12 @@ def test_a_speed_spread_draws_each_workloads_speed_per_episode(tmp_path) -> None
     assert 0.85 < drawn.mean() / plain.mean() < 1.2  # around the profiles' own speed
     with pytest.raises(BackendError, match=r"speed_spread=1.5 must be a coefficient"):
         run_episodes(scenario, make("default"), [0], backend_options={"speed_spread": 1.5})
+
+
+def test_stock_services_do_not_race_where_stock_trainings_do() -> None:
+    """Four reruns of docker-inference-3-stock kept each service's median latency within 0.8% of
+    its mean; the race fitted to trainings made replay's spread 40% there (issue #32)."""
+    services = ProfileTable(load_scenario("docker-inference-3-stock"))
+    assert services.races == [None] * len(services.names) and not services.racing
+    trainings = ProfileTable(load_scenario("docker-training-4-stock"))
+    assert all(race is not None for race in trainings.races) and trainings.racing
