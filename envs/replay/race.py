@@ -100,9 +100,15 @@ def race_factor(
     """Per job, the factor on its efficiency: ``1 + (m - 1) s(R)`` at level multiplier ``m``,
     worker oversubscription ``R`` and its race's ``full_at`` (``inf``: no race, factor 1) and
     ``fade`` (see the module docstring)."""
+    return 1.0 + (level - 1.0) * race_reach(oversubscription, full_at, fade)
+
+
+def race_reach(oversubscription: np.ndarray, full_at: np.ndarray, fade: np.ndarray) -> np.ndarray:
+    """Per job, ``s(R)``: the share of its level's effect at oversubscription ``R`` (see the
+    module docstring; 1 at ``full_at``, 0 where threads fit the cores)."""
     spread = np.clip((oversubscription - 1.0) / (full_at - 1.0), 0.0, 1.0)
     beyond = np.where(oversubscription > full_at, full_at / oversubscription, 1.0) ** fade
-    return 1.0 + (level - 1.0) * spread * beyond
+    return spread * beyond
 
 
 def race_problems(model: RaceModel) -> list[str]:

@@ -52,7 +52,7 @@ from dlsched.envs.replay.contention import (
 from dlsched.envs.replay.fit_provenance import FitProvenance
 from dlsched.envs.replay.profile import load_set_contention
 from dlsched.envs.replay.profile_table import ProfileTable
-from dlsched.envs.replay.race import RaceModel, race_data
+from dlsched.envs.replay.race import RaceModel, race_data, race_reach
 from dlsched.envs.telemetry import JobState
 from dlsched.envs.workloads.cpu_quota import Threading
 from dlsched.runs.evaluation.records import ContainerSample, EpisodeResult
@@ -243,8 +243,9 @@ def fit_fade(spells: Sequence[CrowdedSpell], full_at: float) -> tuple[float, tup
 
 def level_multipliers(spell: CrowdedSpell, full_at: float, fade: float) -> np.ndarray:
     """The race's level multipliers behind a spell's ratios: ``1 + (ratio - 1) / s(R)`` (at
-    least 0), ``s(R) = (full_at / R) ** fade`` beyond ``full_at`` (:func:`race_factor`)."""
-    reach = (full_at / np.maximum(spell.oversubscription, full_at)) ** fade
+    least 0), ``s(R)`` the race's reach at each step (:func:`race_reach`; the spell's steps are
+    crowded to at least ``full_at``)."""
+    reach = race_reach(spell.oversubscription, np.asarray(full_at), np.asarray(fade))
     return np.maximum(1.0 + (spell.ratios - 1.0) / reach, 0.0)
 
 
