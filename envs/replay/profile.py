@@ -505,8 +505,9 @@ def profile_set_directory(name: str) -> Path:
 def load_profile_set(name: str) -> dict[str, WorkloadProfile]:
     """Every profile of a set, by workload name.
 
-    Shipped sets are read once per process and cached; a folder given by path is read on every
-    call, so a set being calibrated can be reloaded.
+    Shipped sets are read once per process and cached until a file of theirs changes (a shipped
+    set recalibrated in place is read anew); a folder given by path is read on every call, so a
+    set being calibrated can be reloaded.
 
     Args:
         name: a shipped set's name (``paper``), or a path (containing ``/``) to a folder of
@@ -518,12 +519,19 @@ def load_profile_set(name: str) -> dict[str, WorkloadProfile]:
     """
     directory = profile_set_directory(name)
     if directory.parent == PROFILES_DIR:
-        return dict(_load_shipped_set(directory.name))
+        return dict(_load_shipped_set(directory.name, _stamp(directory)))
     return _load_directory(directory)
 
 
+def _stamp(directory: Path) -> tuple[tuple[str, int], ...]:
+    """The files of a set and when each last changed: what its cached reading is keyed on."""
+    return tuple((path.name, path.stat().st_mtime_ns) for path in sorted(directory.glob("*.json")))
+
+
 @functools.cache
-def _load_shipped_set(name: str) -> Mapping[str, WorkloadProfile]:
+def _load_shipped_set(
+    name: str, stamp: tuple[tuple[str, int], ...]
+) -> Mapping[str, WorkloadProfile]:
     return _load_directory(PROFILES_DIR / name)
 
 
@@ -553,12 +561,12 @@ def load_set_contention(name: str) -> ContentionModel:
     """
     directory = profile_set_directory(name)
     if directory.parent == PROFILES_DIR:
-        return _load_shipped_contention(directory.name)
+        return _load_shipped_contention(directory.name, _stamp(directory))
     return load_contention(directory)
 
 
 @functools.cache
-def _load_shipped_contention(name: str) -> ContentionModel:
+def _load_shipped_contention(name: str, stamp: tuple[tuple[str, int], ...]) -> ContentionModel:
     return load_contention(PROFILES_DIR / name)
 
 

@@ -36,8 +36,9 @@ from dlsched.runs.fidelity.contention_measurement import (
     ContentionSettings,
     calibrate_contention,
 )
+from dlsched.runs.fidelity.host_speed import read_host_speed
 from dlsched.runs.fidelity.quiet_host import QUIET_CORES
-from dlsched.runs.fidelity.race_fit import fit_race_from_episodes, race_spread, write_race
+from dlsched.runs.fidelity.race_fit import fit_crowding_and_race, race_spread, write_race
 
 _DESCRIPTION = """\
 Measure the replay model's numbers on the local Docker engine, on a quiet host.
@@ -54,13 +55,16 @@ free, equal, favoured and halved limits, with tuned and with stock threading; th
 the replay model's contention term is fitted per threading and written, with the measurements,
 to <output-dir>/contention.json.
 
-Race (--race-from FOLDER): from host episodes already recorded (the host side of `dlsched
-validate --out DIR`, or `dlsched evaluate --backend docker --out DIR`), fit the race of stock
-jobs that crowd a worker: the pace levels they visit against the replay model of
-<output-dir>, how long they stay, where they go next. Written as that threading's race into
-<output-dir>/contention.json; runs nothing on the host. --race-like SET copies SET's race into
-<output-dir> with its levels divided by their long-run mean: the race's spread, keeping the
-mean contention of a set fitted elsewhere (the paper set's).
+Crowding and race (--race-from FOLDER): from host episodes already recorded (the host side of
+`dlsched validate --out DIR`, or `dlsched evaluate --backend docker --out DIR`), fit how stock
+trainings fare when they crowd a worker in a mix, against the profiles of <output-dir>: first
+each workload's crowding curve (the mean progress per CPU-second it keeps, written into its
+profile), then the race around that mean (the pace levels they visit, how long they stay, where
+they go next), written as that threading's race into <output-dir>/contention.json; runs nothing
+on the host. A new <output-dir> starts as the set the episodes ran on, rescaled to the host's
+speed with --host-speed FILE (the host-speed.json their validation saved). --race-like SET
+copies SET's race into <output-dir> with its levels divided by their long-run mean: the race's
+spread, keeping the mean contention of a set fitted elsewhere (the paper set's).
 
 Every run waits for a quiet host (no other container, other processes using at most
 --quiet-cores) and records the load it saw; a calibration on a busy host is refused unless
@@ -92,8 +96,16 @@ def register(subparsers: Subcommands) -> None:
         type=Path,
         action="append",
         metavar="FOLDER",
-        help="fit the race from the Docker episodes of this evaluation folder (repeatable) "
-        "instead of measuring; --threading names the one threading fitted (default: stock)",
+        help="fit the crowding curves and the race from the Docker episodes of this evaluation "
+        "folder (repeatable) instead of measuring; --threading names the one threading fitted "
+        "(default: stock)",
+    )
+    parser.add_argument(
+        "--host-speed",
+        type=Path,
+        metavar="FILE",
+        help="with --race-from and a new --output-dir: start it as the episodes' profile set "
+        "rescaled to this speed probe (the host-speed.json of their dlsched validate)",
     )
     parser.add_argument(
         "--race-like",
@@ -258,6 +270,13 @@ def _count_list(text: str) -> tuple[int, ...]:
 def run(args: argparse.Namespace) -> int:
     """Calibrate what the command line asks for and say where it was written."""
     started = time.monotonic()
+    if args.host_speed is not None and not args.race_from:
+        print(
+            f"dlsched calibrate: error: --host-speed {args.host_speed} is for --race-from: it "
+            "rescales the set the recorded episodes are fitted against",
+            file=sys.stderr,
+        )
+        return 2
     if args.race_from or args.race_like:
         return _run_race(args)
     if args.contention:
@@ -344,11 +363,20 @@ def _run_race(args: argparse.Namespace) -> int:
         return 2
     if args.race_like:
         race = race_spread(args.race_like, threadings[0])
+        path = write_race(args.output_dir, threadings[0], race)
     else:
-        race = fit_race_from_episodes(
-            args.race_from, str(args.output_dir.resolve()), threading=threadings[0]
-        ).model
-    path = write_race(args.output_dir, threadings[0], race)
+        speed = None if args.host_speed is None else read_host_speed(args.host_speed)
+        fitted = fit_crowding_and_race(args.race_from, args.output_dir, threadings[0], speed)
+        for workload, crowding in fitted.crowding.items():
+            print(
+                f"{workload}: crowded in a mix, keeps {crowding.floor:.3f} + "
+                f"{1 - crowding.floor:.3f} R ** -{crowding.exponent:.2f} of its solo progress "
+                f"({crowding.steps} steps)"
+            )
+            for line in crowding.residuals:
+                print(f"  {line}")
+        print(f"wrote the crowding curves to {', '.join(str(p) for p in fitted.profiles)}")
+        race, path = fitted.race.model, fitted.contention_file
     for line in race.fit.residuals if race.fit else ():
         print(f"  {line}")
     print(f"wrote the {threadings[0]} race to {path}")

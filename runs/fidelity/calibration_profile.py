@@ -202,13 +202,25 @@ def set_derivation(profile: dict[str, Any], field: str, text: str) -> None:
     provenance = profile["provenance"]
     kept = [
         part
-        for part in provenance["derivation"].split("; ")
+        for part in _accounts(provenance["derivation"])
         if not part.startswith(f"{field}:")
         and not part.startswith(f"{field} ")
         and not (field == "startup_s" and part.startswith("startup_cpu_s:"))
         and not (field == "contention_exponent" and " jobs " in part and ": R " in part)
     ]
     provenance["derivation"] = "; ".join([*kept, text])
+
+
+def _accounts(derivation: str) -> list[str]:
+    """A derivation cut into its accounts: at each ``"; "`` outside parentheses (an account
+    may hold ``"; "`` within them)."""
+    parts, depth, start = [], 0, 0
+    for at, character in enumerate(derivation):
+        depth += {"(": 1, ")": -1}.get(character, 0)
+        if depth == 0 and derivation.startswith("; ", at):
+            parts.append(derivation[start:at])
+            start = at + 2
+    return [*parts, derivation[start:]]
 
 
 def set_contention(

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,40 +136,10 @@ class WorkloadContention:
     beside_startup: float | None = None
 
 
-#: The floors and exponents :func:`fit_workload_contention` searches (its grid's resolution).
+#: The floors :func:`fit_workload_contention` searches (their resolution).
 _FLOOR_STEP = 0.0025
-_EXPONENTS = np.arange(0.0, 12.0 + 1e-9, 0.005)
-
-
-def fit_floor_and_exponent(cells: Sequence[tuple[float, float]]) -> tuple[float, float]:
-    """The floor ``f`` and exponent ``a`` that fit ``(R, efficiency)`` cells best.
-
-    How profiles calibrated before the per-job fit (:func:`fit_workload_contention`) got
-    theirs: their derivations list those cells, from which this fit reproduces them.
-
-    Minimises ``sum over cells with R > 1 of (log e - log(f + (1 - f) R ** -a))^2`` on a grid of
-    floors (steps of 0.0025, below the least efficiency measured) and exponents (steps of 0.005
-    up to 12). Cells that cannot see a floor (few copies only) fit a floor of 0.
-
-    Args:
-        cells: each cell's oversubscription ``R`` and measured efficiency.
-
-    Returns:
-        ``(floor, exponent)``; ``(0, 0)`` without a cell of ``R > 1``.
-    """
-    usable = [(ratio, eff) for ratio, eff in cells if ratio > 1 and eff > 0]
-    if not usable:
-        return 0.0, 0.0
-    ratios = np.array([ratio for ratio, _ in usable])
-    logs = np.log([eff for _, eff in usable])
-    decays = ratios[None, :] ** -_EXPONENTS[:, None]  # exponents x cells
-    best = (math.inf, 0.0, 0.0)
-    for floor in np.arange(0.0, min(1.0, float(np.exp(logs.min()))) - 1e-9, _FLOOR_STEP):
-        errors = ((logs - np.log(floor + (1.0 - floor) * decays)) ** 2).sum(axis=1)
-        at = int(np.argmin(errors))
-        if errors[at] < best[0] - 1e-12:
-            best = (float(errors[at]), float(floor), float(_EXPONENTS[at]))
-    return best[1], best[2]
+#: The exponents the fits of a contention curve search, here and in :mod:`.crowd_fit`.
+EXPONENT_GRID = np.arange(0.0, 12.0 + 1e-9, 0.005)
 
 
 def fit_workload_contention(
@@ -184,9 +153,8 @@ def fit_workload_contention(
     Minimises ``sum over the jobs of cells whose runnable threads exceed the cores of
     (log e - log modelled e)^2``, each job's efficiency ``e`` its rate over the solo curve's at
     its cores, the modelled one the replay model's (:class:`~dlsched.envs.replay.contention.
-    Crowding`, with ``bound_scale`` for throttled jobs), on the grid of
-    :func:`fit_floor_and_exponent` (floors below the least efficiency measured). Cells of free
-    competition alone fit as :func:`fit_floor_and_exponent` fits their ``(R, e)``.
+    Crowding`, with ``bound_scale`` for throttled jobs), on a grid of floors below the least
+    efficiency measured (steps of 0.0025) and of the exponents :data:`EXPONENT_GRID`.
 
     Args:
         measured: the solo curve and the grid.
@@ -206,7 +174,7 @@ def fit_workload_contention(
             ratios = states.ratios[0, job][None, :]
             weights = states.weights[0, job][None, :]
             decays.append(
-                (weights * ratios ** -(_EXPONENTS[:, None] * scale)).sum(axis=1) / weights.sum()
+                (weights * ratios ** -(EXPONENT_GRID[:, None] * scale)).sum(axis=1) / weights.sum()
             )
             logs.append(np.array(math.log(efficiency)))
     floor, exponent = 0.0, 0.0
@@ -222,7 +190,11 @@ def fit_workload_contention(
             )
             at = int(np.argmin(errors))
             if errors[at] < best - 1e-12:
-                best, floor, exponent = float(errors[at]), float(candidate), float(_EXPONENTS[at])
+                best, floor, exponent = (
+                    float(errors[at]),
+                    float(candidate),
+                    float(EXPONENT_GRID[at]),
+                )
     residuals = []
     for cell in measured.grid:
         modelled = measured.modelled_job_efficiencies(

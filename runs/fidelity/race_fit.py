@@ -4,8 +4,9 @@ A host episode on Docker records, every step, each job's units so far and the co
 Where stock jobs crowd a worker, a job's progress in a step over what the deterministic replay
 model gives it at those cores and that crowding is the race's level times the noise of counting
 whole units: :func:`crowded_efficiencies` cuts those series out of an episode. The levels are
-thus measured against the model: their long-run mean is the share of the model's crowded
-progress the host delivers, and their spread the race. The more jobs crowd a worker, the less
+thus measured against the model, whose crowding curves (:mod:`.crowd_fit`) are fitted to the
+same steps first: the curves carry the mean of crowded progress, the race its spread, and the
+levels are divided by their long-run mean. The more jobs crowd a worker, the less
 they race: :func:`fit_fade` finds how fast the spread shrinks with the oversubscription, and
 :func:`level_multipliers` the levels behind each step's ratio at that fade. :func:`fit_race`
 then finds the levels and the chain between them:
@@ -25,17 +26,18 @@ then finds the levels and the chain between them:
 
 Steps are the resolution: switches within a step are averaged into its ratio, so holding times
 shorter than a few steps are not recovered (the host's are tens of seconds, issue #32).
-:func:`fit_race_from_episodes` runs all of it over recorded evaluations and :func:`write_race`
-puts the result, with its provenance, into a profile set (``dlsched calibrate --race-from``).
+:func:`fit_race_to_episodes` runs all of it over recorded episodes, :func:`write_race` puts the
+result, with its provenance, into a profile set, and :func:`fit_crowding_and_race` fits and
+writes the curves, then the race (``dlsched calibrate --race-from``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import itertools
 import json
 import math
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,16 +48,22 @@ from dlsched.envs.errors import ArgumentError, ProfileError
 from dlsched.envs.replay.contention import (
     CONTENTION_FILE,
     efficiency,
-    oversubscription,
     parse_contention,
 )
 from dlsched.envs.replay.fit_provenance import FitProvenance
-from dlsched.envs.replay.profile import load_set_contention
+from dlsched.envs.replay.profile import load_set_contention, profile_set_directory
 from dlsched.envs.replay.profile_table import ProfileTable
 from dlsched.envs.replay.race import RaceModel, race_data, race_reach
-from dlsched.envs.telemetry import JobState
 from dlsched.envs.workloads.cpu_quota import Threading
-from dlsched.runs.evaluation.records import ContainerSample, EpisodeResult
+from dlsched.runs.evaluation.records import EpisodeResult
+from dlsched.runs.fidelity.crowd_fit import (
+    WorkloadCrowding,
+    crowded_steps,
+    crowding_from_episodes,
+    write_crowding,
+)
+from dlsched.runs.fidelity.host_speed import HostSpeed
+from dlsched.runs.fidelity.rescaled_profiles import write_rescaled_set
 from dlsched.runs.tracking.trajectory import EPISODE_FILE, read_episode
 
 #: k-means rounds at most (it stops once no second changes level).
@@ -126,18 +134,13 @@ def crowded_efficiencies(
     table = ProfileTable(dataclasses.replace(result.scenario, profile_set=profile_set))
     series: list[CrowdedSpell] = []
     spells: dict[str, list[tuple[float, float]]] = {}
-    for before, after in itertools.pairwise(result.steps):
-        earlier = {sample.job_id: sample for sample in before.containers}
-        ratios: dict[str, tuple[float, float]] = {}
-        for worker in {s.worker for s in after.containers if s.worker is not None}:
-            step = _Step(
-                threading,
-                full_at,
-                after.time_s - before.time_s,
-                result.scenario.workers[worker].cores,
-            )
-            jobs = [s for s in after.containers if s.worker == worker and not _ended(s, earlier)]
-            ratios.update(_step_efficiencies(jobs, earlier, table, step))
+    for step in crowded_steps(result, table, threading):
+        ratios = {}
+        for job in step:
+            if job.oversubscription >= full_at:
+                row = table.index[job.workload]
+                kept = efficiency(job.oversubscription, table.exponent[row], table.floor[row])
+                ratios[job.job_id] = (job.done / (job.solo * float(kept)), job.oversubscription)
         for job_id in [job_id for job_id in spells if job_id not in ratios]:
             series.append(_spell(spells.pop(job_id)))
         for job_id, ratio in ratios.items():
@@ -149,63 +152,6 @@ def crowded_efficiencies(
 def _spell(steps: Sequence[tuple[float, float]]) -> CrowdedSpell:
     values = np.asarray(steps, dtype=np.float64).reshape(-1, 2)
     return CrowdedSpell(values[:, 0], values[:, 1])
-
-
-#: States a job leaves no more.
-_ENDED = (JobState.DONE, JobState.FAILED)
-
-
-def _ended(sample: ContainerSample, earlier: Mapping[str, ContainerSample]) -> bool:
-    """Whether the job had ended before the step began (one that ends within it counts: it
-    ran part of the step)."""
-    first = earlier.get(sample.job_id)
-    return sample.state in _ENDED and first is not None and first.state in _ENDED
-
-
-@dataclass(frozen=True)
-class _Step:
-    """What one worker's step is judged by: the threading fitted, the race's ``full_at``, the
-    step's seconds and the worker's cores."""
-
-    threading: Threading
-    full_at: float
-    seconds: float
-    cores: float
-
-
-def _step_efficiencies(
-    jobs: Sequence[ContainerSample],
-    earlier: Mapping[str, ContainerSample],
-    table: ProfileTable,
-    step: _Step,
-) -> dict[str, tuple[float, float]]:
-    """One worker's step: per job of the step's threading, its progress over the model's and
-    the worker's oversubscription (none where the step does not count, see
-    :func:`crowded_efficiencies`)."""
-    steady = step.seconds > 0 and all(
-        job.state is JobState.RUNNING
-        and job.limit >= 1.0
-        and (first := earlier.get(job.job_id)) is not None
-        and first.state is JobState.RUNNING
-        and first.worker == job.worker
-        and first.iterations > 0
-        for job in jobs
-    )
-    if not steady:
-        return {}
-    rows = np.array([table.index[job.workload] for job in jobs])
-    ratio = oversubscription(np.ones(len(jobs)), table.demand[rows], table.stock[rows], step.cores)
-    if ratio < step.full_at:
-        return {}
-    kept = efficiency(ratio, table.exponent[rows], table.floor[rows])
-    found = {}
-    for job, row, share in zip(jobs, rows.tolist(), kept.tolist(), strict=True):
-        profile = table.profiles[row]
-        modelled = float(profile.units_per_s(job.cpu_usage)) * share * step.seconds
-        if profile.threading == step.threading and modelled > 0:
-            done = job.iterations - earlier[job.job_id].iterations
-            found[job.job_id] = (done / modelled, ratio)
-    return found
 
 
 #: Steps a crowd (an oversubscription, to a tenth) needs for its spread to count in the fade.
@@ -391,28 +337,15 @@ RACE_OBJECTIVE = (
 )
 
 
-def fit_race_from_episodes(
-    folders: Sequence[Path],
-    profile_set: str,
-    threading: Threading = "stock",
-    levels: int = 3,
-    full_at: float = 2.0,
-) -> RaceFit:
-    """The race of ``threading`` fitted from every episode recorded in ``folders``.
+def recorded_episodes(folders: Sequence[Path]) -> list[EpisodeResult]:
+    """Every episode recorded in ``folders``, read with its containers.
 
     Args:
         folders: evaluation folders (``<out>/<evaluation id>``, as ``dlsched evaluate
-            --backend docker`` and the host side of ``dlsched validate`` write them). Replay
-            episodes fit too: the fit then recovers the race the replay model drew.
-        profile_set: the set the race is fitted for (a shipped name or a folder): the levels
-            are measured against its profiles and contention term.
-        threading: the threading whose jobs are fitted.
-        levels: the chain's levels.
-        full_at: the oversubscription from which the levels apply whole.
+            --backend docker`` and the host side of ``dlsched validate`` write them).
 
     Raises:
-        ArgumentError: no episode in ``folders``, episodes of different step lengths,
-            or too few crowded steps.
+        ArgumentError: no episode in ``folders``, or episodes of different step lengths.
         TrackingError: a folder holds no evaluation as dlsched writes one.
     """
     episodes = [
@@ -432,6 +365,35 @@ def fit_race_from_episodes(
             f"the episodes step every {sorted(steps)} s: expected one step length; fit episodes "
             "of scenarios with the same interval_s together"
         )
+    return episodes
+
+
+def fit_race_to_episodes(
+    episodes: Sequence[EpisodeResult],
+    profile_set: str,
+    recorded_in: str,
+    threading: Threading = "stock",
+    levels: int = 3,
+    full_at: float = 2.0,
+) -> RaceFit:
+    """The race of ``threading`` fitted to ``episodes``, its levels divided by their long-run
+    mean: the race is the spread of crowded progress around the mean that the profiles'
+    crowding curves give (:mod:`.crowd_fit` fits them to the same episodes first, in
+    :func:`fit_crowding_and_race`).
+
+    Args:
+        episodes: episodes of one step length (:func:`recorded_episodes`). Replay episodes fit
+            too: the fit then recovers the race the replay model drew, over its mean.
+        profile_set: the set the race is fitted for (a shipped name or a folder): the levels
+            are measured against its profiles and contention term.
+        recorded_in: where the episodes were recorded, for the race's provenance.
+        threading: the threading whose jobs are fitted.
+        levels: the chain's levels.
+        full_at: the oversubscription from which the levels apply whole.
+
+    Raises:
+        ArgumentError: too few crowded steps.
+    """
     spells = [
         spell
         for episode in episodes
@@ -439,16 +401,18 @@ def fit_race_from_episodes(
     ]
     fade, crowd_lines = fit_fade(spells, full_at)
     series = [level_multipliers(spell, full_at, fade) for spell in spells]
-    fit = fit_race(series, levels=levels, full_at=full_at, bin_s=steps.pop())
-    fit = dataclasses.replace(fit, model=dataclasses.replace(fit.model, fade=fade))
+    fit = fit_race(series, levels=levels, full_at=full_at, bin_s=episodes[0].scenario.interval_s)
+    mean = float(np.dot(fit.model.stationary(), fit.model.levels))
+    model = dataclasses.replace(
+        fit.model, levels=tuple(level / mean for level in fit.model.levels), fade=fade
+    )
     scenarios = sorted({episode.scenario.name for episode in episodes})
     backends = sorted({f"{e.backend}{_options(e.backend_options)}" for e in episodes})
-    mean = float(np.dot(fit.model.stationary(), fit.model.levels))
     provenance = FitProvenance(
         source=(
             f"{len(episodes)} episodes of {', '.join(scenarios)} (policies "
             f"{', '.join(sorted({e.policy.name for e in episodes}))}) recorded in "
-            f"{', '.join(str(f) for f in folders)}, fitted against profile set "
+            f"{recorded_in}, fitted against profile set "
             f"{Path(profile_set).name!r} by dlsched calibrate --race-from"
         ),
         host=f"the host that recorded them ({', '.join(backends)})",
@@ -458,11 +422,86 @@ def fit_race_from_episodes(
             *crowd_lines,
             f"fade {fade:.2f}: the slope of the log spread against log(full_at / R)",
             *fit.residuals,
-            f"long-run mean level {mean:.3f}: the share of the model's crowded progress the "
-            f"host delivered at full_at, over {fit.series} series of {fit.seconds} s",
+            f"long-run mean level {mean:.3f} over {fit.series} series of {fit.seconds} s: the "
+            "levels are divided by it, so that the profiles' crowding curves carry the mean",
         ),
     )
-    return dataclasses.replace(fit, model=dataclasses.replace(fit.model, fit=provenance))
+    return dataclasses.replace(fit, model=dataclasses.replace(model, fit=provenance))
+
+
+@dataclass(frozen=True)
+class CrowdingAndRace:
+    """What :func:`fit_crowding_and_race` wrote.
+
+    Attributes:
+        crowding: per workload refitted, its curve.
+        profiles: the profiles written.
+        race: the race fitted against them.
+        contention_file: the contention file it was written to.
+    """
+
+    crowding: Mapping[str, WorkloadCrowding]
+    profiles: tuple[Path, ...]
+    race: RaceFit
+    contention_file: Path
+
+
+def fit_crowding_and_race(
+    folders: Sequence[Path],
+    directory: Path,
+    threading: Threading = "stock",
+    speed: HostSpeed | None = None,
+) -> CrowdingAndRace:
+    """Fit the profile set in ``directory`` to the crowded steps of the episodes recorded in
+    ``folders``, and write the fits into it: first each workload's crowding curve
+    (:mod:`.crowd_fit`: the mean of its crowded progress), then the race around that mean
+    (:func:`fit_race_to_episodes`). ``dlsched calibrate --race-from`` runs it.
+
+    A ``directory`` that holds no profile yet is first made the set the episodes ran on
+    (their scenario's ``profile_set``), rescaled to ``speed`` if given (the speed probe a
+    validation saves as ``host-speed.json``, :mod:`.rescaled_profiles`), so that the curves
+    describe the host the episodes ran on.
+
+    Raises:
+        ArgumentError: no episode in ``folders``, episodes of different step lengths or profile
+            sets (with a new ``directory``), or too few crowded steps for a race.
+        ProfileError: the set has no contention term, or lacks a profile it fits.
+        TrackingError: a folder holds no evaluation as dlsched writes one.
+    """
+    episodes = recorded_episodes(folders)
+    if not directory.is_dir() or not any(directory.glob("*.json")):
+        _start_set(directory, episodes, speed)
+    _contention_file(directory)  # refused before a profile is written
+    recorded_in = ", ".join(str(folder) for folder in folders)
+    crowding = crowding_from_episodes(episodes, str(directory.resolve()), threading)
+    source = (
+        f"{len(episodes)} episodes recorded in {recorded_in}, on "
+        f"{datetime.date.today().isoformat()}, by dlsched calibrate --race-from"
+    )
+    profiles = write_crowding(directory, crowding, source)
+    race = fit_race_to_episodes(episodes, str(directory.resolve()), recorded_in, threading)
+    path = write_race(directory, threading, race.model)
+    return CrowdingAndRace(crowding, tuple(profiles), race, path)
+
+
+def _start_set(directory: Path, episodes: Sequence[EpisodeResult], speed: HostSpeed | None) -> None:
+    """Write into ``directory`` the profile set ``episodes`` ran on, rescaled to ``speed``."""
+    sets = sorted({episode.scenario.profile_set for episode in episodes})
+    if len(sets) != 1:
+        raise ArgumentError(
+            f"the episodes ran on profile sets {sets}: expected one to start "
+            f"{directory} from; fit episodes of one set, or copy a set into {directory} first"
+        )
+    if speed is None:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(profile_set_directory(sets[0]), directory, dirs_exist_ok=True)
+        return
+    if Path(speed.profile_set).name != Path(sets[0]).name:
+        raise ArgumentError(
+            f"the host speed was probed against profile set {speed.profile_set!r}, the episodes "
+            f"ran on {sets[0]!r}: do not match; give the host-speed.json of their validation"
+        )
+    write_rescaled_set(dataclasses.replace(speed, profile_set=sets[0]), directory)
 
 
 def race_spread(profile_set: str, threading: Threading = "stock") -> RaceModel:
@@ -510,16 +549,26 @@ def write_race(directory: Path, threading: Threading, model: RaceModel) -> Path:
         ProfileError: the set has no contention file (a race multiplies the contention term),
             or the file written would not read back.
     """
-    path = directory / CONTENTION_FILE
-    if not path.is_file():
-        raise ProfileError(
-            f"{path} does not exist: a race multiplies a contention term; measure one first "
-            f"(dlsched calibrate --contention --output-dir {directory})"
-        )
+    path = _contention_file(directory)
     data = json.loads(path.read_text())
     data.setdefault("races", {})[threading] = race_data(model)
     parse_contention(data, str(path))
     temporary = path.with_suffix(".json.tmp")
     temporary.write_text(json.dumps(data, indent=1) + "\n")
     temporary.replace(path)
+    return path
+
+
+def _contention_file(directory: Path) -> Path:
+    """The contention file of the set in ``directory``.
+
+    Raises:
+        ProfileError: it has none (a race multiplies a contention term).
+    """
+    path = directory / CONTENTION_FILE
+    if not path.is_file():
+        raise ProfileError(
+            f"{path} does not exist: a race multiplies a contention term; measure one first "
+            f"(dlsched calibrate --contention --output-dir {directory})"
+        )
     return path

@@ -28,7 +28,7 @@ from dlsched.envs.docker.engine import connect as connect_engine
 from dlsched.envs.errors import BackendError, TrackingError
 from dlsched.envs.replay.profile import load_profile_set
 from dlsched.envs.replay.workload_profile import WorkloadProfile
-from dlsched.envs.scenarios.model import Scenario
+from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.workloads.cpu_quota import Threading
 from dlsched.policies.policy import Policy
 from dlsched.runs.evaluation.records import EpisodeResult
@@ -162,6 +162,7 @@ def host_warnings(scenario: Scenario, reference: Side) -> list[str]:
     finally:
         client.close()
     warnings = []
+    elsewhere = []
     for profile in _used_profiles(scenario):
         measured = profile.measured_on
         if measured is None:
@@ -176,6 +177,16 @@ def host_warnings(scenario: Scenario, reference: Side) -> list[str]:
                 "(dlsched calibrate --workload all --output-dir DIR) and validate with "
                 "profile_set: DIR"
             )
+            if profile.threading == "stock" and profile.kind is JobKind.TRAINING:
+                elsewhere.append(profile.workload)
+    if elsewhere:
+        warnings.append(
+            f"{', '.join(elsewhere)} crowd this engine's cores as stock trainings: how much of "
+            "its CPU's worth a crowded stock job makes differs between hosts (1.4-1.9x between "
+            "two 2-core VMs), and the speed probe does not see it; calibrate this host's "
+            "crowding from 5 host episodes of a stock mix (docs/replay-model.md, 'Calibrate "
+            "the crowding of your own host')"
+        )
     for index, worker in enumerate(scenario.workers):
         if worker.cores != host.cores:
             warnings.append(

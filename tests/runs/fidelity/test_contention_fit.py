@@ -8,17 +8,14 @@ The term itself, and what it does to episodes, is tested with the replay model
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
 from dlsched.envs.replay.contention import oversubscription
-from dlsched.envs.replay.profile import PROFILES_DIR, load_profile_set, load_set_contention
+from dlsched.envs.replay.profile import PROFILES_DIR, load_set_contention
 from dlsched.runs.fidelity.contention_fit import (
     fit_contention,
     fit_exponent,
-    fit_floor_and_exponent,
     fit_workload_contention,
 )
 from dlsched.runs.fidelity.contention_grid import (
@@ -117,20 +114,3 @@ def test_a_workload_fit_recovers_its_curve_job_by_job_beside_throttled_jobs():
     assert fitted.floor == pytest.approx(0.15, abs=0.0026)
     assert fitted.exponent == pytest.approx(1.6, abs=0.006)
     assert all(r.measured == pytest.approx(r.modelled, rel=1e-3) for r in fitted.residuals)
-
-
-def test_shipped_floors_and_exponents_are_reproduced_from_their_recorded_cells():
-    # Each measured profile's provenance lists its cells (R and the measured efficiency, as
-    # rounded there); fitting them again gives the profile's numbers to the grid's resolution.
-    fitted = 0
-    for profile in load_profile_set("measured-stock").values():
-        if profile.contention_floor is None:
-            continue
-        cells = re.findall(
-            r"jobs \w+: R ([\d.]+), efficiency measured ([\d.]+)", profile.provenance.derivation
-        )
-        floor, exponent = fit_floor_and_exponent([(float(r), float(e)) for r, e in cells])
-        assert floor == pytest.approx(profile.contention_floor, abs=0.0051)
-        assert exponent == pytest.approx(profile.contention_exponent, abs=0.011)
-        fitted += 1
-    assert fitted == 4  # the four stock trainings

@@ -3,6 +3,7 @@ episodes, measured against the replay model, the race that model drew."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -13,23 +14,25 @@ from mlp_crowds import mlp_crowd
 
 from dlsched.baselines import make
 from dlsched.envs.errors import ArgumentError, ProfileError
-from dlsched.envs.replay.profile import PROFILES_DIR, load_set_contention
+from dlsched.envs.replay.profile import PROFILES_DIR, load_profile_set, load_set_contention
 from dlsched.envs.replay.race import RaceModel
 from dlsched.envs.scenarios.file_format import dump_scenario
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation.runners import run_episode
 from dlsched.runs.fidelity.contention_fit import write_contention
 from dlsched.runs.fidelity.contention_grid import recorded_measurement
+from dlsched.runs.fidelity.host_speed import HostSpeed, WorkloadSpeed
 from dlsched.runs.fidelity.race_fit import (
     CrowdedSpell,
     crowded_efficiencies,
+    fit_crowding_and_race,
     fit_fade,
     fit_race,
-    fit_race_from_episodes,
     level_multipliers,
     race_spread,
     write_race,
 )
+from dlsched.runs.tracking.trajectory import EvaluationFolder
 
 TRUE = RaceModel(
     levels=(0.4, 1.0, 1.8),
@@ -109,8 +112,10 @@ def test_the_model_held_against_its_own_episode_keeps_a_level_of_one(tmp_path) -
     assert len(spells) == 4  # one crowded spell per job
     steps = np.concatenate([spell.ratios for spell in spells])
     assert (np.concatenate([spell.oversubscription for spell in spells]) >= 2.0).all()
-    # what the steps' ratios miss of 1 is counting whole iterations and the units' noise
-    assert np.median(steps) == pytest.approx(1.0, abs=0.03)
+    # what a step's ratio misses of 1 is counting whole iterations (13 or 14 of 13.5 modelled)
+    # and the units' noise, which the mean over the steps evens out
+    assert np.mean(steps) == pytest.approx(1.0, abs=0.02)
+    assert np.abs(steps - 1.0).max() < 0.15
     assert crowded_efficiencies(result, plain, full_at=8.0) == []  # never 8x crowded
 
 
@@ -145,7 +150,13 @@ def test_the_command_recovers_the_race_replay_drew_and_writes_it_with_its_proven
     (folder,) = records.iterdir()
     capsys.readouterr()
     assert main(["calibrate", "--race-from", str(folder), "--output-dir", str(fitted_set)]) == 0
-    assert f"wrote the stock race to {fitted_set / 'contention.json'}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "mlp-digits: crowded in a mix, keeps " in out
+    assert f"wrote the crowding curves to {fitted_set / 'mlp-digits.json'}" in out
+    assert f"wrote the stock race to {fitted_set / 'contention.json'}" in out
+    profile = load_profile_set(str(fitted_set))["mlp-digits"]
+    assert profile.provenance is not None
+    assert "steps of this workload crowded in a mix" in profile.provenance.derivation
     race = load_set_contention(str(fitted_set)).races["stock"]
     assert race.levels == pytest.approx(SLOW.levels, rel=0.12)
     assert race.holding_s == pytest.approx(SLOW.holding_s, rel=0.5)
@@ -158,6 +169,43 @@ def test_the_command_recovers_the_race_replay_drew_and_writes_it_with_its_proven
     assert {k: v for k, v in after.items() if k != "races"} == {
         k: v for k, v in before.items() if k != "races"
     }
+
+
+def test_a_new_set_starts_as_the_episodes_set_rescaled_to_the_hosts_speed(tmp_path) -> None:
+    racing = _stock_set(tmp_path / "racing", SLOW)
+    scenario = mlp_crowd(racing, 4, 600, horizon_s=7200.0)
+    evaluation = EvaluationFolder(tmp_path / "records" / "crowd")
+    evaluation.create()
+    for seed in range(3):
+        evaluation.write_episode(
+            run_episode(scenario, make("default"), seed), dump_scenario(scenario)
+        )
+    plain = fit_crowding_and_race([evaluation.path], tmp_path / "plain")
+    rate = load_profile_set(racing)["mlp-digits"].units_per_s(1.0)
+    assert load_profile_set(str(tmp_path / "plain"))["mlp-digits"].units_per_s(1.0) == rate
+    assert plain.profiles == (tmp_path / "plain" / "mlp-digits.json",)
+    speed = HostSpeed(
+        "a slower host",
+        "2026-12-06",
+        racing,
+        "stock",
+        (WorkloadSpeed("mlp-digits", "iteration", 1.9, 40.0, 50.0),),
+    )
+    fit_crowding_and_race([evaluation.path], tmp_path / "slower", speed=speed)
+    slower = load_profile_set(str(tmp_path / "slower"))["mlp-digits"]
+    assert slower.units_per_s(1.0) == pytest.approx(0.8 * rate, rel=1e-3)
+    assert (
+        slower.provenance is not None
+        and "rescaled to a slower host" in slower.provenance.derivation
+    )
+    mismatched = dataclasses.replace(speed, profile_set="measured")
+    with pytest.raises(ArgumentError, match=r"probed against profile set 'measured', the episodes"):
+        fit_crowding_and_race([evaluation.path], tmp_path / "other", speed=mismatched)
+
+
+def test_the_host_speed_goes_with_race_from(tmp_path, capsys) -> None:
+    assert main(["calibrate", "--host-speed", "x.json", "--output-dir", str(tmp_path)]) == 2
+    assert "--host-speed x.json is for --race-from" in capsys.readouterr().err
 
 
 def test_a_race_needs_a_contention_term_and_episodes(tmp_path) -> None:
@@ -178,17 +226,26 @@ def test_measuring_the_contention_term_again_keeps_the_race(tmp_path) -> None:
 RERUNS = Path(__file__).parents[2] / "data" / "stock-reruns"
 
 
-def test_the_shipped_race_is_what_its_recorded_reruns_fit() -> None:
+def test_the_shipped_crowding_and_race_are_what_their_recorded_reruns_fit(tmp_path) -> None:
     folders = [RERUNS / "docker-training-4-stock", RERUNS / "docker-training-6-stock"]
-    fit = fit_race_from_episodes(folders, "measured-stock")
-    shipped = load_set_contention("measured-stock").races["stock"]
-    assert fit.model == shipped  # levels, holding times, jumps and full_at, exactly
-    assert fit.model.fit is not None and shipped.fit is not None
-    assert shipped.fit.residuals == fit.model.fit.residuals
-    # crowded stock jobs make less progress on the host than the model's mean gives them, and
-    # race less the more of them crowd the cores
-    assert float(np.dot(shipped.stationary(), shipped.levels)) < 1.0
-    assert shipped.fade > 0.3
+    refitted = tmp_path / "measured-stock"
+    shutil.copytree(PROFILES_DIR / "measured-stock", refitted)
+    fitted = fit_crowding_and_race(folders, refitted)
+    assert set(fitted.crowding) == {"mlp-digits", "cnn-digits", "gru-digits", "vae-digits"}
+    shipped = load_profile_set("measured-stock")
+    for workload, curve in fitted.crowding.items():
+        profile = shipped[workload]
+        assert (profile.contention_exponent, profile.contention_floor) == (
+            round(curve.exponent, 4),
+            round(curve.floor, 4),
+        )
+    shipped_race = load_set_contention("measured-stock").races["stock"]
+    assert fitted.race.model == shipped_race  # levels, holding times, jumps, full_at, fade
+    assert fitted.race.model.fit is not None and shipped_race.fit is not None
+    assert shipped_race.fit.residuals == fitted.race.model.fit.residuals
+    # the curves carry the mean, the race the spread around it, less the more jobs crowd
+    assert float(np.dot(shipped_race.stationary(), shipped_race.levels)) == pytest.approx(1.0)
+    assert shipped_race.fade > 0.3
 
 
 def test_the_paper_set_carries_the_shipped_races_spread_with_its_own_mean(tmp_path) -> None:

@@ -20,9 +20,12 @@ from dlsched.envs.replay.profile import PROFILES_DIR
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main as cli_main
+from dlsched.runs.fidelity import validation_run
+from dlsched.runs.fidelity.calibration_measurement import HostDescription
+from dlsched.runs.fidelity.quiet_host import HostLoad
 from dlsched.runs.fidelity.validation_plots import plot_distributions, plot_paces
 from dlsched.runs.fidelity.validation_report import render_report
-from dlsched.runs.fidelity.validation_sides import REPLAY, Side, run_validation
+from dlsched.runs.fidelity.validation_sides import HOST, REPLAY, Side, run_validation
 from dlsched.runs.fidelity.validation_statistics import (
     ErrorSummary,
     JobComparison,
@@ -475,3 +478,19 @@ def test_the_distributions_and_the_paces_are_drawn_where_there_is_something_to_d
     host = dataclasses.replace(reference[0], progress_traces=traces)
     paces = plot_paces(model[0], host, tmp_path / "paces.png")
     assert paces is not None and paces.read_bytes().startswith(b"\x89PNG")
+
+
+def test_stock_trainings_on_another_host_are_warned_of_its_crowding(monkeypatch) -> None:
+    class _Client:
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(validation_run, "connect_engine", lambda endpoint: _Client())
+    monkeypatch.setattr(validation_run, "sample_load", lambda client: HostLoad(0.0, 0))
+    for model, crowding in [("Another CPU", True), ("AMD EPYC", False)]:
+        host = HostDescription("h", model, 2, "20.10")
+        monkeypatch.setattr(HostDescription, "of", classmethod(lambda cls, client, host=host: host))
+        for name, stock in [("docker-training-4-stock", True), ("docker-training-4", False)]:
+            warnings = validation_run.host_warnings(load_scenario(name), HOST)
+            warned = [w for w in warnings if "calibrate this host's crowding" in w]
+            assert len(warned) == (crowding and stock), (model, name, warnings)
