@@ -1,5 +1,6 @@
 """The bounds no policy can beat: they hold on every shipped scenario for every baseline (and a
-policy that games the satisfied count's lag), and they are exact where the optimum is known."""
+policy that games the satisfied count's lag), they are exact where the optimum is known, and
+the evaluation table shows how far each policy is from them."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from dlsched.baselines.oracle import CheatingOracle, running_on, satisfy_most
 from dlsched.envs.arguments import DEFAULT_LIMIT_FLOOR
 from dlsched.envs.decision import Decision
 from dlsched.envs.errors import PolicyError, ScenarioError
-from dlsched.envs.scenarios.file_format import load_scenario, scenario_names
+from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario, scenario_names
 from dlsched.envs.scenarios.model import (
     ArrivalKind,
     ArrivalPattern,
@@ -28,13 +29,21 @@ from dlsched.envs.scenarios.model import (
 )
 from dlsched.envs.telemetry import QoEClass, Telemetry
 from dlsched.policies.policy import Policy
+from dlsched.runs.cli import main
 from dlsched.runs.evaluation import (
     PRIMARY_METRIC,
+    EpisodeMetrics,
+    EpisodeScore,
+    PolicyIdentity,
     bound_refusal,
     episode_bounds,
     run_episode,
     run_episodes,
+    summarise,
+    summarise_bound,
 )
+from dlsched.runs.tracking.compare import ScenarioComparison, render_markdown
+from dlsched.runs.tracking.evaluation_note import headline_line
 
 SEEDS = (9000, 9001, 9002)
 #: The largest clusters (40 and 60 training jobs over hours) are held to the bound under the
@@ -234,3 +243,60 @@ def test_two_jobs_on_one_core_are_bounded_by_shortest_remaining_first_exactly(on
     assert bound.value == pytest.approx(250.0, rel=1e-12)
     oracle = run_episode(scenario, make_baseline("oracle"), SEEDS[0]).metrics.mean_completion_s
     assert oracle is not None and 250.0 <= oracle <= 250.0 * 1.02
+
+
+def _short(tmp_path: Path, name: str, horizon_s: float) -> str:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(dump_scenario(dataclasses.replace(load_scenario(name), horizon_s=horizon_s)))
+    return str(path)
+
+
+def test_the_table_shows_each_policy_against_the_bound(tmp_path, capsys):
+    scenario = _short(tmp_path, "dqoes-varied-burst", 200.0)
+    bounds = [bound.value for bound in episode_bounds(load_scenario(scenario), [0, 1])]
+    args = ["evaluate", "--scenario", scenario, "--policy", "default,oracle"]
+    args += ["--episodes", "2", "--no-tracking", "--no-progress"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[-6:] == ["x", "default", "x", "oracle", "x", "bound"]
+    rows = {line.split()[0]: line.split() for line in lines[2:5]}
+    assert list(rows) == ["default", "oracle", "(bound)"]
+    assert rows["(bound)"][1] == f"{sum(bounds) / 2:.3f}"  # under sat.frac mean, alone
+    assert len(rows["(bound)"]) == 4  # its mean ± half-width, nothing else
+    x_oracle, x_bound = (float(cell) for cell in rows["oracle"][-2:])
+    assert x_oracle == 1.0 and 0 < x_bound <= 1.0
+    assert "x bound: ratio of a policy's mean to the bound's" in " ".join(lines)
+    assert main([*args, "--json"]) == 0
+    (data,) = json.loads(capsys.readouterr().out)["scenarios"]
+    assert data["bound"]["metric"] == "satisfied_fraction_mean"
+    assert data["bound"]["kind"] == "upper"
+    assert data["bound"]["by_seed"] == {"0": bounds[0], "1": bounds[1]}
+    oracle = {entry["policy"]: entry["metrics"] for entry in data["policies"]}["oracle"]
+    primary = oracle.pop("satisfied_fraction_mean")
+    assert primary["ratio_to_bound"] == pytest.approx(primary["mean"] / data["bound"]["mean"])
+    assert all(metric["ratio_to_bound"] is None for metric in oracle.values())
+
+
+def test_a_learned_policy_is_set_against_the_oracle_and_the_bound(tmp_path, capsys):
+    scenario = _short(tmp_path, "dqoes-varied-burst", 100.0)
+    args = ["evaluate", "--scenario", scenario, "--policy", "pretrained:ppo-inference-mix,oracle"]
+    assert main([*args, "--episodes", "2", "--no-tracking", "--no-progress", "--json"]) == 0
+    (data,) = json.loads(capsys.readouterr().out)["scenarios"]
+    learned = next(e for e in data["policies"] if e["policy"] != "oracle")
+    primary = learned["metrics"]["satisfied_fraction_mean"]
+    assert primary["ratio_to_oracle"] is not None and primary["ratio_to_bound"] is not None
+
+
+def test_the_evaluation_note_gives_the_bound_beside_the_headlines():
+    scores = [
+        EpisodeScore(PolicyIdentity(name), seed, EpisodeMetrics(0.0, satisfied_fraction_mean=value))
+        for name, value in (("default", 0.1), ("oracle", 0.8))
+        for seed in (0, 1)
+    ]
+    bound = summarise_bound({0: 0.9, 1: 0.9}, JobKind.INFERENCE)
+    summaries = summarise(scores, JobKind.INFERENCE, bound)
+    comparison = ScenarioComparison("s", "h", JobKind.INFERENCE, "replay", summaries, bound=bound)
+    assert headline_line(comparison).endswith("oracle 0.800, default 0.100 (bound 0.900)")
+    markdown = render_markdown([comparison])
+    assert "| (bound) | 0.900 ± 0.000 |" in markdown
+    assert "| oracle | **0.800 ± 0.000** |" in markdown and "| 8.00 | 1.00 | 0.89 |" in markdown
