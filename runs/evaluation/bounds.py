@@ -62,15 +62,15 @@ the mean of ``min(eligible_k, fitted_k) / active_k``:
   first on one machine of the cluster's cores completes the most of those by every instant
   (as for training), and ``fitted_k`` is its count by step ``k``.
 
-Nothing tighter holds for every policy, because the metric counts a service by the latency of
-its *last completed* batch: once a batch met the target, a policy can starve the service (the
-floor, or migrations back and forth) and the batch in flight keeps it in S until it completes,
-however long that takes. A count of the services whose cores at their targets fit the workers
-at each interval (what the oracle admits) is therefore no bound: a policy that satisfies one
-batch per service in turn and starves it after keeps more services "satisfied" than fit
-(``tests/runs/evaluation/test_bounds.py`` runs one). The bound is what a policy could show,
-not what it can sustain; where it stands far above the oracle, the distance is that lag's as
-much as the oracle's.
+It asks no more of a service than one satisfiable batch, because the metric counts a service by
+the latency of its *last completed* batch: once a batch met the target, a policy can starve
+the service (the floor, or migrations back and forth) and the batch in flight keeps it in S
+until it completes, however long that takes. A count of the services whose cores at their
+targets fit the workers at each interval (what the oracle admits) is therefore no bound: a
+policy that satisfies one batch per service in turn and starves it after keeps more services
+"satisfied" than fit (``tests/runs/evaluation/test_bounds.py`` runs one). The bound is what a
+policy could show, not what it can sustain; where it stands far above the oracle, the distance
+is that lag's as much as the oracle's.
 
 **Where a bound is given** (:func:`bound_refusal`): on a backend that runs its jobs by the
 scenario's profiles, deterministically, as built without options (on replay, a
