@@ -78,8 +78,8 @@ def job_draws(
     chains = RaceChains(table.races) if table.racing else None
     first_levels: dict[int, tuple[float, float]] = {}
     if chains is not None:
-        for _, job, level, holding, _ in chains.start(rows, columns, profile_of, work.seeds[0]):
-            first_levels[job] = (level, holding)
+        for _, column, level, holding, _ in chains.start(rows, columns, profile_of, work.seeds[0]):
+            first_levels[column] = (level, holding)
     largest = max(worker.cores for worker in scenario.workers)
     draws = []
     for index, job in enumerate(jobs):
