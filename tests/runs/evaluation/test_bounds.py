@@ -46,14 +46,10 @@ from dlsched.runs.tracking.compare import ScenarioComparison, render_markdown
 from dlsched.runs.tracking.evaluation_note import headline_line
 
 SEEDS = (9000, 9001, 9002)
-#: The largest clusters (40 and 60 training jobs over hours) are held to the bound under the
-#: free competition and the oracle only: every baseline on them takes longer than the rest of
-#: this file, and the best of them, the oracle, takes 1.5 to 3 times the bound there.
-LARGEST = (
-    "flowcon-cluster-40",
-    "flowcon-cluster-60-heterogeneous",
-    "flowcon-cluster-60-homogeneous",
-)
+#: Training scenarios of more than this many jobs (15 to 60 over hours) are held to the bound
+#: under the free competition and the oracle only: every baseline on them takes longer than the
+#: rest of this file, and the best of them, the oracle, takes 1.6 to 3.1 times the bound there.
+MOST_JOBS_FOR_EVERY_BASELINE = 10
 #: Rounding of the engine's solved times, far below anything a policy could gain.
 ROUNDING = 1e-9
 
@@ -133,7 +129,7 @@ def test_no_baseline_beats_the_bound_on_a_shipped_scenario(name):
     bounds = {bound.seed: bound.value for bound in episode_bounds(scenario, SEEDS)}
     primary = PRIMARY_METRIC[scenario.kind]
     policies = _scheduling(scenario)
-    if name in LARGEST:
+    if scenario.kind is JobKind.TRAINING and scenario.max_jobs > MOST_JOBS_FOR_EVERY_BASELINE:
         policies = [policy for policy in policies if policy.name in ("default", "oracle")]
     if scenario.kind is JobKind.INFERENCE:
         policies.append(LagExploiter())
