@@ -1,9 +1,12 @@
-"""``oracle``: a privileged upper bound that CHEATS by reading the replay model's true profiles.
+"""``oracle``: a privileged heuristic that CHEATS by reading the replay model's true profiles.
 
 No real scheduler could do this: it reads each job's workload profile (its throughput against the
 CPU it gets, its CPU demand, its iterations), the very profile set the replay backend runs the
 jobs by, which telemetry never shows. It exists so that every other policy's result can be read
-as a fraction of the best possible; it runs on the replay backend only and refuses any other.
+against what a scheduler that knew the profiles achieves; it runs on the replay backend only and
+refuses any other. It is not the best possible: how far it (and every policy) is from a bound no
+policy can beat is what :mod:`dlsched.runs.evaluation.bounds` computes, the ``x bound`` column
+of ``dlsched evaluate`` (its distance on the papers' scenarios: ``docs/papers/README.md``).
 
 - **Inference**: every interval and on each worker, the allocation that maximises the number of
   satisfied services. A service needs the cores at which its profile gives a batch latency of
@@ -18,10 +21,10 @@ as a fraction of the best possible; it runs on the replay backend only and refus
   services that can be satisfied most (then the fewest jobs); an arriving training job goes where
   the remaining work per core, its own included, is lowest.
 
-It plans in steady state: it knows the profiles but not the per-batch noise draws, and a batch
-in flight finishes at the speed of the limits it ran under, so it is an upper bound to read
-results against, not a proof of optimality over transients. Shortest-remaining-work-first
-minimises the mean completion time, not the makespan, which it may lengthen.
+It plans in steady state, one interval at a time: it knows the profiles but not the per-batch
+noise draws, and a batch in flight finishes at the speed of the limits it ran under.
+Shortest-remaining-work-first aims at the mean completion time (on one machine it minimises it),
+not at the makespan, which it may lengthen.
 """
 
 from __future__ import annotations
@@ -124,7 +127,7 @@ def shortest_first(works: Sequence[TrainingWork], capacity: float) -> dict[str, 
 
 
 class CheatingOracle(Baseline):
-    """An upper bound that cheats: it plans from the replay model's true profiles (replay only).
+    """A heuristic that cheats: it plans from the replay model's true profiles (replay only).
 
     See the module docstring for what it reads and how it plans.
 

@@ -102,7 +102,7 @@ class SchedulingLoop:
         episodes = []
         backend_rngs = []
         for rng in rngs:
-            jobs_rng, backend_rng = rng.spawn(2)
+            jobs_rng, backend_rng = episode_generators(rng)
             episodes.append(self.scenario.realise(jobs_rng))
             backend_rngs.append(backend_rng)
         batch.reset_rows(indices.tolist(), episodes, backend_rngs)
@@ -448,6 +448,18 @@ class SchedulingLoop:
     def progress_traces(self, row: int) -> tuple[ProgressTrace, ...]:
         """Row ``row``'s jobs' progress event by event, where the backend sees it."""
         return self.batch.progress_traces(row)
+
+
+def episode_generators(
+    rng: np.random.Generator,
+) -> tuple[np.random.Generator, np.random.Generator]:
+    """The two generators an episode's own (the one ``reset(seed=)`` makes) spawns, as
+    :meth:`SchedulingLoop.reset` uses them: the first draws the episode's jobs
+    (:meth:`~dlsched.envs.scenarios.model.Scenario.realise`), the second goes to its backend.
+    What a seed's episode holds before any policy acts (its jobs, their noise) is read from
+    them alone (:mod:`dlsched.runs.evaluation.bounds`)."""
+    jobs_rng, backend_rng = rng.spawn(2)
+    return jobs_rng, backend_rng
 
 
 def _unless_spread(placer: Placer | None) -> Placer | None:

@@ -71,14 +71,17 @@ def run(args: argparse.Namespace) -> int:
     from dlsched.runs.tracking.owners import end_orphaned_runs
     from dlsched.runs.tracking.plots import plot_comparison
     from dlsched.runs.tracking.store import connect
-    from dlsched.runs.tracking.stored_runs import load_episodes
+    from dlsched.runs.tracking.stored_runs import load_episodes, stored_scenario
     from dlsched.runs.tracking.target import resolve_tracking_uri
 
     target = resolve_tracking_uri(args.tracking_uri)
     print(target.describe(), file=sys.stderr)
     client = connect(target, read_only=True)
     end_orphaned_runs(client, lambda line: print(line, file=sys.stderr))
-    comparisons = compare_stored(load_episodes(client, args.experiment, args.scenario))
+    comparisons = compare_stored(
+        load_episodes(client, args.experiment, args.scenario),
+        lambda episode: stored_scenario(client, episode),
+    )
     if not comparisons:
         where = "".join(
             f", {flag} {value!r}"

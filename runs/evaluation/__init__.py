@@ -9,7 +9,8 @@ episodes keeps only their scores.
 Every step is recorded (:class:`StepRecord`, with one :class:`ContainerSample` per job), the
 episode is scored (:class:`EpisodeMetrics`), and the scores of many seeds are summarised per
 policy (:class:`PolicySummary`): the mean, a 95% Student-t confidence interval across seeds, and
-the ratio to the ``default`` and ``oracle`` policies when they were evaluated too.
+the ratio to the ``default`` and ``oracle`` policies when they were evaluated too, and to the
+bound no policy can beat on those seeds where a scenario has one (:class:`BoundSummary`).
 
 One module per concept, every public name of them importable from here
 (``from dlsched.runs.evaluation import evaluate``):
@@ -20,11 +21,22 @@ One module per concept, every public name of them importable from here
 - :mod:`.runners`: running and scoring episodes (:func:`run_episode`,
   :func:`run_episodes`, :func:`evaluation_episodes`, :func:`evaluate`; :func:`check_backend`
   before any);
-- :mod:`.summaries`: the statistics across seeds (:func:`estimate`, :func:`summarise`).
+- :mod:`.summaries`: the statistics across seeds (:func:`estimate`, :func:`summarise`);
+- :mod:`.bounds`: what no policy can beat on a seed's episode of a replay scenario
+  (:func:`episode_bounds`, :func:`evaluation_bound`; :func:`bound_refusal` says where none is
+  given).
 """
 
 from __future__ import annotations
 
+from dlsched.runs.evaluation.bounds import (
+    EpisodeBound,
+    bound_refusal,
+    episode_bounds,
+    evaluation_bound,
+    mean_completion_bound,
+    satisfied_fraction_bound,
+)
 from dlsched.runs.evaluation.metrics import (
     METRIC_SPECS,
     METRICS,
@@ -61,11 +73,13 @@ from dlsched.runs.evaluation.runners import (
 )
 from dlsched.runs.evaluation.summaries import (
     CONFIDENCE,
+    BoundSummary,
     Estimate,
     MetricSummary,
     PolicySummary,
     estimate,
     summarise,
+    summarise_bound,
     summarise_policy,
     with_ratios,
 )
@@ -79,7 +93,9 @@ __all__ = [
     "METRIC_SPECS",
     "ORACLE_POLICY",
     "PRIMARY_METRIC",
+    "BoundSummary",
     "ContainerSample",
+    "EpisodeBound",
     "EpisodeMetrics",
     "EpisodeResult",
     "EpisodeScore",
@@ -92,18 +108,24 @@ __all__ = [
     "StepRecord",
     "at_once_refusal",
     "backend_label",
+    "bound_refusal",
     "check_backend",
     "check_evaluation_size",
+    "episode_bounds",
     "episode_metrics",
     "episode_result",
     "estimate",
     "evaluate",
+    "evaluation_bound",
     "evaluation_episodes",
+    "mean_completion_bound",
     "metrics_for",
     "run_episode",
     "run_episodes",
+    "satisfied_fraction_bound",
     "step_record",
     "summarise",
+    "summarise_bound",
     "summarise_policy",
     "to_jsonable",
     "with_ratios",

@@ -25,7 +25,7 @@ from dlsched.runs.evaluation.metrics import EpisodeMetrics
 
 #: The policy every other one is compared with: the environment's free competition.
 DEFAULT_POLICY = "default"
-#: The privileged upper reference, where it applies.
+#: The privileged reference (it reads the true profiles), where it applies.
 ORACLE_POLICY = "oracle"
 
 

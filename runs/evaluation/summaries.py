@@ -3,7 +3,9 @@
 Each metric of a policy is summarised by its mean over the seeds and a 95% Student-t confidence
 interval (:class:`Estimate`), and set against the ``default`` and ``oracle`` policies when they
 were evaluated too (:class:`MetricSummary`'s ratios); :func:`summarise` does it for every policy
-of a scenario (:class:`PolicySummary`).
+of a scenario (:class:`PolicySummary`). Where the scenario's primary metric has a bound on the
+same seeds (:mod:`.bounds`: what no policy can beat), :func:`summarise_bound` summarises it
+(:class:`BoundSummary`) and every policy's primary metric is set against it too.
 """
 
 from __future__ import annotations
@@ -11,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dlsched.envs.scenarios.model import JobKind
-from dlsched.runs.evaluation.metrics import MetricSpec, metrics_for
+from dlsched.runs.evaluation.metrics import METRIC_SPECS, PRIMARY_METRIC, MetricSpec, metrics_for
 from dlsched.runs.evaluation.records import (
     DEFAULT_POLICY,
     ORACLE_POLICY,
@@ -85,16 +87,53 @@ def estimate(
 
 @dataclass(frozen=True)
 class MetricSummary:
-    """One metric of one policy across seeds, and its ratio to the reference policies.
+    """One metric of one policy across seeds, and its ratio to the reference policies and to
+    the bound.
 
-    A ratio is the policy's mean over the reference's mean, ``None`` where the reference was not
-    evaluated, has no value, or its mean is 0.
+    A ratio to a policy is the policy's mean over the reference's mean, ``None`` where the
+    reference was not evaluated, has no value, or its mean is 0. The ratio to the bound
+    (:class:`BoundSummary`) is the policy's mean over the bound's mean on the seeds where the
+    policy has a value, for the primary metric where a bound was given; ``None`` otherwise.
     """
 
     spec: MetricSpec
     estimate: Estimate
     ratio_to_default: float | None = None
     ratio_to_oracle: float | None = None
+    ratio_to_bound: float | None = None
+
+
+@dataclass(frozen=True)
+class BoundSummary:
+    """The bound of a scenario's primary metric on the seeds of an evaluation: no policy does
+    better on any of them (:mod:`dlsched.runs.evaluation.bounds`).
+
+    Attributes:
+        spec: the metric it bounds.
+        by_seed: each seed's bound, by ascending seed; a seed whose metric no policy can have
+            (an episode without jobs) is left out.
+        estimate: their mean and 95% interval across the seeds.
+    """
+
+    spec: MetricSpec
+    by_seed: tuple[tuple[int, float], ...]
+    estimate: Estimate
+
+    def mean_over(self, seeds: Sequence[int]) -> float | None:
+        """The bound's mean over ``seeds``; ``None`` if any of them has none (or none given)."""
+        values = dict(self.by_seed)
+        if not seeds or any(seed not in values for seed in seeds):
+            return None
+        return statistics.fmean(values[seed] for seed in seeds)
+
+
+def summarise_bound(values: Mapping[int, float | None], kind: JobKind) -> BoundSummary:
+    """The bound of ``kind``'s primary metric from each seed's (``None``: the seed has none)."""
+    spec = METRIC_SPECS[PRIMARY_METRIC[kind]]
+    by_seed = tuple(sorted((seed, value) for seed, value in values.items() if value is not None))
+    return BoundSummary(
+        spec, by_seed, estimate([value for _, value in by_seed], spec.low, spec.high)
+    )
 
 
 @dataclass(frozen=True)
@@ -120,24 +159,34 @@ class PolicySummary:
         raise KeyError(name)
 
 
-def summarise_policy(label: str, scores: Sequence[EpisodeScore], kind: JobKind) -> PolicySummary:
-    """Summarise one policy's episodes (all of the same policy); ratios are left unset."""
+def summarise_policy(
+    label: str,
+    scores: Sequence[EpisodeScore],
+    kind: JobKind,
+    bound: BoundSummary | None = None,
+) -> PolicySummary:
+    """Summarise one policy's episodes (all of the same policy), with the primary metric's
+    ratio to ``bound`` if given; the ratios to other policies are left unset."""
     ordered = sorted(scores, key=lambda score: score.seed)  # a fixed order for the sums
     identities = {score.policy for score in ordered}
     if len(identities) != 1:
         raise ValueError(f"one summary, several policies: {sorted(map(str, identities))}")
-    metrics = tuple(
-        MetricSummary(
-            spec,
-            estimate(
-                [value for s in ordered if (value := getattr(s.metrics, spec.name)) is not None],
-                spec.low,
-                spec.high,
-            ),
-        )
-        for spec in metrics_for(kind)
+    metrics = []
+    for spec in metrics_for(kind):
+        valued = [
+            (score.seed, value)
+            for score in ordered
+            if (value := getattr(score.metrics, spec.name)) is not None
+        ]
+        summary = MetricSummary(spec, estimate([value for _, value in valued], spec.low, spec.high))
+        if bound is not None and spec.name == bound.spec.name:
+            base = bound.mean_over([seed for seed, _ in valued])
+            if base and summary.estimate.mean is not None:
+                summary = dataclasses.replace(summary, ratio_to_bound=summary.estimate.mean / base)
+        metrics.append(summary)
+    return PolicySummary(
+        ordered[0].policy, label, tuple(score.seed for score in ordered), tuple(metrics)
     )
-    return PolicySummary(ordered[0].policy, label, tuple(score.seed for score in ordered), metrics)
 
 
 def with_ratios(
@@ -164,8 +213,11 @@ def _ratio(metric: MetricSummary, reference: PolicySummary | None) -> float | No
     return metric.estimate.mean / base
 
 
-def summarise(scores: Iterable[EpisodeScore], kind: JobKind) -> tuple[PolicySummary, ...]:
-    """Summarise the episodes of one scenario per policy, with ratios to ``default``/``oracle``.
+def summarise(
+    scores: Iterable[EpisodeScore], kind: JobKind, bound: BoundSummary | None = None
+) -> tuple[PolicySummary, ...]:
+    """Summarise the episodes of one scenario per policy, with ratios to ``default``/``oracle``
+    (and of the primary metric to ``bound``, if given).
 
     Policies keep the order of their first episode. Each policy name may appear with one set of
     parameters only (an evaluation builds each policy once).
@@ -177,7 +229,9 @@ def summarise(scores: Iterable[EpisodeScore], kind: JobKind) -> tuple[PolicySumm
     duplicated = sorted({name for name in names if names.count(name) > 1})
     if duplicated:
         raise ValueError(f"policies evaluated with several parameter sets: {duplicated}")
-    plain = [summarise_policy(identity.name, group, kind) for identity, group in grouped.items()]
+    plain = [
+        summarise_policy(identity.name, group, kind, bound) for identity, group in grouped.items()
+    ]
     by_name = {summary.policy.name: summary for summary in plain}
     default, oracle = by_name.get(DEFAULT_POLICY), by_name.get(ORACLE_POLICY)
     return tuple(with_ratios(summary, default, oracle) for summary in plain)

@@ -12,20 +12,24 @@ episodes are identical (the same seeds and scores: a deterministic evaluation ru
 one row, under the newest, labelled with how many there were (``default x4``). An episode
 stored twice (two runs of one evaluation, policy and seed: uploaded by two syncs at once, say)
 is counted once, by its first run. A row's ratios are to the ``default`` (and ``oracle``) of
-its own evaluation if there is one, else to the newest such row of the scenario.
+its own evaluation if there is one, else to the newest such row of the scenario. Where the
+episodes ran on a backend and scenario that have a bound (:mod:`dlsched.runs.evaluation.bounds`),
+it is computed again for their seeds from the scenario they ran, as ``evaluate`` computed it.
 """
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dlsched.envs.scenarios.model import JobKind
+from dlsched.envs.backends import BACKENDS
+from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.runs.evaluation.metrics import PRIMARY_METRIC, MetricSpec, metrics_for
 from dlsched.runs.evaluation.records import DEFAULT_POLICY, ORACLE_POLICY
 from dlsched.runs.evaluation.summaries import (
+    BoundSummary,
     MetricSummary,
     PolicySummary,
     summarise_policy,
@@ -33,6 +37,8 @@ from dlsched.runs.evaluation.summaries import (
 )
 
 FORMATS: tuple[str, ...] = ("table", "markdown", "json")
+#: How the tables name the bound's line: in parentheses, as no policy is named.
+BOUND_LABEL = "(bound)"
 
 # plots (matplotlib) and stored runs (MLflow) are imported where used: dlsched evaluate prints
 # its table with this module and needs neither to parse its arguments
@@ -52,6 +58,8 @@ class ScenarioComparison:
         backend: the backend's name.
         summaries: one per row, ratios filled in.
         evaluations: the evaluation id of each row.
+        bound: the bound of the primary metric on the rows' seeds, where one is given
+            (:mod:`dlsched.runs.evaluation.bounds`); the rows' ratios to it are filled in.
     """
 
     scenario: str
@@ -60,6 +68,7 @@ class ScenarioComparison:
     backend: str
     summaries: tuple[PolicySummary, ...]
     evaluations: tuple[str, ...] = field(default=())
+    bound: BoundSummary | None = None
 
     @property
     def metrics(self) -> tuple[MetricSpec, ...]:
@@ -83,9 +92,19 @@ class ScenarioComparison:
         return best if len(best) < len(means) else set()  # nothing stands out when all tie
 
 
-def compare_stored(episodes: Sequence[StoredEpisode]) -> list[ScenarioComparison]:
+def compare_stored(
+    episodes: Sequence[StoredEpisode],
+    scenario_of: Callable[[StoredEpisode], Scenario | None] | None = None,
+) -> list[ScenarioComparison]:
     """Group stored episodes into comparisons, ordered by scenario name and backend; each
-    episode once, however many runs hold it."""
+    episode once, however many runs hold it.
+
+    Args:
+        episodes: the stored episodes.
+        scenario_of: the scenario an episode ran (``None``: not known), for the bound of its
+            comparison (:func:`~dlsched.runs.tracking.stored_runs.stored_scenario`); without
+            it, no comparison has a bound.
+    """
     groups: dict[tuple[str, str, str], list[StoredEpisode]] = {}
     first_runs: dict[tuple[str, str, int], StoredEpisode] = {}
     for episode in sorted(episodes, key=lambda e: (e.started_ms, e.run_id)):
@@ -104,13 +123,14 @@ def compare_stored(episodes: Sequence[StoredEpisode]) -> list[ScenarioComparison
         # the evaluations of one policy side by side, policies in the order they first ran
         rows = _merge_identical(sorted(grouped.items(), key=lambda item: names.index(item[0][1])))
         kind = members[0].kind
+        bound = _stored_bound(members, scenario_of) if scenario_of is not None else None
         plain = []
         for (evaluation, name), (row, count) in rows.items():
             distinct = sum(1 for _, other in rows if other == name)
             label = name if distinct == 1 else f"{name}@{_evaluation_time(evaluation)}"
             if count > 1:
                 label += f" x{count}"
-            plain.append(summarise_policy(label, [e.score for e in row], kind))
+            plain.append(summarise_policy(label, [e.score for e in row], kind, bound))
         evaluations = tuple(evaluation for evaluation, _ in rows)
         summaries = tuple(
             with_ratios(
@@ -121,9 +141,29 @@ def compare_stored(episodes: Sequence[StoredEpisode]) -> list[ScenarioComparison
             for summary, evaluation in zip(plain, evaluations, strict=True)
         )
         comparisons.append(
-            ScenarioComparison(scenario, scenario_hash, kind, backend, summaries, evaluations)
+            ScenarioComparison(
+                scenario, scenario_hash, kind, backend, summaries, evaluations, bound
+            )
         )
     return comparisons
+
+
+def _stored_bound(
+    members: Sequence[StoredEpisode], scenario_of: Callable[[StoredEpisode], Scenario | None]
+) -> BoundSummary | None:
+    """The bound on the seeds of one scenario's and backend's stored episodes, where one is
+    given, from the scenario the newest of them ran."""
+    # it imports Gymnasium and the replay model, which the tables' other readers do not need
+    from dlsched.runs.evaluation.bounds import evaluation_bound
+
+    newest = max(members, key=lambda episode: (episode.started_ms, episode.run_id))
+    if newest.backend not in BACKENDS:
+        return None  # a backend with options (its label names them), which the bound refuses
+    scenario = scenario_of(newest)
+    if scenario is None:
+        return None
+    seeds = sorted({episode.score.seed for episode in members})
+    return evaluation_bound(scenario, newest.backend, {}, seeds)
 
 
 def _merge_identical(
@@ -196,12 +236,25 @@ def _rows(comparison: ScenarioComparison, best_mark: tuple[str, str]) -> list[li
             cells.append(text)
         cells.append(_ratio(summary.metric(primary).ratio_to_default))
         cells.append(_ratio(summary.metric(primary).ratio_to_oracle))
+        if comparison.bound is not None:
+            cells.append(_ratio(summary.metric(primary).ratio_to_bound))
         rows.append(cells)
+    if comparison.bound is not None:
+        rows.append(_bound_row(comparison, comparison.bound))
     return rows
 
 
+def _bound_row(comparison: ScenarioComparison, bound: BoundSummary) -> list[str]:
+    """The bound's line: its mean and interval under the metric it bounds, nothing else."""
+    cells = [BOUND_LABEL]
+    for spec in comparison.metrics:
+        cells.append(_value(MetricSummary(spec, bound.estimate)) if spec == bound.spec else "")
+    return [*cells, "", "", ""]
+
+
 def _header(comparison: ScenarioComparison) -> list[str]:
-    return ["policy", *(spec.label for spec in comparison.metrics), "x default", "x oracle"]
+    ratios = ["x default", "x oracle", *(["x bound"] if comparison.bound is not None else [])]
+    return ["policy", *(spec.label for spec in comparison.metrics), *ratios]
 
 
 def _title(comparison: ScenarioComparison) -> str:
@@ -220,13 +273,21 @@ def _seed_list(seeds: Sequence[int]) -> str:
 
 def _footnote(comparisons: Sequence[ScenarioComparison]) -> str:
     primaries = sorted({PRIMARY_METRIC[c.kind] for c in comparisons})
-    return (
+    note = (
         "mean ± half-width of the 95% Student-t confidence interval across seeds (n/a: one seed, "
         "the interval is undefined); mean [low, high]: the interval clipped to the range the "
         "metric can take (no fraction or count below 0, no fraction above 1); [n=k]: only k "
         "episodes had a value; best marked with *; x default / x oracle: ratio of the means of "
         f"{' / '.join(primaries)} to those policies' (- where not evaluated or zero)"
     )
+    bounded = sorted({c.bound.spec.name for c in comparisons if c.bound is not None})
+    if bounded:
+        note += (
+            f"; {BOUND_LABEL}: the bound of {' / '.join(bounded)} that no policy can beat on "
+            "these seeds, from each seed's jobs and their profiles (dlsched.runs.evaluation."
+            "bounds); x bound: ratio of a policy's mean to the bound's over the same seeds"
+        )
+    return note
 
 
 def render_table(comparisons: Sequence[ScenarioComparison]) -> str:
@@ -289,6 +350,7 @@ def comparison_data(comparisons: Sequence[ScenarioComparison]) -> list[dict[str,
                         "n": metric.estimate.n,
                         "ratio_to_default": metric.ratio_to_default,
                         "ratio_to_oracle": metric.ratio_to_oracle,
+                        "ratio_to_bound": metric.ratio_to_bound,
                         "best": index in best[metric.spec.name],
                     }
                     for metric in summary.metrics
@@ -305,9 +367,25 @@ def comparison_data(comparisons: Sequence[ScenarioComparison]) -> list[dict[str,
                 "backend": comparison.backend,
                 "primary_metric": PRIMARY_METRIC[comparison.kind],
                 "policies": policies,
+                "bound": _bound_data(comparison.bound),
             }
         )
     return data
+
+
+def _bound_data(bound: BoundSummary | None) -> dict[str, Any] | None:
+    """The bound as JSON-ready data (``None`` where none is given)."""
+    if bound is None:
+        return None
+    return {
+        "metric": bound.spec.name,
+        "kind": "upper" if bound.spec.higher_is_better else "lower",
+        "mean": bound.estimate.mean,
+        "ci95_low": bound.estimate.ci_low,
+        "ci95_high": bound.estimate.ci_high,
+        "n": bound.estimate.n,
+        "by_seed": {str(seed): value for seed, value in bound.by_seed},
+    }
 
 
 def comparison_panels(comparisons: Sequence[ScenarioComparison]) -> list[ComparisonPanel]:

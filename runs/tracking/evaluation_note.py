@@ -6,9 +6,9 @@ The UI's columns, charts and landing page are the browser's own state (MLflow 3.
 in ``localStorage``), not the store's, so the notes are where a logging client can put the
 evaluation's numbers in front of a reader:
 
-- the **evaluation's note**: every policy's headline with its 95% interval (the table
-  ``dlsched compare --format markdown`` prints), the bar chart of the headlines on one scale
-  (:data:`POLICIES_FILE`) and the timeline;
+- the **evaluation's note**: every policy's headline with its 95% interval and, where one is
+  given, the bound no policy can beat (the table ``dlsched compare --format markdown`` prints),
+  the bar chart of the headlines on one scale (:data:`POLICIES_FILE`) and the timeline;
 - the **experiment's note**: a first line with each policy's headline of the newest evaluation,
   then that evaluation's note, linked to its run.
 
@@ -36,7 +36,8 @@ def _artifact_image(run_id: str, path: str) -> str:
 
 
 def headline_line(comparison: ScenarioComparison) -> str:
-    """``<headline>: <policy> <mean>, ...`` in plain text, the best first."""
+    """``<headline>: <policy> <mean>, ...`` in plain text, the best first, then the bound where
+    one is given (``(bound <mean>)``)."""
     primary = PRIMARY_METRIC[comparison.kind]
     spec = next(spec for spec in comparison.metrics if spec.name == primary)
     values = [
@@ -46,7 +47,9 @@ def headline_line(comparison: ScenarioComparison) -> str:
     ]
     values.sort(key=lambda value: -value[0] if spec.higher_is_better else value[0])
     shown = ", ".join(f"{label} {mean:.{spec.decimals}f}" for mean, label in values)
-    return f"{spec.description}: {shown or 'undefined for every policy'}"
+    bound = comparison.bound.estimate.mean if comparison.bound is not None else None
+    beyond = f" (bound {bound:.{spec.decimals}f})" if bound is not None else ""
+    return f"{spec.description}: {shown or 'undefined for every policy'}{beyond}"
 
 
 def evaluation_note(

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 from dataclasses import dataclass
 
 from mlflow import MlflowClient
 from mlflow.entities import Experiment, Run, ViewType
 
-from dlsched.envs.errors import TrackingError, UnknownNameError
-from dlsched.envs.scenarios.model import JobKind
+from dlsched.envs.errors import DlschedError, TrackingError, UnknownNameError
+from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.runs.evaluation.metrics import EpisodeMetrics
 from dlsched.runs.evaluation.records import EpisodeScore, PolicyIdentity, backend_label
 from dlsched.runs.tracking.episode_run import (
@@ -20,6 +22,8 @@ from dlsched.runs.tracking.episode_run import (
     episode_metric_key,
 )
 from dlsched.runs.tracking.run_logging import TAG_KIND
+from dlsched.runs.tracking.store import STORE_ERRORS
+from dlsched.runs.tracking.trajectory import SCENARIO_FILE
 
 
 @dataclass(frozen=True)
@@ -144,3 +148,19 @@ def _stored(run: Run, experiment: str) -> StoredEpisode:
             EpisodeMetrics(**values),
         ),
     )
+
+
+def stored_scenario(client: MlflowClient, episode: StoredEpisode) -> Scenario | None:
+    """The scenario ``episode`` ran, read from its run's copy (``scenario.yaml``); ``None`` if
+    the run holds none that reads as the scenario of its hash (a run the store lost the files
+    of, or one written by a version whose scenarios this one does not read)."""
+    with tempfile.TemporaryDirectory(prefix="dlsched-scenario-") as scratch:
+        try:
+            path = client.download_artifacts(episode.run_id, SCENARIO_FILE, scratch)
+        except STORE_ERRORS:
+            return None
+        try:
+            scenario = load_scenario(path)
+        except DlschedError:
+            return None
+    return scenario if scenario.content_hash() == episode.scenario_hash else None

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from dlsched.envs.errors import TrackingError
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.policy import Policy
+from dlsched.runs.evaluation.bounds import evaluation_bound
 from dlsched.runs.evaluation.records import (
     EpisodeResult,
     EpisodeScore,
@@ -215,8 +216,12 @@ def evaluate_tracked(
 def comparison_of(
     request: EvaluationRequest, scores: Sequence[EpisodeScore], evaluation_id: str | None
 ) -> ScenarioComparison:
-    """The summary table of an evaluation's episodes, from their scores."""
-    summaries = summarise(scores, request.scenario.kind)
+    """The summary table of an evaluation's episodes, from their scores, with the bound of
+    its seeds where one is given (:mod:`dlsched.runs.evaluation.bounds`)."""
+    bound = evaluation_bound(
+        request.scenario, request.backend, request.backend_options, request.seeds
+    )
+    summaries = summarise(scores, request.scenario.kind, bound)
     return ScenarioComparison(
         scenario=request.scenario.name,
         scenario_hash=request.scenario.content_hash(),
@@ -224,6 +229,7 @@ def comparison_of(
         backend=backend_label(request.backend, request.backend_options),
         summaries=summaries,
         evaluations=(evaluation_id,) * len(summaries) if evaluation_id else (),
+        bound=bound,
     )
 
 

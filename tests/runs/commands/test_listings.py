@@ -14,5 +14,5 @@ def test_the_baselines_are_listed_in_plain_text_each_with_what_it_does(capsys):
     lines = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in out.splitlines()
              if ": " in line and not line.startswith(" ")}  # fmt: skip
     assert lines["equal"].startswith("Caps every active container at 1 / n of its worker")
-    assert lines["oracle"].startswith("An upper bound that cheats: it plans from the replay")
+    assert lines["oracle"].startswith("A heuristic that cheats: it plans from the replay")
     assert all(len(lines[name].split()) >= 5 for name in names())
