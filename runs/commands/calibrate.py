@@ -38,7 +38,12 @@ from dlsched.runs.fidelity.contention_measurement import (
 )
 from dlsched.runs.fidelity.host_speed import read_host_speed
 from dlsched.runs.fidelity.quiet_host import QUIET_CORES
-from dlsched.runs.fidelity.race_fit import fit_crowding_and_race, race_spread, write_race
+from dlsched.runs.fidelity.race_fit import (
+    fit_crowding_and_race,
+    race_spread,
+    recorded_host_speed,
+    write_race,
+)
 
 _DESCRIPTION = """\
 Measure the replay model's numbers on the local Docker engine, on a quiet host.
@@ -62,7 +67,8 @@ each workload's crowding curve (the mean progress per CPU-second it keeps, writt
 profile), then the race around that mean (the pace levels they visit, how long they stay, where
 they go next), written as that threading's race into <output-dir>/contention.json; runs nothing
 on the host. A new <output-dir> starts as the set the episodes ran on, rescaled to the host's
-speed with --host-speed FILE (the host-speed.json their validation saved). --race-like SET
+speed (--host-speed FILE, by default the host-speed.json of the validation whose --out folder
+--race-from names). --race-like SET
 copies SET's race into <output-dir> with its levels divided by their long-run mean: the race's
 spread, keeping the mean contention of a set fitted elsewhere (the paper set's).
 
@@ -105,7 +111,8 @@ def register(subparsers: Subcommands) -> None:
         type=Path,
         metavar="FILE",
         help="with --race-from and a new --output-dir: start it as the episodes' profile set "
-        "rescaled to this speed probe (the host-speed.json of their dlsched validate)",
+        "rescaled to this speed probe (default: the host-speed.json of the dlsched validate "
+        "whose --out folder --race-from names, if it holds one)",
     )
     parser.add_argument(
         "--race-like",
@@ -365,8 +372,11 @@ def _run_race(args: argparse.Namespace) -> int:
         race = race_spread(args.race_like, threadings[0])
         path = write_race(args.output_dir, threadings[0], race)
     else:
-        speed = None if args.host_speed is None else read_host_speed(args.host_speed)
+        probe = args.host_speed or recorded_host_speed(args.race_from)
+        speed = None if probe is None else read_host_speed(probe)
         fitted = fit_crowding_and_race(args.race_from, args.output_dir, threadings[0], speed)
+        if fitted.started_from is not None:
+            print(f"started {args.output_dir} as {fitted.started_from}")
         for workload, crowding in fitted.crowding.items():
             print(
                 f"{workload}: crowded in a mix, keeps {crowding.floor:.3f} + "

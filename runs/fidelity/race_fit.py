@@ -62,9 +62,9 @@ from dlsched.runs.fidelity.crowd_fit import (
     crowding_from_episodes,
     write_crowding,
 )
-from dlsched.runs.fidelity.host_speed import HostSpeed
+from dlsched.runs.fidelity.host_speed import HOST_SPEED_FILE, HostSpeed
 from dlsched.runs.fidelity.rescaled_profiles import write_rescaled_set
-from dlsched.runs.tracking.trajectory import EPISODE_FILE, read_episode
+from dlsched.runs.tracking.trajectory import EPISODE_FILE, read_episode, recorded_backend
 
 #: k-means rounds at most (it stops once no second changes level).
 MAX_ROUNDS = 100
@@ -342,22 +342,40 @@ def recorded_episodes(folders: Sequence[Path]) -> list[EpisodeResult]:
 
     Args:
         folders: evaluation folders (``<out>/<evaluation id>``, as ``dlsched evaluate
-            --backend docker`` and the host side of ``dlsched validate`` write them).
+            --backend docker`` and the host side of ``dlsched validate`` write them), or the
+            ``--out`` folder of a ``dlsched validate``, whose host episodes are taken (not its
+            replay side's).
 
     Raises:
         ArgumentError: no episode in ``folders``, or episodes of different step lengths.
         TrackingError: a folder holds no evaluation as dlsched writes one.
     """
-    episodes = [
-        read_episode(path, containers=True)
-        for folder in folders
-        for path in sorted(p.parent for p in Path(folder).glob(f"*/{EPISODE_FILE}"))
-    ]
+    episodes = []
+    for folder in folders:
+        if not Path(folder).is_dir():
+            raise ArgumentError(
+                f"--race-from {folder}: no such folder; give an evaluation folder recorded on a "
+                "host, or the --out folder of a dlsched validate"
+            )
+        evaluations = [Path(folder)]
+        if not any(Path(folder).glob(f"*/{EPISODE_FILE}")):
+            # an --out folder: its evaluations whose first episode ran on a host
+            evaluations = [
+                path
+                for path in sorted(Path(folder).iterdir())
+                if (first := next(iter(sorted(path.glob(f"*/{EPISODE_FILE}"))), None))
+                and recorded_backend(first.parent) != "replay"
+            ]
+        for evaluation in evaluations:
+            episodes += [
+                read_episode(path.parent, containers=True)
+                for path in sorted(evaluation.glob(f"*/{EPISODE_FILE}"))
+            ]
     if not episodes:
         raise ArgumentError(
             f"no episode in {', '.join(str(f) for f in folders)}: expected evaluation folders "
             "recorded on a host (dlsched evaluate --backend docker --out DIR, or the host side "
-            "of dlsched validate --out DIR)"
+            "of dlsched validate --out DIR), or such a DIR"
         )
     steps = {episode.scenario.interval_s for episode in episodes}
     if len(steps) != 1:
@@ -366,6 +384,14 @@ def recorded_episodes(folders: Sequence[Path]) -> list[EpisodeResult]:
             "of scenarios with the same interval_s together"
         )
     return episodes
+
+
+def recorded_host_speed(folders: Sequence[Path]) -> Path | None:
+    """The speed probe saved beside recorded episodes: the one ``host-speed.json`` of the
+    validations in ``folders`` (``--out`` folders of ``dlsched validate``), ``None`` where
+    there is none or more than one."""
+    found = [path for folder in folders for path in Path(folder).glob(f"*/{HOST_SPEED_FILE}")]
+    return found[0] if len(found) == 1 else None
 
 
 def fit_race_to_episodes(
@@ -438,12 +464,14 @@ class CrowdingAndRace:
         profiles: the profiles written.
         race: the race fitted against them.
         contention_file: the contention file it was written to.
+        started_from: what a new set was started as (``None``: the folder held one already).
     """
 
     crowding: Mapping[str, WorkloadCrowding]
     profiles: tuple[Path, ...]
     race: RaceFit
     contention_file: Path
+    started_from: str | None = None
 
 
 def fit_crowding_and_race(
@@ -469,8 +497,9 @@ def fit_crowding_and_race(
         TrackingError: a folder holds no evaluation as dlsched writes one.
     """
     episodes = recorded_episodes(folders)
+    started_from = None
     if not directory.is_dir() or not any(directory.glob("*.json")):
-        _start_set(directory, episodes, speed)
+        started_from = _start_set(directory, episodes, speed)
     _contention_file(directory)  # refused before a profile is written
     recorded_in = ", ".join(str(folder) for folder in folders)
     crowding = crowding_from_episodes(episodes, str(directory.resolve()), threading)
@@ -481,11 +510,12 @@ def fit_crowding_and_race(
     profiles = write_crowding(directory, crowding, source)
     race = fit_race_to_episodes(episodes, str(directory.resolve()), recorded_in, threading)
     path = write_race(directory, threading, race.model)
-    return CrowdingAndRace(crowding, tuple(profiles), race, path)
+    return CrowdingAndRace(crowding, tuple(profiles), race, path, started_from)
 
 
-def _start_set(directory: Path, episodes: Sequence[EpisodeResult], speed: HostSpeed | None) -> None:
-    """Write into ``directory`` the profile set ``episodes`` ran on, rescaled to ``speed``."""
+def _start_set(directory: Path, episodes: Sequence[EpisodeResult], speed: HostSpeed | None) -> str:
+    """Write into ``directory`` the profile set ``episodes`` ran on, rescaled to ``speed``;
+    say what it is."""
     sets = sorted({episode.scenario.profile_set for episode in episodes})
     if len(sets) != 1:
         raise ArgumentError(
@@ -495,13 +525,14 @@ def _start_set(directory: Path, episodes: Sequence[EpisodeResult], speed: HostSp
     if speed is None:
         directory.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(profile_set_directory(sets[0]), directory, dirs_exist_ok=True)
-        return
+        return f"profile set {sets[0]!r} as it is"
     if Path(speed.profile_set).name != Path(sets[0]).name:
         raise ArgumentError(
             f"the host speed was probed against profile set {speed.profile_set!r}, the episodes "
             f"ran on {sets[0]!r}: do not match; give the host-speed.json of their validation"
         )
     write_rescaled_set(dataclasses.replace(speed, profile_set=sets[0]), directory)
+    return f"profile set {sets[0]!r} rescaled to {speed.describe()}"
 
 
 def race_spread(profile_set: str, threading: Threading = "stock") -> RaceModel:

@@ -404,6 +404,23 @@ def episode_files(folder: Path) -> EpisodeFiles:
         ) from None
 
 
+def recorded_backend(folder: Path) -> str:
+    """The backend the episode in ``folder`` ran on, read from its record alone (its scenario
+    need not load here: a replay side's profile set may be gone).
+
+    Raises:
+        TrackingError: the record is missing, larger than its limit, or not dlsched's.
+    """
+    record = episode_files(folder).record
+    try:
+        return str(json.loads(record.read_text())["backend"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise TrackingError(
+            f"{record} holds no dlsched episode as dlsched writes one ({type(error).__name__}: "
+            f"{error})"
+        ) from None
+
+
 def read_episode(folder: Path, containers: bool = False) -> EpisodeResult:
     """An episode read back from its folder (what :meth:`EvaluationFolder.write_episode` wrote).
 

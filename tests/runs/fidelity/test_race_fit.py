@@ -21,7 +21,7 @@ from dlsched.runs.cli import main
 from dlsched.runs.evaluation.runners import run_episode
 from dlsched.runs.fidelity.contention_fit import write_contention
 from dlsched.runs.fidelity.contention_grid import recorded_measurement
-from dlsched.runs.fidelity.host_speed import HostSpeed, WorkloadSpeed
+from dlsched.runs.fidelity.host_speed import HostSpeed, WorkloadSpeed, write_host_speed
 from dlsched.runs.fidelity.race_fit import (
     CrowdedSpell,
     crowded_efficiencies,
@@ -30,6 +30,7 @@ from dlsched.runs.fidelity.race_fit import (
     fit_race,
     level_multipliers,
     race_spread,
+    recorded_episodes,
     write_race,
 )
 from dlsched.runs.tracking.trajectory import EvaluationFolder
@@ -201,6 +202,37 @@ def test_a_new_set_starts_as_the_episodes_set_rescaled_to_the_hosts_speed(tmp_pa
     mismatched = dataclasses.replace(speed, profile_set="measured")
     with pytest.raises(ArgumentError, match=r"probed against profile set 'measured', the episodes"):
         fit_crowding_and_race([evaluation.path], tmp_path / "other", speed=mismatched)
+
+
+def test_a_validations_out_folder_gives_its_host_episodes_and_speed(tmp_path, capsys) -> None:
+    racing = _stock_set(tmp_path / "racing", SLOW)
+    scenario = mlp_crowd(racing, 4, 600, horizon_s=7200.0)
+    out = tmp_path / "out"
+    text = dump_scenario(scenario)
+    for name, backend, seeds in [("host", "docker", range(3)), ("model", "replay", range(5))]:
+        evaluation = EvaluationFolder(out / name)
+        evaluation.create()
+        for seed in seeds:
+            result = run_episode(scenario, make("default"), seed)
+            evaluation.write_episode(dataclasses.replace(result, backend=backend), text)
+    speed = HostSpeed(
+        "a slower host",
+        "2026-12-06",
+        racing,
+        "stock",
+        (WorkloadSpeed("mlp-digits", "iteration", 1.9, 40.0, 50.0),),
+    )
+    write_host_speed(speed, out / "validation" / "host-speed.json")
+    assert [e.backend for e in recorded_episodes([out])] == ["docker"] * 3
+    fitted = tmp_path / "fitted"
+    assert main(["calibrate", "--race-from", str(out), "--output-dir", str(fitted)]) == 0
+    assert f"started {fitted} as profile set {racing!r} rescaled to mlp-digits x0.80" in (
+        capsys.readouterr().out
+    )
+    race = load_set_contention(str(fitted)).races["stock"]
+    assert race.fit is not None and race.fit.source.startswith("3 episodes of mlp-crowd-4")
+    with pytest.raises(ArgumentError, match=r"--race-from .*nowhere: no such folder"):
+        recorded_episodes([tmp_path / "nowhere"])
 
 
 def test_the_host_speed_goes_with_race_from(tmp_path, capsys) -> None:
