@@ -5,7 +5,7 @@ model folder of :mod:`dlsched.policies.learned` (``model.zip``, ``vec_normalize.
 ``dlsched-model.json``) shipped as package data under ``pretrained_models/<name>/``, beside a
 :class:`PretrainedCard` (``pretrained.json``) that says how it was trained: the exact command,
 the commit, the timesteps and seed, the validation score it was kept for, when, and how it did
-on held-out seeds.
+on held-out seeds against baselines.
 
 This module reads cards only (JSON), so listing the pretrained models (``dlsched baselines``)
 imports neither torch nor Stable-Baselines3; :func:`load_pretrained` imports them to load one.
@@ -13,10 +13,11 @@ imports neither torch nor Stable-Baselines3; :func:`load_pretrained` imports the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dlsched.envs.errors import ModelError, UnknownNameError
 from dlsched.policies.cards import card_data
@@ -28,27 +29,68 @@ if TYPE_CHECKING:
 PRETRAINED_SCHEME = "pretrained:"
 #: The card beside each pretrained model folder's files.
 PRETRAINED_CARD_FILE = "pretrained.json"
-#: Version of the card's format; a reader refuses a newer one.
-PRETRAINED_CARD_FORMAT = 1
+#: Version of the card's format; a reader refuses a newer one. Format 1 compared each held-out
+#: result with DQoES only (``dqoes``); format 2 names the metric and any baselines.
+PRETRAINED_CARD_FORMAT = 2
 _FOLDER = "pretrained_models"
 
 
 @dataclass(frozen=True)
 class HeldOutResult:
-    """How a pretrained model did against ``dqoes`` on seeds used neither in training nor in
-    validation (mean satisfied fraction over the episode, averaged over the seeds).
+    """How a pretrained model and baselines did on seeds used neither in training nor in
+    validation: one metric of ``dlsched evaluate`` averaged over the seeds.
 
     Attributes:
         scenario: the scenario evaluated.
         seeds: the seeds, as a range (``100-109``).
-        model: the pretrained model's score.
-        dqoes: DQoES's score on the same seeds.
+        metric: the metric (``satisfied_fraction_mean`` for inference models,
+            ``mean_completion_s`` for training ones).
+        model: the pretrained model's mean.
+        baselines: each baseline's mean on the same seeds, by name.
+        half_widths: the 95% confidence half-width across seeds of the model's (``model``) and
+            of baselines' means, where recorded.
     """
 
     scenario: str
     seeds: str
+    metric: str
     model: float
-    dqoes: float
+    baselines: Mapping[str, float]
+    half_widths: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def seed_range(self) -> range:
+        """The seeds as a range (``100-109``: 100 to 109 included)."""
+        first, last = (int(seed) for seed in self.seeds.split("-"))
+        return range(first, last + 1)
+
+    @classmethod
+    def from_data(cls, row: Mapping[str, Any]) -> HeldOutResult:
+        """A result from a card's ``held_out`` row (``KeyError``, ``TypeError``, ``ValueError``
+        where it is malformed)."""
+        return cls(
+            scenario=str(row["scenario"]),
+            seeds=str(row["seeds"]),
+            metric=str(row["metric"]),
+            model=float(row["model"]),
+            baselines={str(name): float(value) for name, value in row["baselines"].items()},
+            half_widths={
+                str(name): float(value) for name, value in row.get("half_widths", {}).items()
+            },
+        )
+
+    def describe(self) -> str:
+        """The result in one line: the model's mean, then each baseline's."""
+        others = ", ".join(f"{name} {_figure(value)}" for name, value in self.baselines.items())
+        return (
+            f"held out: {self.scenario} (seeds {self.seeds}), {self.metric}: "
+            f"{_figure(self.model)} against {others}"
+        )
+
+
+def _figure(value: float) -> str:
+    """A metric's value as the cards show it: three decimals for a fraction, one for seconds."""
+    return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
 
 
 @dataclass(frozen=True)
@@ -68,7 +110,7 @@ class PretrainedCard:
         wall_time_s: the training's wall time on the machine named in ``host``.
         host: the machine it was trained on.
         training_run: the MLflow run id of the training (in the trainer's store).
-        held_out: results on held-out seeds, measured after training.
+        held_out: results on held-out seeds, measured after training, against baselines.
     """
 
     name: str
@@ -107,15 +149,7 @@ class PretrainedCard:
                 wall_time_s=float(data["wall_time_s"]),
                 host=str(data["host"]),
                 training_run=str(data["training_run"]),
-                held_out=tuple(
-                    HeldOutResult(
-                        str(row["scenario"]),
-                        str(row["seeds"]),
-                        float(row["model"]),
-                        float(row["dqoes"]),
-                    )
-                    for row in data.get("held_out", ())
-                ),
+                held_out=tuple(HeldOutResult.from_data(row) for row in data.get("held_out", ())),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ModelError(
@@ -132,11 +166,7 @@ class PretrainedCard:
             f"    command: {self.command}",
             f"    validation: {self.validation_metric} = {self.validation_score:.3f}",
         ]
-        lines += [
-            f"    held out: {row.scenario} (seeds {row.seeds}): {row.model:.3f} "
-            f"against dqoes {row.dqoes:.3f}"
-            for row in self.held_out
-        ]
+        lines += [f"    {row.describe()}" for row in self.held_out]
         return "\n".join(lines)
 
 

@@ -130,7 +130,7 @@ class ProfileTable:
                 for name in group.workloads
                 if name in self.index
             ]
-            each = group.iterations or max((d for d in defaults if d is not None), default=0)
+            each = group.max_iterations or max((d for d in defaults if d is not None), default=0)
             total += group.max_count * each
         if scenario.kind is JobKind.TRAINING and MAX_ITERATIONS.exceeded(total):
             raise ScenarioError(

@@ -23,7 +23,8 @@ Schema (``dlsched scenarios --schema``) editors use to complete and check the fi
         # or arrival_choices: [{kind: burst}, {kind: fixed, every_s: 50}]: one drawn per episode
         targets_s: [20]              # inference: targets_s or target_range_s: {low: 5, high: 95}
         tolerance: 0.1               # inference; optional, 0.1
-        iterations: 1200             # training; optional, the workload profile's default
+        iterations: 1200             # training; or {low: 300, high: 500} drawn per job; optional,
+                                     # the workload profile's default
         worker: 0                    # optional pin
         loss_targets: [0.5, 0.2]     # training; optional, TRADL's two tiers
 
@@ -295,7 +296,9 @@ def _group_to_data(group: JobGroup, kind: JobKind) -> dict[str, object]:
             data["targets_s"] = [_plain(target) for target in group.targets_s]
         data["tolerance"] = _plain(group.tolerance)
     else:
-        if group.iterations is not None:
+        if isinstance(group.iterations, IntRange):
+            data["iterations"] = {"low": group.iterations.low, "high": group.iterations.high}
+        elif group.iterations is not None:
             data["iterations"] = group.iterations
         if group.loss_targets is not None:
             data["loss_targets"] = [_plain(loss) for loss in group.loss_targets]

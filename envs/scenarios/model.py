@@ -100,7 +100,8 @@ class JobGroup:
         targets_s: inference latency targets, one per job (cycled if shorter than ``count``).
         target_range_s: inference targets drawn per job instead of ``targets_s``.
         tolerance: the satisfaction tolerance ``alpha`` (DQoES Section IV, Eq. 2).
-        iterations: training iterations of each job; ``None`` takes the workload's own.
+        iterations: training iterations of each job, fixed or drawn per job; ``None`` takes
+            the workload's own.
         worker: the worker every job of the group is pinned to, or ``None`` for the placer.
         loss_targets: TRADL's two-tier loss targets (first tier, second tier), training only.
     """
@@ -111,7 +112,7 @@ class JobGroup:
     targets_s: tuple[float, ...] = ()
     target_range_s: FloatRange | None = None
     tolerance: float = 0.1
-    iterations: int | None = None
+    iterations: int | IntRange | None = None
     worker: int | None = None
     loss_targets: tuple[float, float] | None = None
     arrival_choices: tuple[ArrivalPattern, ...] = ()
@@ -119,6 +120,13 @@ class JobGroup:
     @property
     def max_count(self) -> int:
         return self.count.high if isinstance(self.count, IntRange) else self.count
+
+    @property
+    def max_iterations(self) -> int | None:
+        """The most iterations a job of the group runs (``None``: its workload's own)."""
+        if isinstance(self.iterations, IntRange):
+            return self.iterations.high
+        return self.iterations
 
 
 @dataclass(frozen=True)
@@ -216,6 +224,9 @@ class Scenario:
                         target = group.target_range_s.draw(rng)
                     else:
                         target = group.targets_s[index % len(group.targets_s)]
+                iterations = group.iterations
+                if isinstance(iterations, IntRange):  # drawn only then, as arrival_choices
+                    iterations = iterations.draw(rng)
                 drafts.append(
                     JobSpec(
                         job_id=f"j{len(drafts):02d}",
@@ -224,7 +235,7 @@ class Scenario:
                         arrival_s=arrivals[index],
                         target_s=target,
                         tolerance=group.tolerance,
-                        iterations=group.iterations,
+                        iterations=iterations,
                         worker=group.worker,
                         loss_targets=group.loss_targets,
                     )

@@ -259,6 +259,28 @@ def to_count(count: int | CountRange) -> int | model.IntRange:
     return count
 
 
+class IterationRange(_Range):
+    """Training iterations drawn per job, uniformly from [low, high]."""
+
+    low: PositiveInt = Field(description="a whole number >= 1, the fewest iterations")
+    high: PositiveInt = Field(description="a whole number >= 1, the most iterations")
+
+
+Iterations = Annotated[
+    Annotated[PositiveInt, Tag("number")]
+    | Annotated[IterationRange, Tag("mapping"), Expected("a range {low: L, high: H}")],
+    Discriminator(_container),
+    Expected("a whole number >= 1 or a range {low: L, high: H}"),
+]
+
+
+def to_iterations(iterations: int | IterationRange | None) -> int | model.IntRange | None:
+    """The iterations an ``iterations:`` field describes (``None``: the workload's own)."""
+    if isinstance(iterations, IterationRange):
+        return model.IntRange(low=iterations.low, high=iterations.high)
+    return iterations
+
+
 class TargetRange(_Range):
     """Inference latency targets drawn per job, uniformly from [low, high] seconds."""
 
@@ -391,9 +413,10 @@ class JobGroupFile(_FileMapping):
         default=_GROUP_DEFAULTS.tolerance,
         description="inference: the satisfaction tolerance alpha (DQoES Section IV, Eq. 2)",
     )
-    iterations: Omittable[PositiveInt] = Field(
+    iterations: Omittable[Iterations] = Field(
         default=None,
-        description="training: iterations of each job (default: the workload profile's own)",
+        description="training: iterations of each job, a whole number or {low: L, high: H} "
+        "drawn per job (default: the workload profile's own)",
     )
     worker: Omittable[Index] = Field(
         default=None,
@@ -424,7 +447,7 @@ class JobGroupFile(_FileMapping):
             if targets
             else None,
             tolerance=self.tolerance,
-            iterations=self.iterations,
+            iterations=to_iterations(self.iterations),
             worker=self.worker,
             loss_targets=(
                 (self.loss_targets[0], self.loss_targets[1]) if self.loss_targets else None

@@ -169,10 +169,11 @@ def register(subparsers: Subcommands) -> None:
     )
     sb3_option(
         "--vec-env",
-        "how the environments are stepped: batched (replay: one natively batched environment), "
-        "dummy (one after the other in this process, the path before the batched one), subproc "
-        "(one process each), auto (batched on replay with one scenario, else dummy on replay "
-        "and subproc on Docker)",
+        "how the environments are stepped: batched (replay: one natively batched environment "
+        "per scenario, each with its share of --n-envs), dummy (one after the other in this "
+        "process, the path before the batched one), subproc (one process each), auto (batched "
+        "on replay with at least one environment per scenario and without --slot-agents, else "
+        "dummy on replay and subproc on Docker)",
         choices=[kind.value for kind in VecEnvKind],
     )
     parser.add_argument(

@@ -43,7 +43,7 @@ class VecEnvKind(StrEnum):
     """How the training environments of one run are stepped."""
 
     AUTO = "auto"  # batched for the replay backend where it can, else dummy; subproc for real
-    BATCHED = "batched"  # all in one natively batched replay environment, stepped at once
+    BATCHED = "batched"  # natively batched replay environments, one per scenario, stepped at once
     DUMMY = "dummy"  # all in this process, one after the other
     SUBPROC = "subproc"  # one process each, stepped in parallel
 

@@ -15,9 +15,10 @@ Each training environment is the registered ``dlsched/Inference-v0`` or ``dlsche
   training log.
 
 Those environments run side by side in a ``DummyVecEnv`` (one process) or a ``SubprocVecEnv``
-(one process each); on the replay backend with one scenario they are instead the episodes of one
-natively batched environment behind :class:`~dlsched.runs.training.batched_vec_env.BatchedVecEnv`
-(``VecEnvKind.BATCHED``, what ``auto`` picks there). The vector is wrapped in the per-feature
+(one process each); on the replay backend they are instead the episodes of natively batched
+environments, one per scenario, behind :class:`~dlsched.runs.training.batched_vec_env.
+BatchedVecEnv` (``VecEnvKind.BATCHED``, what ``auto`` picks there), each scenario with its share
+of the environments (:func:`environment_shares`). The vector is wrapped in the per-feature
 observation normaliser of :mod:`dlsched.policies.normalization`.
 """
 
@@ -191,24 +192,25 @@ def resolve_vec_env_kind(
     """``auto`` made concrete, and ``batched`` checked.
 
     On a batchable backend (replay) the batched environment
-    (:class:`~dlsched.envs.scheduling_vector_env.SchedulingVectorEnv`) steps all environments in
-    one call,
-    the same episodes as ``dummy`` for the same seed; it runs one scenario with whole-agent
-    actions, so a scenario mix or per-slot agents step ``dummy`` environments instead. A replay
-    step takes well under a millisecond, less than sending it to another process and back, so
-    replay never runs in subprocesses by default. A Docker step waits for wall-clock time, so
-    Docker environments run in one process each.
+    (:class:`~dlsched.envs.scheduling_vector_env.SchedulingVectorEnv`) steps all environments of
+    a scenario in one call, the same episodes as ``dummy`` for the same seed; several scenarios
+    each step their share of the environments so (at least one each), with whole-agent actions,
+    so per-slot agents, or fewer environments than scenarios, step ``dummy`` environments instead.
+    A replay step takes well under a millisecond, less than sending it to another process and
+    back, so replay never runs in subprocesses by default. A Docker step waits for wall-clock
+    time, so Docker environments run in one process each.
 
     Raises:
         ScenarioError: ``batched`` asked for where it cannot run, naming why and the fix.
     """
     capabilities = backend_class(backend).capabilities
-    batchable = capabilities.batchable and scenarios == 1 and not slot_agents
+    batchable = capabilities.batchable and n_envs >= scenarios and not slot_agents
     if kind is VecEnvKind.BATCHED and not batchable:
         raise ScenarioError(
-            f"--vec-env batched runs one scenario on a batchable backend (replay) with "
-            f"whole-agent actions; got backend {backend!r}, {scenarios} scenarios, slot agents "
-            f"{slot_agents}; use --vec-env dummy"
+            f"--vec-env batched runs at least one environment per scenario on a batchable "
+            f"backend (replay) with whole-agent actions; got backend {backend!r}, {n_envs} "
+            f"environments for {scenarios} scenarios, slot agents {slot_agents}; use --vec-env "
+            "dummy, or --n-envs of at least the scenarios' number"
         )
     if kind is not VecEnvKind.AUTO:
         return kind
@@ -216,6 +218,12 @@ def resolve_vec_env_kind(
         return VecEnvKind.BATCHED
     wall_clock = not capabilities.simulated_time
     return VecEnvKind.SUBPROC if n_envs > 1 and wall_clock else VecEnvKind.DUMMY
+
+
+def environment_shares(n_envs: int, scenarios: int) -> list[int]:
+    """How many of ``n_envs`` batched environments each of ``scenarios`` steps: as even as can
+    be, the first scenarios taking one more where they do not divide."""
+    return [n_envs // scenarios + (index < n_envs % scenarios) for index in range(scenarios)]
 
 
 def make_vec_env(
@@ -244,19 +252,26 @@ def make_vec_env(
     """
     resolved = resolve_vec_env_kind(kind, n_envs, backend, len(scenarios), slot_agents)
     if resolved is VecEnvKind.BATCHED:
-        batched = gym.make_vec(
-            ENV_IDS[scenarios[0].kind],
-            num_envs=n_envs,
-            vectorization_mode="vector_entry_point",
-            scenario=scenarios[0],
-            reward=reward,
-            backend_options=backend_options,
-            autoreset_mode=AutoresetMode.SAME_STEP,
-        )
-        vector = batched.unwrapped
-        if not isinstance(vector, SchedulingVectorEnv):
-            raise TypeError(f"expected dlsched's batched replay env, got {type(vector).__name__}")
-        return VecMonitor(BatchedVecEnv(vector, actions))
+        vectors = []
+        for scenario, share in zip(
+            scenarios, environment_shares(n_envs, len(scenarios)), strict=True
+        ):
+            batched = gym.make_vec(
+                ENV_IDS[scenario.kind],
+                num_envs=share,
+                vectorization_mode="vector_entry_point",
+                scenario=scenario,
+                reward=reward,
+                backend_options=backend_options,
+                autoreset_mode=AutoresetMode.SAME_STEP,
+            )
+            vector = batched.unwrapped
+            if not isinstance(vector, SchedulingVectorEnv):
+                raise TypeError(
+                    f"expected dlsched's batched replay env, got {type(vector).__name__}"
+                )
+            vectors.append(vector)
+        return VecMonitor(BatchedVecEnv(vectors, actions))
     factory: Callable[[], gym.Env[np.ndarray, np.ndarray]] = partial(
         make_training_env,
         tuple(scenarios),

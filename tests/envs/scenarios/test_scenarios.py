@@ -220,6 +220,45 @@ def test_count_ranges_targets_and_workloads_are_drawn_within_their_bounds() -> N
     assert workloads == {"resnet50", "vgg16"}
 
 
+def test_an_iterations_range_is_drawn_per_job_and_round_trips() -> None:
+    data = edited(TRAINING, "jobs[0].count", 6)
+    data = edited(data, "jobs[0].iterations", {"low": 150, "high": 500})
+    scenario = parse_scenario(data, "test")
+    assert scenario.groups[0].iterations == IntRange(low=150, high=500)
+    assert scenario.groups[0].max_iterations == 500
+    drawn = [job.iterations for job in scenario.realise(np.random.default_rng(0))]
+    assert all(iterations is not None and 150 <= iterations <= 500 for iterations in drawn)
+    assert len(set(drawn)) > 1  # per job, not per group
+    again = [job.iterations for job in scenario.realise(np.random.default_rng(0))]
+    assert again == drawn
+    assert parse_scenario(yaml.safe_load(dump_scenario(scenario)), "dumped") == scenario
+
+
+def test_fixed_iterations_draw_nothing_more_from_the_episode_seed() -> None:
+    """Scenarios without a range draw their jobs as before the range existed."""
+    fixed = parse_scenario(edited(TRAINING, "jobs[0].iterations", 300), "test")
+    plain = parse_scenario(TRAINING, "test")
+    arrivals = [job.arrival_s for job in plain.realise(np.random.default_rng(3))]
+    assert [job.arrival_s for job in fixed.realise(np.random.default_rng(3))] == arrivals
+    assert {job.iterations for job in fixed.realise(np.random.default_rng(3))} == {300}
+
+
+@pytest.mark.parametrize(
+    ("iterations", "fragment"),
+    [
+        (
+            {"low": 500, "high": 150},
+            "jobs[0].iterations = {'low': 500, 'high': 150}: expected low <= high",
+        ),
+        ({"low": 0, "high": 150}, "jobs[0].iterations.low = 0"),
+        ("many", "jobs[0].iterations = 'many': expected a whole number >= 1 or a range"),
+    ],
+)
+def test_bad_iterations_are_reported(iterations: object, fragment: str) -> None:
+    message = problems_of(edited(TRAINING, "jobs[0].iterations", iterations))
+    assert fragment in message
+
+
 def test_listed_targets_are_cycled_over_the_jobs() -> None:
     data = edited(INFERENCE, "jobs[0].count", 5)
     data = edited(data, "jobs[0].arrival", {"kind": "burst"})

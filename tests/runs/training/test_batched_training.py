@@ -10,10 +10,11 @@ import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import VecFrameStack
+from test_training import TINY
 
 from dlsched.envs.errors import ScenarioError
-from dlsched.envs.observation import ObservationLayout
-from dlsched.envs.scenarios.file_format import load_scenario
+from dlsched.envs.observation import FEATURES, ObservationLayout
+from dlsched.envs.scenarios.file_format import load_scenario, parse_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.policies.agent_actions import ActionMapping, ActionMode
 from dlsched.policies.learned import ModelCard, load_model, save_model
@@ -21,7 +22,12 @@ from dlsched.policies.normalization import slot_normalizer
 from dlsched.policies.slot_network import SlotActorCriticPolicy
 from dlsched.runs.evaluation import run_episode
 from dlsched.runs.training.batched_vec_env import BatchedVecEnv
-from dlsched.runs.training.environments import VecEnvKind, make_vec_env, resolve_vec_env_kind
+from dlsched.runs.training.environments import (
+    VecEnvKind,
+    environment_shares,
+    make_vec_env,
+    resolve_vec_env_kind,
+)
 
 MAPPING = ActionMapping(ActionMode.USAGE, max_step=1.5)
 
@@ -64,9 +70,71 @@ def test_batched_path_steps_the_dummy_paths_episodes():
         venv.close()
 
 
+def test_scenarios_of_several_layouts_step_their_own_batched_episodes_padded():
+    """Two scenarios (1 x 4 and 2 x 3 slots) with 3 environments: the first two are the 1 x 4
+    scenario's, the third the 2 x 3 one's; each steps the episodes its own batched environment
+    steps with the same seeds and its rows of the actions, observed in the 2 x 4 layout."""
+    small = parse_scenario({**TINY, "name": "tiny-1x4"}, "tiny-1x4")
+    wide = parse_scenario(
+        {**TINY, "name": "tiny-2x3", "slots_per_worker": 3, "workers": {"count": 2, "cores": 8}},
+        "tiny-2x3",
+    )
+    assert environment_shares(3, 2) == [2, 1]
+    mixed = make_vec_env([small, wide], 3, MAPPING, VecEnvKind.BATCHED)
+    assert isinstance(mixed.unwrapped, BatchedVecEnv)
+    assert mixed.observation_space.shape == (8, len(FEATURES))
+    own = [make_vec_env([small], 2, MAPPING), make_vec_env([wide], 1, MAPPING)]
+    mixed.seed(11)
+    own[0].seed(11)
+    own[1].seed(13)  # environment 2 of the mix starts from seed 11 + 2
+    small_rows = ObservationLayout(1, 4).rows_within(ObservationLayout(2, 4))
+    wide_rows = ObservationLayout(2, 3).rows_within(ObservationLayout(2, 4))
+    absent = np.setdiff1d(np.arange(8), wide_rows)
+
+    def check(padded: np.ndarray, small_obs: np.ndarray, wide_obs: np.ndarray) -> None:
+        np.testing.assert_array_equal(padded[:2, small_rows], small_obs)
+        assert np.isnan(padded[:2, 4:]).all()
+        np.testing.assert_array_equal(padded[2, wide_rows], wide_obs[0])
+        assert np.isnan(padded[2, absent]).all()
+
+    check(mixed.reset(), own[0].reset(), own[1].reset())
+    rng = np.random.default_rng(0)
+    ended = 0
+    for _ in range(14):  # tiny-mix: 6 steps an episode
+        actions = rng.uniform(-1, 1, (3, 8)).astype(np.float32)
+        obs, rewards, dones, infos = mixed.step(actions)
+        obs_s, rew_s, done_s, info_s = own[0].step(actions[:2, small_rows])
+        obs_w, rew_w, done_w, info_w = own[1].step(actions[2:, wide_rows])
+        check(obs, obs_s, obs_w)
+        np.testing.assert_array_equal(rewards, np.concatenate([rew_s, rew_w]))
+        assert dones.tolist() == [*done_s.tolist(), *done_w.tolist()]
+        for index in np.flatnonzero(dones).tolist():
+            ended += 1
+            if index == 2:
+                terminal = infos[2]["terminal_observation"]
+                np.testing.assert_array_equal(
+                    terminal[wide_rows], info_w[0]["terminal_observation"]
+                )
+                assert np.isnan(terminal[absent]).all()
+            else:
+                np.testing.assert_array_equal(
+                    infos[index]["terminal_observation"][small_rows],
+                    info_s[index]["terminal_observation"],
+                )
+            theirs = (info_s + info_w)[index]["episode"]
+            assert infos[index]["episode"]["l"] == theirs["l"]
+            assert infos[index]["episode"]["r"] == pytest.approx(theirs["r"], abs=1e-5)
+    assert ended == 6  # each environment went through two autoresets
+    for venv in (mixed, *own):
+        venv.close()
+
+
 def test_auto_picks_batched_on_replay_where_it_can_and_refuses_it_elsewhere():
     assert resolve_vec_env_kind(VecEnvKind.AUTO, 8, "replay") is VecEnvKind.BATCHED
-    assert resolve_vec_env_kind(VecEnvKind.AUTO, 8, "replay", scenarios=2) is VecEnvKind.DUMMY
+    assert resolve_vec_env_kind(VecEnvKind.AUTO, 8, "replay", scenarios=2) is VecEnvKind.BATCHED
+    assert resolve_vec_env_kind(VecEnvKind.AUTO, 1, "replay", scenarios=2) is VecEnvKind.DUMMY
+    with pytest.raises(ScenarioError, match=r"1 environments for 2 scenarios.*--n-envs"):
+        resolve_vec_env_kind(VecEnvKind.BATCHED, 1, "replay", scenarios=2)
     assert resolve_vec_env_kind(VecEnvKind.AUTO, 8, "replay", slot_agents=True) is (
         VecEnvKind.DUMMY
     )
