@@ -44,6 +44,7 @@ from dlsched.runs.fidelity.race_fit import (
     recorded_host_speed,
     write_race,
 )
+from dlsched.runs.fidelity.rate_precision import DEFAULT_TOLERANCE, compare_sets
 
 _DESCRIPTION = """\
 Measure the replay model's numbers on the local Docker engine, on a quiet host.
@@ -74,7 +75,10 @@ spread, keeping the mean contention of a set fitted elsewhere (the paper set's).
 
 Every run waits for a quiet host (no other container, other processes using at most
 --quiet-cores) and records the load it saw; a calibration on a busy host is refused unless
---force. Use the result with `profile_set: <output-dir>` in a scenario.
+--force. A run whose rate is not known to half of --tolerance (95%, from the spread of its
+sub-windows) is measured again, longer, so that two calibrations of a quiet host agree within
+--tolerance; --compare A,B says whether two sets do. Use the result with
+`profile_set: <output-dir>` in a scenario.
 """
 
 
@@ -195,6 +199,22 @@ def register(subparsers: Subcommands) -> None:
         help="measure and write even when the host is busy (the load is recorded)",
     )
     parser.add_argument(
+        "--tolerance",
+        type=_fraction,
+        default=DEFAULT_TOLERANCE,
+        help="how far apart (a fraction of a rate) two calibrations of a quiet host may be: a "
+        "run whose rate is known to less than half of it is measured again, longer (up to 4x "
+        f"--duration); with --compare, the agreement asked for (default: {DEFAULT_TOLERANCE:g})",
+    )
+    parser.add_argument(
+        "--compare",
+        type=_two_sets,
+        metavar="SET_A,SET_B",
+        help="measure nothing: each workload's speed in SET_B against SET_A (shipped set names "
+        "or folders, e.g. two calibrations run back to back), at SET_A's measured cores, and "
+        "whether they agree within --tolerance (exit 1 where they do not)",
+    )
+    parser.add_argument(
         "--output-dir",
         type=output_folder,
         default=DEFAULT_OUTPUT_DIR,
@@ -251,6 +271,27 @@ def _positive_seconds(text: str) -> float:
     return seconds
 
 
+def _fraction(text: str) -> float:
+    try:
+        fraction = float(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; expected e.g. 0.05") from error
+    if not 0 < fraction < 1:
+        raise argparse.ArgumentTypeError(
+            f"{fraction:g} is outside (0, 1); a tolerance is a fraction of a rate, e.g. 0.05"
+        )
+    return fraction
+
+
+def _two_sets(text: str) -> tuple[str, str]:
+    sets = _names(text)
+    if len(sets) != 2:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names {len(sets)} profile set(s); expected two, e.g. measured,./my-profiles"
+        )
+    return sets[0], sets[1]
+
+
 def _limit_list(text: str) -> tuple[float, ...]:
     limits = number_list(
         text, float, f"limits {text!r} are not comma-separated numbers; expected e.g. 0.25,0.5,1.0"
@@ -284,6 +325,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.compare:
+        return _run_compare(args)
     if args.race_from or args.race_like:
         return _run_race(args)
     if args.contention:
@@ -313,12 +356,29 @@ def run(args: argparse.Namespace) -> int:
         force=args.force,
         parts=args.only,
         job_counts=args.job_counts,
+        tolerance=args.tolerance,
     )
     written = calibrate(args.workload, settings, args.output_dir)
     print(
         f"wrote {len(written)} profile(s) to {args.output_dir} in "
         f"{time.monotonic() - started:.0f} s; use them with `profile_set: {args.output_dir}`"
     )
+    return 0
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    first, second = args.compare
+    agreements = compare_sets(first, second, args.workload)
+    print(f"speed in {second} / speed in {first}, at the cores of {first}'s measured points:")
+    for agreement in agreements:
+        print(f"  {agreement.describe(args.tolerance)}")
+    off = [agreement.workload for agreement in agreements if not agreement.agrees(args.tolerance)]
+    if off:
+        print(
+            f"{len(off)} of {len(agreements)} workload(s) differ by more than {args.tolerance:.0%}"
+        )
+        return 1
+    print(f"all {len(agreements)} workload(s) agree within {args.tolerance:.0%}")
     return 0
 
 

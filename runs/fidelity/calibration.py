@@ -49,6 +49,7 @@ from dlsched.runs.fidelity.calibration_profile import (
     write_profile,
 )
 from dlsched.runs.fidelity.quiet_host import QUIET_CORES, busy_message, wait_until_quiet
+from dlsched.runs.fidelity.rate_precision import DEFAULT_TOLERANCE, longer_duration, rate_interval
 
 #: Where profiles are written unless told: the working directory, never the installed package.
 DEFAULT_OUTPUT_DIR = Path("dlsched-profiles")
@@ -79,6 +80,9 @@ class CalibrationSettings:
             (``None``: :data:`~dlsched.runs.fidelity.contention_measurement.WORKLOAD_JOB_COUNTS`
             of its kind: up to 6 trainings, whose curve levels off beyond 3, and 2 and 3
             services).
+        tolerance: how far apart two calibrations of one quiet host may be (a fraction of a
+            rate): a run whose rate's 95% interval is wider than half of it is measured again,
+            longer (:mod:`.rate_precision`).
     """
 
     limits: tuple[float, ...] = DEFAULT_LIMITS
@@ -90,6 +94,7 @@ class CalibrationSettings:
     force: bool = False
     parts: tuple[str, ...] = PARTS
     job_counts: tuple[int, ...] | None = None
+    tolerance: float = DEFAULT_TOLERANCE
 
     @property
     def all_limits(self) -> tuple[float, ...]:
@@ -103,7 +108,7 @@ class CalibrationSettings:
             f"--limits {','.join(f'{limit:g}' for limit in self.all_limits)} "
             f"--duration {self.duration_s:g} --wait-quiet {self.wait_quiet_s:g} "
             f"--quiet-cores {self.quiet_cores:g} --retries {self.retries} "
-            f"--threading {self.threading}"
+            f"--threading {self.threading} --tolerance {self.tolerance:g}"
             + ("" if set(self.parts) == set(PARTS) else f" --only {','.join(self.parts)}")
             + (
                 ""
@@ -160,7 +165,7 @@ def calibrate(
         path = output_dir / f"{name}.json"
         if "throughput" in settings.parts:
             runs = [
-                _measure_cleanly(client, spec, limit, host.cores, settings)
+                _measure_precisely(client, spec, limit, host.cores, settings)
                 for limit in settings.all_limits
             ]
             profile = build_profile(
@@ -196,20 +201,61 @@ def calibrate(
 _EXPONENT_WINDOW_S = {"training": 15.0, "inference": 40.0}
 
 
-def _measure_cleanly(
+def _measure_precisely(
     client: docker.DockerClient,
     spec: WorkloadSpec,
     limit: float,
     host_cores: int,
     settings: CalibrationSettings,
 ) -> LimitRun:
-    """Measure ``spec`` at ``limit`` when the host is quiet, again if others interfered."""
+    """Measure ``spec`` at ``limit`` cleanly; again, longer, where the rate is not known to
+    half the tolerance (an uncapped training trains its whole job: its interval is only said).
+    """
+    run = _measure_cleanly(client, spec, limit, host_cores, settings, settings.duration_s)
+    interval = rate_interval(run)
+    if interval is None:
+        return run
+    longer = longer_duration(interval, settings.tolerance, settings.duration_s)
+    if longer is None:
+        return run
+    known = f"{spec.name} at limit {limit:g}: rate known to +-{interval.width / 2:.1%} (95%)"
+    if limit >= 1 and spec.kind == "training":
+        print(
+            f"{known}, wider than half the tolerance (+-{settings.tolerance / 2:.1%}); an "
+            "uncapped training runs its whole job, so it is not measured again",
+            file=sys.stderr,
+        )
+        return run
+    print(
+        f"{known}, wider than half the tolerance (+-{settings.tolerance / 2:.1%}): measuring "
+        f"it again for {longer:.0f} s",
+        file=sys.stderr,
+    )
+    again = _measure_cleanly(client, spec, limit, host_cores, settings, longer)
+    still = rate_interval(again)
+    if still is not None and still.width / 2 > settings.tolerance / 2:
+        print(
+            f"{spec.name} at limit {limit:g}: still +-{still.width / 2:.1%} after {longer:.0f} s;"
+            f" two calibrations may differ by more than {settings.tolerance:.0%} here",
+            file=sys.stderr,
+        )
+    return again
+
+
+def _measure_cleanly(
+    client: docker.DockerClient,
+    spec: WorkloadSpec,
+    limit: float,
+    host_cores: int,
+    settings: CalibrationSettings,
+    duration_s: float,
+) -> LimitRun:
+    """Measure ``spec`` at ``limit`` for ``duration_s`` when the host is quiet, again if others
+    interfered."""
     attempts: list[LimitRun] = []
     for _ in range(1 + max(0, settings.retries)):
         wait_until_quiet(client, settings.wait_quiet_s, settings.quiet_cores, settings.force)
-        measured = measure_run(
-            client, spec, limit, host_cores, settings.duration_s, settings.threading
-        )
+        measured = measure_run(client, spec, limit, host_cores, duration_s, settings.threading)
         attempts.append(_report(measured, spec))
         if attempts[-1].interference <= settings.quiet_cores:
             break

@@ -44,6 +44,7 @@ from dlsched.runs.fidelity.calibration_measurement import (
     StartupMeasurement,
 )
 from dlsched.runs.fidelity.contention_fit import WorkloadContention
+from dlsched.runs.fidelity.rate_precision import rate_interval
 
 
 def plural(unit: str) -> str:
@@ -148,10 +149,16 @@ def _derivation(
     for run in runs:
         cores = "uncapped" if run.quota_cores is None else f"quota {run.quota_cores:g} cores"
         fitted = float(np.interp(run.cpu_cores, cores_points, rate_points))
+        interval = rate_interval(run)
+        known = (
+            ""
+            if interval is None
+            else f" +-{interval.width / 2:.1%} (95%, {interval.windows} sub-windows)"
+        )
         lines.append(
             f"limit {run.limit:g} ({cores}, {run.threads} threads): "
             f"{len(run.completions)} {unit} in {run.window_s:.1f} s -> "
-            f"{run.units_per_s:.4g} {unit}/s (residual {run.units_per_s - fitted:+.3g}), "
+            f"{run.units_per_s:.4g} {unit}/s{known} (residual {run.units_per_s - fitted:+.3g}), "
             f"{run.cpu_cores:.3f} cores used; " + run.company()
         )
     return "; ".join(lines)

@@ -85,9 +85,16 @@ class SpeedInterval:
         room = abs(ratio - 1.0) - self.drift
         if room <= 0:
             return None
+        return self.needed_for(room / 2)
+
+    def needed_for(self, half_width: float) -> float | None:
+        """Seconds one probe must measure for its half-interval to be below ``half_width``.
+
+        ``None``: no length up to :data:`_MOST_WINDOWS` sub-windows suffices.
+        """
 
         def fits(windows: int) -> bool:
-            return self.half_width(windows) < room / 2
+            return self.half_width(windows) < half_width
 
         if fits(2):
             return 2 * self.window_s
