@@ -20,7 +20,7 @@ from dlsched.envs.scenarios.file_format import parse_scenario
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.learned import CARD_FILE, LearnedPolicy, load_model, save_model
 from dlsched.policies.mlflow_model import SLOTS_PER_WORKER, save_mlflow_model
-from dlsched.policies.pretrained import load_pretrained, pretrained_folder
+from dlsched.policies.pretrained import load_pretrained, pretrained_folder, pretrained_names
 from dlsched.policies.slot_network import SlotActionHead
 from dlsched.runs.evaluation import run_episode
 
@@ -178,11 +178,12 @@ def test_an_mlflow_model_predicts_on_two_layouts(model_folder: Path, tmp_path: P
         np.testing.assert_allclose(limits, expected, rtol=1e-6)
 
 
-def test_the_shipped_model_loads_through_mlflow_pyfunc_on_its_layout_and_a_cluster(
-    tmp_path: Path,
+@pytest.mark.parametrize("name", pretrained_names())
+def test_every_shipped_model_loads_through_mlflow_pyfunc_on_its_layout_and_clusters(
+    name: str, tmp_path: Path
 ) -> None:
-    folder = pretrained_folder("ppo-inference-mix")
-    layouts = [ObservationLayout(1, 10), ObservationLayout(4, 10)]
+    folder = pretrained_folder(name)
+    layouts = [ObservationLayout(1, 10), ObservationLayout(4, 10), ObservationLayout(8, 16)]
     for layout, limits, expected in pyfunc_predictions(folder, tmp_path / "m", layouts):
         assert limits.shape == (3, layout.shape[0])
         np.testing.assert_allclose(limits, expected, rtol=1e-6)

@@ -140,3 +140,59 @@ def test_the_layouts_model_reproduces_its_recorded_results_and_matches_dqoes(hel
     assert sum(scores) / len(scores) == pytest.approx(held_out.model, abs=5e-4)
     assert sum(dqoes) / len(dqoes) == pytest.approx(held_out.baselines["dqoes"], abs=5e-4)
     assert held_out.model >= held_out.baselines["dqoes"]
+
+
+#: The training-job scheduler (#33): trained on train-training-mix (one 8-core worker, up to 10
+#: slots) only.
+TRAINING_MODEL = "ppo-training-mix"
+#: The papers' training scenarios its targets are set on (#33): at most 0.9x default's mean
+#: completion time, and below FlowCon's and TRADL's, on each.
+PAPERS_TRAINING_SCENARIOS = (
+    "flowcon-10-random",
+    "flowcon-15-random",
+    "flowcon-cluster-20",
+    "specon-20",
+    "tradl-two-tier-8",
+)
+
+
+def test_the_training_model_is_shipped_with_its_held_out_results() -> None:
+    card = pretrained_card(TRAINING_MODEL)
+    assert card.command.startswith("dlsched train --scenario train-training-mix ")
+    assert len(card.commit) == 40 and card.seed == 0 and card.wall_time_s <= 30 * 60
+    model_card = json.loads((pretrained_folder(TRAINING_MODEL) / CARD_FILE).read_text())
+    assert model_card["kind"] == "training"
+    assert model_card["trained_on"] == [{"workers": 1, "slots_per_worker": 10}]
+    held_out = {result.scenario: result for result in card.held_out}
+    assert set(PAPERS_TRAINING_SCENARIOS) | {"flowcon-cluster-60-heterogeneous"} == set(held_out)
+    for result in held_out.values():
+        assert result.metric == "mean_completion_s"
+        assert {"default", "flowcon", "tradl"} <= set(result.baselines)
+        assert set(result.half_widths) >= {"model", *result.baselines}
+
+
+@pytest.mark.parametrize(
+    "held_out", pretrained_card(TRAINING_MODEL).held_out, ids=lambda result: result.scenario
+)
+def test_the_training_model_reproduces_its_recorded_results(held_out) -> None:
+    """Re-evaluated on its held-out seeds, the model and the learned-against baselines give the
+    card's means; on the papers' five scenarios they meet #33's targets."""
+    scenario = load_scenario(held_out.scenario)
+
+    def mean_completion(policy) -> float:
+        values = [
+            run_episode(scenario, policy, seed).metrics.mean_completion_s
+            for seed in held_out.seed_range
+        ]
+        assert all(value is not None for value in values)
+        return sum(values) / len(values)
+
+    model = mean_completion(resolve_policy(f"pretrained:{TRAINING_MODEL}"))
+    assert model == pytest.approx(held_out.model, abs=0.05)
+    for name in ("default", "tradl"):
+        assert mean_completion(make(name)) == pytest.approx(held_out.baselines[name], abs=0.05)
+    if held_out.scenario in PAPERS_TRAINING_SCENARIOS:
+        assert held_out.model <= 0.9 * held_out.baselines["default"]
+        assert held_out.model < min(held_out.baselines["flowcon"], held_out.baselines["tradl"])
+    else:  # 8 workers of 2-16 cores, 60 jobs: a layout it never saw
+        assert held_out.model < held_out.baselines["default"]
