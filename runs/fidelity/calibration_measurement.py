@@ -61,6 +61,9 @@ CALIBRATION_LABEL = "dlsched.calibration"
 WARMUP_UNITS = {"training": 5, "inference": 1}
 #: Units a measuring window must hold before it may end, so that short windows still give a rate.
 MIN_WINDOW_UNITS = 3
+#: Iterations a capped training run is started with: more than any window measures (the
+#: fastest workload, mlp-digits, makes about 50 a second uncapped).
+_CAPPED_ITERATIONS = 1_000_000
 #: Seconds between CPU-time samples.
 SAMPLE_EVERY_S = 1.0
 
@@ -189,7 +192,10 @@ def measure_run(
     """
     quota_us = None if limit >= 1 else max(1000, round(limit * host_cores * CPU_PERIOD_US))
     to_completion = limit >= 1 and spec.kind == "training"
-    with _calibration_container(client, spec, quota_us, threading) as container:
+    # A capped training is stopped when its window ends: its job must not end first, however
+    # long the window (a run measured again, longer, where its rate was not precise enough).
+    iterations = spec.iterations if to_completion else _CAPPED_ITERATIONS
+    with _calibration_container(client, spec, quota_us, threading, iterations) as container:
         others_before = other_running_containers(client, own=1)
         log = _EventLog(container)
         try:
@@ -243,12 +249,16 @@ def _units(events: Sequence[WorkloadEvent]) -> list[IterationEvent | BatchEvent]
 
 @contextmanager
 def _calibration_container(
-    client: docker.DockerClient, spec: WorkloadSpec, quota_us: int | None, threading: Threading
+    client: docker.DockerClient,
+    spec: WorkloadSpec,
+    quota_us: int | None,
+    threading: Threading,
+    iterations: int | None,
 ) -> Iterator[Container]:
-    """A running container of ``spec``, removed (killed if needed) when the block ends."""
-    iterations = spec.iterations if spec.kind == "training" else None
+    """A running container of ``spec`` (a training of ``iterations``), removed (killed if
+    needed) when the block ends."""
     command = ["python", "-m", "dlsched_workloads", spec.name, "--threading", threading]
-    if iterations is not None:
+    if spec.kind == "training" and iterations is not None:
         command += ["--iterations", str(iterations)]
     try:
         container = client.containers.run(
@@ -442,7 +452,7 @@ def measure_startup(
     seconds, cpu = [], []
     for _ in range(max(1, repeats)):
         called = time.time()
-        with _calibration_container(client, spec, None, threading) as container:
+        with _calibration_container(client, spec, None, threading, spec.iterations) as container:
             container.reload()
             usage = find_cpu_usage_file(container.id, container.attrs["State"].get("Pid"))
             if usage is None:
