@@ -5,12 +5,14 @@ workload's units over its window; split into consecutive sub-windows, the spread
 gives the run's rate a 95% interval (:func:`rate_interval`, the same interval a speed probe's
 sub-windows give in :mod:`.speed_interval`). A run whose interval is wider than half the
 calibration's tolerance is measured again for as long as the interval says it needs
-(:func:`longer_duration`), so that two calibrations of one quiet host agree within the
-tolerance: each lands within half of it of the host's speed.
+(:func:`longer_duration`), so that two calibrations of a host that holds its speed agree
+within the tolerance, each within half of it. Longer runs narrow the noise within a run, not a
+host's drift between runs (10-20% over twenty minutes on a 2-core VM, ``docs/fidelity.md``):
+:func:`compare_sets` is what tells.
 
 Two profile sets, say two calibrations run back to back (issue #36), are held against each
 other by :func:`compare_sets`: each workload's throughput curve of the second set read at the
-cores of the first's measured points, as a ratio (:class:`SetAgreement`).
+cores of the first's measured points, as a ratio (:class:`RateAgreement`).
 """
 
 from __future__ import annotations
@@ -77,8 +79,7 @@ def longer_duration(interval: SpeedInterval, tolerance: float, duration_s: float
         ``None`` where the run is precise enough already; else the seconds needed, at most
         :data:`LONGEST_FACTOR` times ``duration_s``.
     """
-    half = (interval.high - interval.low) / 2
-    if half <= tolerance / 2:
+    if interval.width <= tolerance:
         return None
     needed = interval.needed_for(tolerance / 2)
     longest = LONGEST_FACTOR * duration_s
