@@ -54,7 +54,8 @@ rank the same on both (Kendall's tau). Name the policies calibration did not see
 
 Both sides are tracked as ordinary evaluations under one validation run in MLflow, with a plot
 per episode of every job on replay against the host. The host's episodes take wall-clock time:
-run it on a quiet host, one validation at a time.
+run it on a quiet host, one validation at a time. They run in rounds, every policy on a seed
+before the next seed, so that the host's drift over the run falls on every policy alike.
 """
 
 

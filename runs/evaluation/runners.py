@@ -17,7 +17,7 @@ import contextlib
 import math
 import statistics
 import sys
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -370,8 +370,7 @@ def evaluate(
     record as it ends).
 
     Returns:
-        The records, policy by policy (``default`` first) and in the order of ``seeds`` within a
-        policy.
+        The records in the order they ran (:func:`evaluation_episodes`; ``default`` first).
     """
     results = []
     episodes = evaluation_episodes(
@@ -403,6 +402,11 @@ def evaluation_episodes(
     time: the same records, faster. Every other policy runs one episode at a time
     (:func:`run_episode`).
 
+    On a backend that runs one episode at a time (a real host), the episodes go in rounds, a
+    seed each: every policy runs the round's seed before any runs the next. A host's speed
+    drifts by 10-20% over the half hour such an evaluation takes (``docs/fidelity.md``); run
+    policy after policy, the drift would fall on the last ones and read as their difference.
+
     Args:
         scenario: the scenario every episode runs.
         policies: the policies, each run on every seed (the same seeds for all: paired samples).
@@ -413,8 +417,9 @@ def evaluation_episodes(
         batched: ``False`` runs one episode at a time (slower; for debugging a policy).
 
     Yields:
-        The records, policy by policy and in the order of ``seeds`` within a policy; a batch's
-        records when the last of its episodes ends.
+        The records, policy by policy and in the order of ``seeds`` within a policy (seed by
+        seed, policies in order within a seed, on a backend that runs one episode at a time); a
+        batch's records when the last of its episodes ends.
 
     Raises:
         ArgumentError: more than :data:`MAX_EPISODES` episodes (before any runs).
@@ -431,14 +436,12 @@ def evaluation_episodes(
         disable=not progress,
         dynamic_ncols=True,
     )
+    if backend_class(backend).capabilities.batchable:
+        episodes = _policy_by_policy(scenario, ordered, seeds, backend, options, batched, bar)
+    else:
+        episodes = _in_rounds(scenario, ordered, seeds, backend, options, bar)
     try:
-        for policy in ordered:
-            episodes: Iterable[EpisodeResult]
-            if batched and len(seeds) > 1 and at_once_refusal(policy, backend) is None:
-                at_once = episodes_at_once(scenario)
-                episodes = _batches(scenario, policy, seeds, backend, options, at_once, bar)
-            else:
-                episodes = _one_at_a_time(scenario, policy, seeds, backend, options, bar)
+        with contextlib.closing(episodes):
             for result in episodes:
                 # a training episode that terminates early leaves its remaining steps unused
                 bar.update(steps_per_episode - (len(result.steps) - 1))
@@ -448,6 +451,39 @@ def evaluation_episodes(
         # what the stop did at the end of the bar's
         with deferred():
             bar.close()
+
+
+def _policy_by_policy(
+    scenario: Scenario,
+    policies: Sequence[Policy],
+    seeds: Sequence[int],
+    backend: str,
+    backend_options: Mapping[str, str],
+    batched: bool,
+    bar: tqdm[Any],
+) -> Generator[EpisodeResult, None, None]:
+    """Every seed of a policy, then the next policy's; a policy's seeds at once where they can
+    be (:func:`at_once_refusal`)."""
+    for policy in policies:
+        if batched and len(seeds) > 1 and at_once_refusal(policy, backend) is None:
+            at_once = episodes_at_once(scenario)
+            yield from _batches(scenario, policy, seeds, backend, backend_options, at_once, bar)
+        else:
+            yield from _one_at_a_time(scenario, policy, seeds, backend, backend_options, bar)
+
+
+def _in_rounds(
+    scenario: Scenario,
+    policies: Sequence[Policy],
+    seeds: Sequence[int],
+    backend: str,
+    backend_options: Mapping[str, str],
+    bar: tqdm[Any],
+) -> Generator[EpisodeResult, None, None]:
+    """Every policy's episode of a seed, then the next seed's, one at a time."""
+    for seed in seeds:
+        for policy in policies:
+            yield from _one_at_a_time(scenario, policy, [seed], backend, backend_options, bar)
 
 
 def _batches(

@@ -13,6 +13,7 @@ from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.telemetry import JobState, QoEClass
 from dlsched.runs.evaluation import (
     EpisodeMetrics,
+    EpisodeResult,
     EpisodeScore,
     PolicyIdentity,
     estimate,
@@ -89,21 +90,43 @@ def test_an_episode_cut_before_its_jobs_finish_has_no_completion_time():
     assert [job.completed_s for job in result.jobs] == [None, None]
 
 
-def test_evaluate_runs_default_first_on_the_same_seeds_for_every_policy():
-    scenario = shortened(INFERENCE, 50)
-    seen = []
+def _dqoes_and_default_on_seeds_4_and_5() -> tuple[list[tuple[str, int]], list[EpisodeResult]]:
+    """The episodes in the order they ended, and evaluate's records."""
+    seen: list[tuple[str, int]] = []
     results = evaluate(
-        scenario,
+        shortened(INFERENCE, 50),
         [make("dqoes"), make("default")],
         seeds=[4, 5],
         on_episode=lambda r: seen.append((r.policy.name, r.seed)),
         progress=False,
     )
+    return seen, results
+
+
+def test_evaluate_runs_default_first_on_the_same_seeds_for_every_policy():
+    seen, results = _dqoes_and_default_on_seeds_4_and_5()
     assert seen == [("default", 4), ("default", 5), ("dqoes", 4), ("dqoes", 5)]
     assert [(r.policy.name, r.seed) for r in results] == seen
-    again = run_episode(scenario, make("dqoes"), seed=5)
+    again = run_episode(shortened(INFERENCE, 50), make("dqoes"), seed=5)
     assert again.metrics == results[-1].metrics  # replay is deterministic for a seed
     assert dict(results[-1].policy.params) == make("dqoes").params()
+
+
+def test_a_backend_of_one_episode_at_a_time_runs_them_in_rounds_of_a_seed(monkeypatch):
+    # a host drifts over an evaluation: run policy after policy, its drift would read as the
+    # last policy's difference; in rounds every policy meets every stretch of it
+    from dlsched.envs.replay.backend import ReplayBackend
+    from dlsched.runs.evaluation import runners
+
+    class OneAtATime(ReplayBackend):
+        capabilities = dataclasses.replace(ReplayBackend.capabilities, batchable=False)
+
+    _, by_policy = _dqoes_and_default_on_seeds_4_and_5()
+    monkeypatch.setattr(runners, "backend_class", lambda name: OneAtATime)
+    seen, in_rounds = _dqoes_and_default_on_seeds_4_and_5()
+    assert seen == [("default", 4), ("dqoes", 4), ("default", 5), ("dqoes", 5)]
+    records = {(r.policy.name, r.seed): r.metrics for r in in_rounds}
+    assert records == {(r.policy.name, r.seed): r.metrics for r in by_policy}
 
 
 def test_estimate_is_the_mean_with_a_student_t_interval_and_none_for_one_value():
