@@ -425,5 +425,30 @@ def experiment_id(
             f"{existing.experiment_id}) or pass --experiment with another name"
         )
     if EXPERIMENT_KIND_TAG not in existing.tags:
-        client.set_experiment_tag(existing.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        set_experiment_tag(client, existing.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     return str(existing.experiment_id)
+
+
+#: Times an experiment tag is written again after another writer's insert of it won the race.
+_TAG_RACE_RETRIES = 3
+
+
+def set_experiment_tag(client: MlflowClient, experiment: str, key: str, value: str) -> None:
+    """Set an experiment's tag, as writers of one experiment in several processes may at once.
+
+    MLflow's SQL store reads a tag before it inserts or updates it; two first writers of one key
+    both read nothing, and the second's insert fails on the key's uniqueness (seen with eight
+    evaluations starting together on a tracking server). Written again, the tag is there and
+    is updated; the last writer's value stays, as it would have without the race.
+
+    Raises:
+        MlflowException: any other failure, or the race lost more than a few times in a row.
+    """
+    for attempt in range(_TAG_RACE_RETRIES + 1):
+        try:
+            client.set_experiment_tag(experiment, key, value)
+            return
+        except MlflowException as error:
+            if "UNIQUE constraint failed" not in str(error) or attempt == _TAG_RACE_RETRIES:
+                raise
+            time.sleep(0.05 * (attempt + 1))

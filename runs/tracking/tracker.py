@@ -77,7 +77,12 @@ from dlsched.runs.tracking.plots import (
 from dlsched.runs.tracking.provenance import dlsched_version, source_commit
 from dlsched.runs.tracking.run_logging import TAG_EVALUATION, TAG_KIND, log_in_batches
 from dlsched.runs.tracking.server_watch import ServerWatch, brief_failure
-from dlsched.runs.tracking.store import STORE_ERRORS, experiment_id, first_line
+from dlsched.runs.tracking.store import (
+    STORE_ERRORS,
+    experiment_id,
+    first_line,
+    set_experiment_tag,
+)
 from dlsched.runs.tracking.target import TrackingTarget
 from dlsched.runs.tracking.trajectory import (
     EvaluationFolder,
@@ -291,7 +296,7 @@ class EvaluationTracker:
             {"dlsched.scenario": self.scenario.name, TAG_SCENARIO_HASH: scenario_hash},
         )
         if existing is not None and held is None:
-            self.client.set_experiment_tag(found, TAG_SCENARIO_HASH, scenario_hash)
+            set_experiment_tag(self.client, found, TAG_SCENARIO_HASH, scenario_hash)
         return found
 
     def _evaluation_params(self) -> dict[str, str]:
@@ -431,7 +436,8 @@ class EvaluationTracker:
             log_in_batches(self.client, self.parent_run_id, metrics, tags={NOTE_TAG: note})
             for path in (*files, *images, self.scenario_file):
                 self.client.log_artifact(self.parent_run_id, str(path))
-            self.client.set_experiment_tag(
+            set_experiment_tag(
+                self.client,
                 self.experiment_id,
                 NOTE_TAG,
                 experiment_note(comparison, self.experiment_id, self.parent_run_id, note),

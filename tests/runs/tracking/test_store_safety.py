@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
 
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.runs.cli import main
-from dlsched.runs.tracking.store import on_local_file_system
+from dlsched.runs.tracking.store import on_local_file_system, set_experiment_tag
 
 WRITERS = 8
 
@@ -94,6 +95,47 @@ def test_eight_first_writers_of_a_new_server_store_all_succeed(
     client = MlflowClient(uri)
     _check_all_finished(client)
     client.create_experiment("usable-afterwards")
+
+
+class _LosesTheTagRace(MlflowClient):
+    """A real client whose first ``losses`` tag writes fail as the loser of two first writers'
+    race fails on a tracking server (the other writer's insert came first)."""
+
+    def __init__(self, uri: str, losses: int, error: str) -> None:
+        super().__init__(uri)
+        self.losses, self.error, self.calls = losses, error, 0
+
+    def set_experiment_tag(self, experiment_id, key, value) -> None:
+        self.calls += 1
+        if self.calls <= self.losses:
+            super().set_experiment_tag(experiment_id, key, "the other writer's")
+            raise MlflowException(self.error)
+        super().set_experiment_tag(experiment_id, key, value)
+
+
+RACE = "BAD_REQUEST: (sqlite3.IntegrityError) UNIQUE constraint failed: experiment_tags.key"
+
+
+def test_an_experiment_tag_lost_to_a_concurrent_first_writer_is_written_again(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = _LosesTheTagRace(uri, losses=2, error=RACE)
+    experiment = client.create_experiment("race")
+    set_experiment_tag(client, experiment, "note", "mine")
+    assert client.calls == 3
+    assert client.get_experiment(experiment).tags["note"] == "mine"
+
+
+def test_an_experiment_tag_failing_otherwise_or_losing_every_race_is_not_hidden(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    other = _LosesTheTagRace(uri, losses=1, error="RESOURCE_DOES_NOT_EXIST: no experiment")
+    experiment = other.create_experiment("race")
+    with pytest.raises(MlflowException, match="RESOURCE_DOES_NOT_EXIST"):
+        set_experiment_tag(other, experiment, "note", "mine")
+    assert other.calls == 1
+    always = _LosesTheTagRace(uri, losses=100, error=RACE)
+    with pytest.raises(MlflowException, match="UNIQUE constraint failed"):
+        set_experiment_tag(always, experiment, "note", "mine")
+    assert always.calls == 4
 
 
 def _digest(path: Path) -> str:
