@@ -77,6 +77,8 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_CPU_PERIOD_US = 100_000
 
+#: A container's exit code when its process was killed by SIGKILL (128 + 9).
+_KILLED_EXIT_CODE = 137
 #: Engine states in which a container's process still exists.
 _LIVE_STATES = frozenset({"created", "running", "paused", "restarting"})
 
@@ -332,8 +334,8 @@ class DockerBackend(Backend):
 
     def incidents(self) -> tuple[str, ...]:
         """What happened this episode that makes its figures doubtful: here, containers that
-        vanished (removed by someone else) while their job ran, and engines that stopped
-        answering."""
+        vanished (removed by someone else) or were killed from outside while their job ran, and
+        engines that stopped answering."""
         return tuple(self._incidents)
 
     def progress_traces(self) -> tuple[ProgressTrace, ...]:
@@ -574,8 +576,10 @@ class DockerBackend(Backend):
         run = job.run
         client = self._engines[run.worker].client
         exit_code: int | None
+        out_of_memory = False
         try:
-            exit_code = int(client.api.inspect_container(run.container_id)["State"]["ExitCode"])
+            state = client.api.inspect_container(run.container_id)["State"]
+            exit_code, out_of_memory = int(state["ExitCode"]), bool(state.get("OOMKilled"))
         except docker.errors.NotFound:
             exit_code = None
         except requests.exceptions.ConnectionError as error:
@@ -603,6 +607,14 @@ class DockerBackend(Backend):
                 f"job {job.spec.job_id} ({job.spec.workload}): container {run.name} vanished at "
                 f"{now:.0f} s while its job ran (removed by another process, e.g. `docker rm` "
                 "or `dlsched docker cleanup --include-live`)"
+            )
+        elif exit_code == _KILLED_EXIT_CODE and not out_of_memory:
+            # `docker rm -f` kills before it removes: a poll between the two sees this
+            self._incidents.append(
+                f"job {job.spec.job_id} ({job.spec.workload}): container {run.name} was killed "
+                f"at {now:.0f} s while its job ran (SIGKILL, not by the out-of-memory killer: "
+                "by another process, e.g. `docker kill`, `docker rm -f` or `dlsched docker "
+                "cleanup --include-live`)"
             )
         _log.warning(
             "job %s (%s, container %s) %s%s",

@@ -573,6 +573,8 @@ def test_a_killed_container_is_a_failed_job_and_the_episode_goes_on(docker_engin
         assert telemetry.job("j00").state is JobState.FAILED
         assert telemetry.job("j00").cpu_usage == 0.0
         assert telemetry.job("j01").state is JobState.RUNNING
+        (incident,) = backend.incidents()
+        assert incident.startswith("job j00 (") and "was killed" in incident
         backend.apply({"j00": 0.3, "j01": 0.3})  # a limit for the failed job is ignored
         later = backend.advance(1.0)
         assert later.time_s > telemetry.time_s
