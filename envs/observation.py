@@ -2,9 +2,17 @@
 
 Every feature is computed from telemetry alone (:class:`~dlsched.envs.telemetry_columns.
 TelemetryColumns`, for one episode or many alike) and lies in ``[0, 1]``. The layout (feature
-names, workers, slots) is part of a trained model's contract: a model refuses an environment
-whose :class:`ObservationLayout` differs (a model of the slot network, only one whose features
-differ).
+names, workers, slots) is part of a trained model's contract: a model reads its features by name
+(the columns its card lists, a subset of :data:`FEATURES`) and refuses an environment that lacks
+one, or (unless it is a model of the slot network) whose workers and slots differ.
+
+The first sixteen features are those of the first models; the rest (:data:`WORKER_FREE`) mean
+the same on a worker of any size, so that one model schedules a 2-core host and a 16-core worker
+alike: the worker's size on a log scale, the equal share of its worker a job would get, how much
+of its quota a job used, and, estimated from what the job reported under the CPU it used, the
+share of its worker a service needs to meet its target (and what the services cheaper than it
+need together), or the work a training job has left (and how many of its worker's jobs have
+less). ``docs/training.md`` says why these and how they were chosen.
 
 An empty slot is a row of zeros, and it is a slot all the same: a job may arrive in it. Training
 across layouts pads each environment's observation to one layout enclosing them all
@@ -14,7 +22,7 @@ feature of an absent row is NaN, which no encoded observation holds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,12 +47,28 @@ FEATURES: tuple[str, ...] = (
     "age",  # age / horizon
     "worker_usage",  # CPU used on the job's worker / its cores
     "worker_jobs",  # active jobs on the job's worker / slots per worker
+    "worker_cores",  # log2(cores of the job's worker) / WORKER_CORES_LOG2_CAP
+    "fair_share",  # 1 / active jobs on the job's worker
+    "quota_used",  # cores used over the last interval / cores of its limit
+    "need",  # estimated share of its worker a service needs for its target, / NEED_CAP
+    "cheaper_need",  # the same summed over the worker's services that need less, / NEED_CAP
+    "work_left",  # a training job's work left, seconds of its whole worker (log scale)
+    "shorter_jobs",  # fraction of its worker's other jobs with less work left
 )
+
+#: The features whose meaning does not depend on the worker's size or the layout's slots.
+WORKER_FREE: tuple[str, ...] = FEATURES[FEATURES.index("worker_cores") :]
 
 LATENCY_RATIO_CAP = 4.0
 TARGET_SCALE_S = 100.0
 RATE_SCALE = 10.0
 LOSS_RATIO_CAP = 2.0
+#: A worker of 2**4 = 16 cores (the papers' largest) has ``worker_cores`` 1.
+WORKER_CORES_LOG2_CAP = 4.0
+#: A service that needs twice its worker has ``need`` 1: it cannot be satisfied there.
+NEED_CAP = 2.0
+#: ``work_left`` is ``log1p(s / interval) / log1p(WORK_LEFT_CAP_INTERVALS)``.
+WORK_LEFT_CAP_INTERVALS = 1000.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +153,30 @@ def encode(columns: TelemetryColumns, layout: ObservationLayout, horizon_s: floa
     values[:, _CLASS_S] = satisfied
     values[:, _CLASS_B] = worse
     values[:, _MEASURED] = better | satisfied | worse  # every measured job is in one set
+    used = of(columns.cpu_usage)
+    values[:, _WORKER_CORES] = np.log2(np.maximum(worker_cores, 1.0)) / WORKER_CORES_LOG2_CAP
+    values[:, _FAIR_SHARE] = 1.0 / np.maximum(columns.worker_jobs.reshape(-1)[on_worker], 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values[:, _QUOTA_USED] = used / (of(columns.limit) * worker_cores)
+    if columns.training:
+        left_s = _work_left_s(columns, of, used, worker_cores)
+        known = np.isfinite(left_s)
+        values[:, _WORK_LEFT] = np.where(
+            known,
+            np.log1p(np.where(known, left_s, 0.0) / columns.interval_s)
+            / np.log1p(WORK_LEFT_CAP_INTERVALS),
+            0.0,
+        )
+        values[:, _SHORTER_JOBS] = _share_below(on_worker, np.where(known, left_s, np.inf))
+    else:
+        # The cores a batch took (those used over the last interval) times the batch latency
+        # over the target: the cores that would give the target, were the latency inversely
+        # proportional to the cores below the job's demand.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            need = used * latency / target / worker_cores
+        need = np.where(np.isfinite(need) & (used > 0), need, np.nan)
+        values[:, _NEED] = need / NEED_CAP
+        values[:, _CHEAPER_NEED] = _sum_below(on_worker, need) / NEED_CAP
     if columns.training:
         total = of(columns.total_iterations).astype(np.float64)
         training = total > 0
@@ -151,6 +199,64 @@ def encode(columns: TelemetryColumns, layout: ObservationLayout, horizon_s: floa
     return observation
 
 
+def _work_left_s(
+    columns: TelemetryColumns,
+    of: Callable[[np.ndarray], np.ndarray],
+    used: np.ndarray,
+    worker_cores: np.ndarray,
+) -> np.ndarray:
+    """Per active training job, the seconds its worker's cores would take for the iterations
+    it has left at the CPU-seconds per iteration it has spent so far (NaN before its first
+    iteration): contention that burns CPU without progress shows as more work."""
+    done = of(columns.iterations).astype(np.float64)
+    total = of(columns.total_iterations).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_iteration = of(columns.cpu_seconds) / done
+        left = np.maximum(total - done, 0.0) * per_iteration / worker_cores
+    return np.where((done > 0) & (total > 0), left, np.nan)
+
+
+def _sum_below(group: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Per entry, the sum of the values of its group that sort before it (smaller, or equal
+    and earlier); NaN values count as nothing and get nothing (0)."""
+    if not len(value):
+        return np.zeros(0)
+    known = ~np.isnan(value)
+    keyed = np.where(known, value, np.inf)
+    order = np.lexsort((np.arange(len(value)), keyed, group))
+    sorted_values = np.where(known, value, 0.0)[order]
+    before = np.cumsum(sorted_values) - sorted_values
+    sorted_group = group[order]
+    starts = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
+    sizes = np.diff(np.r_[starts, len(order)])
+    before -= np.repeat(before[starts], sizes)
+    result = np.zeros(len(value))
+    result[order] = before
+    return np.where(known, result, 0.0)
+
+
+def _share_below(group: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Per entry, the fraction of the other entries of its group with a smaller value (infinite
+    values are larger than every finite one, and get 0 themselves)."""
+    if not len(value):
+        return np.zeros(0)
+    order = np.lexsort((value, group))
+    sorted_group = group[order]
+    starts = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
+    sizes = np.diff(np.r_[starts, len(order)])
+    sorted_values = value[order]
+    # equal values are not ordered: each has the rank of the first of them
+    first = np.r_[
+        True, (sorted_group[1:] != sorted_group[:-1]) | (sorted_values[1:] != sorted_values[:-1])
+    ]
+    position = np.arange(len(order))
+    rank = np.maximum.accumulate(np.where(first, position, 0)) - np.repeat(starts, sizes)
+    others = np.repeat(np.maximum(sizes - 1, 1), sizes)
+    result = np.zeros(len(value))
+    result[order] = rank / others
+    return np.where(np.isfinite(value), result, 0.0)
+
+
 # Column of each feature in the observation.
 _ACTIVE = FEATURES.index("active")
 _MIGRATING = FEATURES.index("migrating")
@@ -168,3 +274,10 @@ _LOSS_RATIO = FEATURES.index("loss_ratio")
 _AGE = FEATURES.index("age")
 _WORKER_USAGE = FEATURES.index("worker_usage")
 _WORKER_JOBS = FEATURES.index("worker_jobs")
+_WORKER_CORES = FEATURES.index("worker_cores")
+_FAIR_SHARE = FEATURES.index("fair_share")
+_QUOTA_USED = FEATURES.index("quota_used")
+_NEED = FEATURES.index("need")
+_CHEAPER_NEED = FEATURES.index("cheaper_need")
+_WORK_LEFT = FEATURES.index("work_left")
+_SHORTER_JOBS = FEATURES.index("shorter_jobs")
