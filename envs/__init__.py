@@ -35,7 +35,7 @@ from dlsched.envs.errors import (
 )
 from dlsched.envs.inference_env import InferenceEnv, InferenceVectorEnv
 from dlsched.envs.observation import FEATURES, ObservationLayout
-from dlsched.envs.placement import Placer, SpreadPlacer
+from dlsched.envs.placement import LeastWorkPlacer, Placer, SpreadPlacer
 from dlsched.envs.rewards import REWARDS, RewardFn, reward_function, telemetry_reward
 from dlsched.envs.scenarios import JobKind, Scenario, load_scenario, scenario_names
 from dlsched.envs.telemetry import JobState, JobTelemetry, QoEClass, Telemetry, WorkerTelemetry
@@ -78,6 +78,7 @@ __all__ = [
     "JobKind",
     "JobState",
     "JobTelemetry",
+    "LeastWorkPlacer",
     "Migration",
     "ModelError",
     "ObservationLayout",

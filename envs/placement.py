@@ -5,10 +5,11 @@ from __future__ import annotations
 import heapq
 import itertools
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from dlsched.envs.errors import UnknownNameError
 from dlsched.envs.scenarios.model import JobSpec
-from dlsched.envs.telemetry import Telemetry
+from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry
 
 
 class Placer(ABC):
@@ -27,6 +28,59 @@ class SpreadPlacer(Placer):
 
     def place(self, job: JobSpec, telemetry: Telemetry, candidates: Sequence[int]) -> int:
         return min(candidates, key=lambda worker: (len(telemetry.on_worker(worker)), worker))
+
+
+class LeastWorkPlacer(Placer):
+    """The worker with the least estimated work left per core, the arriving job's included.
+
+    A running training job's work left is its remaining iterations at the CPU-seconds per
+    iteration it has spent so far (telemetry only: contention that burns CPU without progress
+    counts as work); a job without an iteration yet, the arriving one included, counts as the
+    mean of the known ones (one CPU-second where none is known, which makes it the fewest jobs
+    per core). Spread counts containers, so on workers of unequal cores it crowds the small ones,
+    and it ignores how long each job has left; both weigh here. Ties go to the lowest index.
+    """
+
+    def place(self, job: JobSpec, telemetry: Telemetry, candidates: Sequence[int]) -> int:
+        running = [j for j in telemetry.jobs if j.state in _HOLDING]
+        known = [left for left in map(_work_left, running) if left is not None]
+        typical = sum(known) / len(known) if known else 1.0
+
+        def load(worker: int) -> tuple[float, int]:
+            work = typical + sum(
+                typical if (left := _work_left(j)) is None else left
+                for j in running
+                if j.worker == worker
+            )
+            return (work / telemetry.workers[worker].cores, worker)
+
+        return min(candidates, key=load)
+
+
+#: The states of a job that holds a slot of its worker.
+_HOLDING = frozenset({JobState.RUNNING, JobState.MIGRATING})
+
+
+def _work_left(job: JobTelemetry) -> float | None:
+    """The CPU-seconds a training job has left at its spending so far (``None``: unknown)."""
+    if not job.iterations or not job.total_iterations:
+        return None
+    return (job.total_iterations - job.iterations) * job.cpu_seconds / job.iterations
+
+
+#: The placers a learned model may declare, by the name its card records.
+PLACERS: Mapping[str, type[Placer]] = {"spread": SpreadPlacer, "least-work": LeastWorkPlacer}
+
+
+def placer_named(name: str) -> Placer:
+    """A new placer of ``name`` (a key of :data:`PLACERS`).
+
+    Raises:
+        UnknownNameError: no placer has the name.
+    """
+    if name not in PLACERS:
+        raise UnknownNameError("placer", name, PLACERS)
+    return PLACERS[name]()
 
 
 class SpreadQueue:

@@ -204,6 +204,9 @@ class BatchedModelFeed:
                 "one episode at a time"
             )
         policy.bind(env.scenario, env.backend.capabilities)
+        if policy.placer is not None:
+            for index in range(env.num_envs):
+                env.set_placer(index, policy.placer)
         self.env = env
         self.policy = policy
         self._observations: np.ndarray | None = None

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from dlsched.envs.placement import SpreadPlacer, SpreadQueue
+from dlsched.envs.placement import LeastWorkPlacer, SpreadPlacer, SpreadQueue
 from dlsched.envs.scenarios import load_scenario
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry, waiting_job
@@ -118,3 +118,46 @@ def test_a_step_with_many_arrivals_measures_its_jobs_once(monkeypatch) -> None:
         stops += calls["advance"]
     assert stops >= 30  # most of the 40 jobs arrived at a time of their own
     assert len(info["telemetry"].active_jobs) == 40
+
+
+def _job_with_work(job_id: str, worker: int, done: int, total: int, cpu_s: float) -> JobTelemetry:
+    spec = JobSpec(job_id, "vae", JobKind.TRAINING, 0.0, iterations=total)
+    return dataclasses.replace(
+        _running(spec, worker), iterations=done, total_iterations=total, cpu_seconds=cpu_s
+    )
+
+
+def _arrival(job_id: str) -> JobSpec:
+    return JobSpec(job_id, "vae", JobKind.TRAINING, 0.0, iterations=100)
+
+
+def test_least_work_places_on_the_worker_with_the_least_work_left_per_core() -> None:
+    """Worker 0 (1 core) holds one job with 10 CPU-s left; worker 1 (2 cores) two jobs with 300
+    CPU-s left each; the arrival counts as their mean. Spread picks worker 0 (fewer containers),
+    and so does least work: (10 + 203.3) / 1 against (600 + 203.3) / 2. With 300 CPU-s left on
+    worker 0 it picks worker 1: 600 / 1 against 900 / 2."""
+    workers = (WorkerTelemetry(0, 1.0, 1.0), WorkerTelemetry(1, 2.0, 2.0))
+
+    def place(left_on_0: float) -> int:
+        jobs = (
+            _job_with_work("a", 0, 100, 200, left_on_0),  # spent = left: 100 of 200 done
+            _job_with_work("b", 1, 100, 200, 300.0),
+            _job_with_work("c", 1, 100, 200, 300.0),
+        )
+        telemetry = Telemetry(time_s=50.0, interval_s=10.0, workers=workers, jobs=jobs)
+        return LeastWorkPlacer().place(_arrival("d"), telemetry, [0, 1])
+
+    assert place(10.0) == 0
+    assert place(300.0) == 1
+
+
+def test_least_work_without_measurements_places_by_jobs_per_core() -> None:
+    """Nothing has finished an iteration: each job counts alike, so the 8-core worker takes
+    jobs until it holds four times the 2-core worker's."""
+    workers = (WorkerTelemetry(0, 2.0, 0.0), WorkerTelemetry(1, 8.0, 0.0))
+    jobs: list[JobTelemetry] = []
+    for index in range(10):
+        telemetry = Telemetry(time_s=0.0, interval_s=10.0, workers=workers, jobs=tuple(jobs))
+        worker = LeastWorkPlacer().place(_arrival(f"j{index}"), telemetry, [0, 1])
+        jobs.append(_job_with_work(f"j{index}", worker, 0, 100, 0.0))
+    assert [sum(job.worker == w for job in jobs) for w in (0, 1)] == [2, 8]
