@@ -39,6 +39,7 @@ from stable_baselines3.common.vec_env.stacked_observations import StackedObserva
 
 from dlsched.envs.errors import ModelError, PolicyError, UnknownNameError
 from dlsched.envs.observation import ObservationLayout, enclosing_layout
+from dlsched.envs.placement import PLACERS, Placer, placer_named
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.agent_actions import AGENT_HIGH, AGENT_LOW, ActionMapping
 from dlsched.policies.cards import card_data
@@ -58,8 +59,9 @@ if TYPE_CHECKING:
 
 #: Version of the model card's format; a reader refuses a newer one. Format 1 held the
 #: features inside its ``layout``; format 2 holds them on their own, and the layout the model was
-#: trained on as ``trained_on``; format 3 lists in ``trained_on`` every layout it was trained on.
-CARD_FORMAT = 3
+#: trained on as ``trained_on``; format 3 lists in ``trained_on`` every layout it was trained on;
+#: format 4 names the placer of arriving jobs the model was trained with (``placer``).
+CARD_FORMAT = 4
 
 #: The SB3 algorithms dlsched trains, by the name ``--algo`` takes.
 ALGORITHMS: Mapping[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "sac": SAC, "td3": TD3}
@@ -107,6 +109,8 @@ class ModelCard:
         scenarios: the training scenarios, by name.
         run_id: the MLflow run that trained it, if tracked.
         dlsched_version: the dlsched version that trained it.
+        placer: the placer of arriving jobs it was trained with and brings where it runs
+            (a name of :data:`~dlsched.envs.placement.PLACERS`).
     """
 
     algo: str
@@ -119,6 +123,7 @@ class ModelCard:
     scenarios: tuple[str, ...] = ()
     run_id: str | None = None
     dlsched_version: str = ""
+    placer: str = "spread"
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -150,6 +155,7 @@ class ModelCard:
                 "scenarios": list(self.scenarios),
                 "run_id": self.run_id,
                 "dlsched_version": self.dlsched_version,
+                "placer": self.placer,
             },
             indent=2,
         )
@@ -190,6 +196,7 @@ class ModelCard:
                 scenarios=tuple(str(name) for name in data.get("scenarios", ())),
                 run_id=data.get("run_id"),
                 dlsched_version=str(data.get("dlsched_version", "")),
+                placer=str(data.get("placer", "spread")),
             )
         except (KeyError, TypeError, ValueError) as error:
             if isinstance(error, PolicyError):  # the action mapping's own check
@@ -217,6 +224,8 @@ class ModelCard:
             problems.append("the card lists no features")
         if self.frame_stack < 1:
             problems.append(f"frame_stack {self.frame_stack} must be >= 1")
+        if self.placer not in PLACERS:
+            problems.append(f"placer {self.placer!r} is not one of {', '.join(PLACERS)}")
         return problems
 
     def check_scenario(self, scenario: Scenario, source: str, any_layout: bool) -> None:
@@ -244,8 +253,8 @@ class ModelCard:
     def check_layout(
         self, layout: ObservationLayout, whose: str, source: str, any_layout: bool
     ) -> None:
-        """Refuse an observation layout of other features than the model's, or, unless
-        ``any_layout``, of another shape than its own (:attr:`input_layout`).
+        """Refuse an observation layout that lacks a feature the model reads, or, unless
+        ``any_layout``, of other workers and slots than its own (:attr:`input_layout`).
 
         Args:
             layout: the layout the model is asked to act on.
@@ -257,7 +266,11 @@ class ModelCard:
             ModelError: naming both layouts.
         """
         trained = self.input_layout
-        if layout.features == self.features and (any_layout or layout == trained):
+        same_shape = (layout.workers, layout.slots_per_worker) == (
+            trained.workers,
+            trained.slots_per_worker,
+        )
+        if set(self.features) <= set(layout.features) and (any_layout or same_shape):
             return
         raise ModelError(
             f"model {source!r} was trained on observation layout "
@@ -319,11 +332,20 @@ class LearnedPolicy(Policy):
         self.card = card
         self.normalizer = normalizer
         self.source = source
-        #: the layout it acts on (:meth:`use_layout`)
-        self.layout = card.input_layout
+        trained = card.input_layout
+        #: the layout it acts on (:meth:`use_layout`): the environment's observations
+        self.layout = ObservationLayout(trained.workers, trained.slots_per_worker)
+        #: the columns of that layout's observations the model reads (``None``: all of them)
+        self._columns = feature_columns(self.layout.features, card.features)
         self._frames: StackedObservations[np.ndarray] | None = None
+        self._placer = placer_named(card.placer)
         suffix = f"-{card.run_id[:8]}" if card.run_id else ""
         self._name = name or f"{card.algo}{suffix}"
+
+    @property
+    def placer(self) -> Placer:
+        """The placer of arriving jobs the model was trained with."""
+        return self._placer
 
     # A learned policy is named after its model, so that two models can be evaluated together.
     @property
@@ -373,6 +395,7 @@ class LearnedPolicy(Policy):
                 layout.workers, layout.slots_per_worker, self.card.input_layout.workers
             )
         self.layout = layout
+        self._columns = feature_columns(layout.features, self.card.features)
         self._frames = None
 
     def predict(
@@ -396,7 +419,8 @@ class LearnedPolicy(Policy):
                 f"[{describe_layout(self.layout)}], shape {shape} (or a batch of them)"
             )
         batch = raw if raw.ndim == 3 else raw[None]
-        model_input = self._stacked(batch, episode_start) if self.card.frame_stack > 1 else batch
+        own = batch[..., self._columns] if self._columns is not None else batch
+        model_input = self._stacked(own, episode_start) if self.card.frame_stack > 1 else own
         if self.normalizer is not None:
             normalized = self.normalizer.normalize_obs(model_input)
             assert isinstance(normalized, np.ndarray)
@@ -415,7 +439,7 @@ class LearnedPolicy(Policy):
     def _stacked(self, batch: np.ndarray, episode_start: np.ndarray | None) -> np.ndarray:
         """``batch`` with the frames before it, exactly as ``VecFrameStack`` stacks them."""
         if self._frames is None or self._frames.stacked_obs.shape[0] != len(batch):
-            space = gym.spaces.Box(0.0, 1.0, self.layout.shape, dtype=np.float32)
+            space = gym.spaces.Box(0.0, 1.0, batch.shape[1:], dtype=np.float32)
             self._frames = StackedObservations(len(batch), self.card.frame_stack, space, "last")
             return self._frames.reset(batch)
         starts = np.zeros(len(batch), bool) if episode_start is None else np.asarray(episode_start)
@@ -426,6 +450,24 @@ class LearnedPolicy(Policy):
         ]
         stacked, _ = self._frames.update(batch, starts.astype(bool), infos)
         return stacked
+
+
+def feature_columns(observed: Sequence[str], read: Sequence[str]) -> np.ndarray | None:
+    """The columns of observations of the features ``observed`` that hold the features a model
+    ``read``s, in its order; ``None`` where they are all of them in that order.
+
+    Raises:
+        ModelError: a feature the model reads is not observed.
+    """
+    if tuple(observed) == tuple(read):
+        return None
+    missing = [name for name in read if name not in observed]
+    if missing:
+        raise ModelError(
+            f"the model reads features {missing} that the observation does not have "
+            f"({', '.join(observed)}); use the dlsched version the model's card names"
+        )
+    return np.array([list(observed).index(name) for name in read])
 
 
 def save_model(

@@ -14,6 +14,8 @@ import yaml
 
 from dlsched.envs.backends import BACKENDS
 from dlsched.envs.errors import ArgumentError, PolicyError, TrackingError
+from dlsched.envs.observation import FEATURES
+from dlsched.envs.placement import PLACERS
 from dlsched.envs.rewards import REWARDS
 from dlsched.policies.agent_actions import ActionMode
 from dlsched.runs.commands.argument_types import output_folder, seed
@@ -24,6 +26,7 @@ from dlsched.runs.training.config import (
     ALGORITHM_NAMES,
     NETWORKS,
     HyperValue,
+    ImitationConfig,
     RllibConfig,
     TrainingConfig,
     VecEnvKind,
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
 ENGINES: tuple[str, ...] = ("sb3", "rllib")
 _SB3_DEFAULTS = TrainingConfig(algo="ppo", scenarios=(), timesteps=1)
 RLLIB_DEFAULTS = RllibConfig(scenario="", timesteps=1)
+IMITATION_DEFAULTS = ImitationConfig(teacher="")
 #: Options only ``--engine sb3`` takes, by destination, with their defaults.
 SB3_ONLY: Mapping[str, object] = {
     "algo": "ppo",
@@ -57,6 +61,9 @@ SB3_ONLY: Mapping[str, object] = {
     "policy_kwarg": [],
     "no_reward_normalization": False,
     "vec_env": _SB3_DEFAULTS.vec_env.value,
+    "features": "all",
+    "imitate": None,
+    "placer": _SB3_DEFAULTS.placer,
 }
 #: Options only ``--engine rllib`` takes, by destination, with their defaults.
 RLLIB_ONLY: Mapping[str, object] = {
@@ -179,6 +186,47 @@ def register(subparsers: Subcommands) -> None:
     parser.add_argument(
         "--torch-threads", type=int, default=defaults.torch_threads, help="(%(default)s)"
     )
+    parser.add_argument(
+        "--features",
+        default="all",
+        metavar="F[,F...]",
+        help="the observation's features the agent reads, comma-separated, or all (%(default)s: "
+        + ", ".join(FEATURES)
+        + ")",
+    )
+    sb3_option(
+        "--placer",
+        "where arriving jobs go, in training and wherever the model runs: spread (Docker "
+        "Swarm's, the fewest containers) or least-work (the least work left per core, from "
+        "telemetry)",
+        choices=tuple(PLACERS),
+    )
+    imitation = parser.add_argument_group(
+        "imitation", "learn a teacher's decisions before PPO: behaviour cloning, then DAgger"
+    )
+    imitation.add_argument(
+        "--imitate",
+        metavar="TEACHER",
+        help="a handcrafted policy to learn from first (oracle: the privileged one; replay, "
+        "the slot network)",
+    )
+    for name, what in (
+        ("rounds", "rounds of gathering and fitting; the first follows the teacher"),
+        ("steps", "steps of every environment per round"),
+        ("epochs", "passes over every label so far, per round"),
+    ):
+        imitation.add_argument(
+            f"--imitation-{name}",
+            type=int,
+            default=getattr(IMITATION_DEFAULTS, name),
+            help=f"{what} (%(default)s)",
+        )
+    imitation.add_argument(
+        "--imitation-log-std",
+        type=float,
+        default=IMITATION_DEFAULTS.log_std,
+        help="log standard deviation of PPO's actions after imitation (%(default)s)",
+    )
     rllib = parser.add_argument_group("rllib", "options of --engine rllib")
     rllib.add_argument(
         "--ray-address",
@@ -280,6 +328,9 @@ def run(args: argparse.Namespace) -> int:
         normalize_reward=not args.no_reward_normalization,
         vec_env=VecEnvKind(args.vec_env),
         torch_threads=args.torch_threads,
+        features=FEATURES if args.features == "all" else tuple(args.features.split(",")),
+        imitation=_imitation(args),
+        placer=args.placer,
     )
     config.check_size()
     # imported here, so that parsing, --help and a refused size do not wait for torch, SB3 and
@@ -309,6 +360,30 @@ def run(args: argparse.Namespace) -> int:
         for key, value in sorted(best.metrics.items()):
             print(f"  {key} = {value:.4f}")
     return _print_outcome(result, target, config.scenarios[0], latest_weights=True)
+
+
+def _imitation(args: argparse.Namespace) -> ImitationConfig | None:
+    """The imitation ``--imitate`` and its options ask for (``None`` without it).
+
+    Raises:
+        ArgumentError: an imitation option without ``--imitate``.
+    """
+    if args.imitate is None:
+        given = [
+            f"--imitation-{name.replace('_', '-')}"
+            for name in ("rounds", "steps", "epochs", "log_std")
+            if getattr(args, f"imitation_{name}") != getattr(IMITATION_DEFAULTS, name)
+        ]
+        if given:
+            raise ArgumentError(f"{', '.join(given)} need --imitate TEACHER; add it, or drop them")
+        return None
+    return ImitationConfig(
+        teacher=args.imitate,
+        rounds=args.imitation_rounds,
+        steps=args.imitation_steps,
+        epochs=args.imitation_epochs,
+        log_std=args.imitation_log_std,
+    )
 
 
 def _print_outcome(

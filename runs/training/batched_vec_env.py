@@ -104,6 +104,18 @@ class BatchedVecEnv(VecEnv):
         self._observations: list[np.ndarray] | None = None
         self._actions: np.ndarray | None = None
 
+    @property
+    def raw_observations(self) -> list[np.ndarray]:
+        """Each batched environment's newest observation, in its own layout (unpadded), as its
+        actions' mapping reads it.
+
+        Raises:
+            ResetNeeded: before the first reset.
+        """
+        if self._observations is None:
+            raise gym.error.ResetNeeded("call reset() before reading the observations")
+        return self._observations
+
     def reset(self) -> np.ndarray:
         self._observations = []
         self.reset_infos = []

@@ -25,8 +25,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecNormalize
 from tqdm import tqdm
 
+from dlsched.baselines import make as make_baseline
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.learned import LearnedPolicy, ModelCard, save_model
+from dlsched.policies.policy import Policy
 from dlsched.runs.evaluation.metrics import metrics_for
 from dlsched.runs.evaluation.records import EpisodeResult
 from dlsched.runs.evaluation.runners import at_once_refusal, run_episode, run_episodes
@@ -197,6 +199,8 @@ class Validation(BaseCallback):
         self.best_score = -math.inf
         self.stopped_early = False
         self._next = every
+        #: per scenario, ``default``'s score on the validation seeds (training jobs only)
+        self._reference: list[float] | None = None
 
     def _on_step(self) -> bool:
         if self.num_timesteps < self._next:
@@ -213,11 +217,11 @@ class Validation(BaseCallback):
         # Normalising reads the statistics, never updates them, so the live ones can be used.
         policy = LearnedPolicy(self.model, self.card, self.normalizer, source="training")
         kind = self.scenarios[0].kind
-        results: list[EpisodeResult] = []
+        scores: list[float] = []
         metrics: dict[str, float] = {}
         for scenario in self.scenarios:
             episodes = self._episodes(scenario, policy)
-            results += episodes
+            scores.append(validation_score(episodes, kind))
             (summary,) = summarise([episode.score for episode in episodes], kind)
             for spec in metrics_for(kind):
                 mean = summary.metric(spec.name).estimate.mean
@@ -225,7 +229,7 @@ class Validation(BaseCallback):
                     metrics[f"{scenario.name}/{spec.name}"] = mean
         # the episodes fitted the live network to their layouts; it trains on its own
         policy.use_layout(self.card.input_layout)
-        score = validation_score(results, kind)
+        score = self._combined(scores, kind)
         improved = score > self.best_score
         if improved:
             self.best_score = score
@@ -242,7 +246,25 @@ class Validation(BaseCallback):
             self.report(record)
         return record
 
-    def _episodes(self, scenario: Scenario, policy: LearnedPolicy) -> list[EpisodeResult]:
+    def _combined(self, scores: Sequence[float], kind: JobKind) -> float:
+        """One score of a validation's per-scenario scores: their mean for inference (satisfied
+        fractions, one scale); for training jobs on several scenarios, the mean over them of
+        ``default``'s mean completion time over the model's (its speed-up), so that a scenario
+        of long jobs does not outweigh one of short ones; on one, the score itself."""
+        if kind is JobKind.INFERENCE or len(scores) == 1:
+            return statistics.fmean(scores)
+        if self._reference is None:
+            default = make_baseline("default")
+            self._reference = [
+                validation_score(self._episodes(scenario, default), kind)
+                for scenario in self.scenarios
+            ]
+        return statistics.fmean(
+            reference / score if score < 0 else 0.0
+            for reference, score in zip(self._reference, scores, strict=True)
+        )
+
+    def _episodes(self, scenario: Scenario, policy: Policy) -> list[EpisodeResult]:
         """One episode per held-out seed: all at once where the backend runs many, else one at
         a time."""
         if at_once_refusal(policy, self.backend, batched_predict=True) is None:

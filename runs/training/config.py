@@ -13,6 +13,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from dlsched.envs.errors import PolicyError
+from dlsched.envs.observation import FEATURES
+from dlsched.envs.placement import PLACERS
 from dlsched.envs.scenarios.limits import Limit
 from dlsched.policies.agent_actions import ActionMapping, ActionMode
 
@@ -37,6 +39,43 @@ MAX_TIMESTEPS = Limit("MAX_TIMESTEPS", 100_000_000, "timesteps of a training")
 MAX_ENVS = Limit("MAX_ENVS", 256, "environments stepped side by side")
 """``n_envs``: each holds its episode, and SB3 keeps a rollout of observations per environment;
 256 replay environments of a shipped scenario take about 1.2 GB with PPO's defaults."""
+
+
+@dataclass(frozen=True)
+class ImitationConfig:
+    """Learning a teacher's decisions before reinforcement learning
+    (:mod:`dlsched.runs.training.imitation`).
+
+    Attributes:
+        teacher: the handcrafted policy learned from, by name (``oracle``: the privileged one).
+        rounds: rounds of gathering states and fitting them; the first follows the teacher
+            (behaviour cloning), the later ones the student (DAgger: the teacher labels the
+            states the student visits).
+        steps: steps of every training environment per round.
+        epochs: passes over every label gathered so far, per round.
+        batch_size: labelled observations per gradient step.
+        learning_rate: Adam's learning rate for the fit.
+        log_std: the log standard deviation of the actions reinforcement learning starts from,
+            around the imitated ones.
+    """
+
+    teacher: str
+    rounds: int = 4
+    steps: int = 64
+    epochs: int = 6
+    batch_size: int = 1024
+    learning_rate: float = 1e-3
+    log_std: float = -1.5
+
+    def problems(self) -> list[str]:
+        """What makes this configuration one that cannot run."""
+        problems = []
+        for name in ("rounds", "steps", "epochs", "batch_size"):
+            if getattr(self, name) < 1:
+                problems.append(f"imitation {name}={getattr(self, name)} must be at least 1")
+        if not self.learning_rate > 0:
+            problems.append(f"imitation learning_rate={self.learning_rate} must be > 0")
+        return problems
 
 
 class VecEnvKind(StrEnum):
@@ -85,6 +124,11 @@ class TrainingConfig:
         normalize_reward: scale rewards by the running deviation of returns while training.
         vec_env: how environments are stepped (``auto``, ``dummy``, ``subproc``).
         torch_threads: threads torch may use in this process.
+        features: the observation's features the agent reads, by name
+            (:data:`~dlsched.envs.observation.FEATURES`, all by default), in that order.
+        imitation: learn a teacher's decisions first (``None``: reinforcement learning only).
+        placer: the placer of arriving jobs, by name (:data:`~dlsched.envs.placement.
+            PLACERS`): the training environments place with it, and the model brings it.
     """
 
     algo: str
@@ -111,6 +155,9 @@ class TrainingConfig:
     normalize_reward: bool = True
     vec_env: VecEnvKind = VecEnvKind.AUTO
     torch_threads: int = 1
+    features: tuple[str, ...] = FEATURES
+    imitation: ImitationConfig | None = None
+    placer: str = "spread"
 
     @property
     def training_seeds(self) -> tuple[int, ...]:
@@ -188,6 +235,21 @@ class TrainingConfig:
             )
         if self.frame_stack < 1:
             problems.append(f"frame_stack={self.frame_stack} must be at least 1")
+        problems += _feature_problems(self.features)
+        if self.placer not in PLACERS:
+            problems.append(f"placer={self.placer!r} must be one of {', '.join(PLACERS)}")
+        if self.actions is ActionMode.SHARE and self.slot_agents:
+            problems.append(
+                "actions 'share' split a worker among its jobs; per-slot agents each set their "
+                "own limit: use --actions usage with --slot-agents"
+            )
+        if self.imitation is not None:
+            problems += self.imitation.problems()
+            if self.slot_agents or self.backend != "replay" or self.resolved_network != "slot":
+                problems.append(
+                    "imitation learns on the batched replay environment with the slot network "
+                    "of one agent: drop --slot-agents, use --backend replay and --network slot"
+                )
         if self.torch_threads < 1:
             problems.append(f"torch_threads={self.torch_threads} must be at least 1")
         problems += hyperparameter_problems(self.algo, dict(self.hyperparams))
@@ -222,8 +284,19 @@ class TrainingConfig:
         data["actions"] = self.actions.value
         data["training_seeds"] = list(self.training_seeds)
         data["validation_seeds"] = list(self.validation_seeds)
+        data["features"] = list(self.features)
         data["resolved_network"] = self.resolved_network
         return data
+
+
+def _feature_problems(features: tuple[str, ...]) -> list[str]:
+    """What is wrong with a list of features an agent reads."""
+    unknown = [name for name in features if name not in FEATURES]
+    if unknown:
+        return [f"features {unknown} are not observed; known features: {', '.join(FEATURES)}"]
+    if not features or len(set(features)) != len(features):
+        return [f"features {list(features)} must name at least one feature, each once"]
+    return []
 
 
 def _size_problems(timesteps: int, n_envs: int) -> list[str]:

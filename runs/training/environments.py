@@ -39,6 +39,7 @@ from dlsched.envs.backends import backend_class
 from dlsched.envs.errors import ScenarioError
 from dlsched.envs.inference_env import InferenceEnv
 from dlsched.envs.observation import ObservationLayout, enclosing_layout
+from dlsched.envs.placement import placer_named
 from dlsched.envs.rewards import telemetry_reward
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.scheduling_env import SchedulingEnv
@@ -151,6 +152,7 @@ def make_training_env(
     backend: str = "replay",
     reward: str | None = None,
     backend_options: Mapping[str, object] | None = None,
+    placer: str = "spread",
 ) -> gym.Env[np.ndarray, np.ndarray]:
     """One training environment: the scenario's (or a :class:`ScenarioMix`), actions in [-1, 1],
     observed in the layout enclosing every scenario's
@@ -163,6 +165,7 @@ def make_training_env(
         backend: the backend's registered name.
         reward: the reward's name; ``None`` takes the environment's default.
         backend_options: keyword arguments of the backend's constructor.
+        placer: the placer of arriving jobs, by name (:data:`~dlsched.envs.placement.PLACERS`).
     """
     layouts = [layout_of(scenario) for scenario in scenarios]
     enclosing = enclosing_layout(layouts)
@@ -174,6 +177,7 @@ def make_training_env(
             backend=backend,
             reward=reward,
             backend_options=backend_options,
+            placer=placer_named(placer),
         )
         envs.append(made if layout == enclosing else PaddedLayout(made, layout, enclosing))
     env: gym.Env[np.ndarray, np.ndarray] = envs[0] if len(envs) == 1 else ScenarioMix(envs)
@@ -236,6 +240,7 @@ def make_vec_env(
     slot_agents: bool = False,
     own_weight: float = 0.5,
     backend_options: Mapping[str, object] | None = None,
+    placer: str = "spread",
 ) -> VecEnv:
     """``n_envs`` training environments side by side (not yet normalised or seeded).
 
@@ -249,6 +254,7 @@ def make_vec_env(
         slot_agents: make every slot an agent (:mod:`dlsched.runs.training.slot_agents`).
         own_weight: with per-slot agents, the weight of an agent's own job in its reward.
         backend_options: keyword arguments of the backend's constructor.
+        placer: the placer of arriving jobs, by name (:data:`~dlsched.envs.placement.PLACERS`).
     """
     resolved = resolve_vec_env_kind(kind, n_envs, backend, len(scenarios), slot_agents)
     if resolved is VecEnvKind.BATCHED:
@@ -264,6 +270,7 @@ def make_vec_env(
                 reward=reward,
                 backend_options=backend_options,
                 autoreset_mode=AutoresetMode.SAME_STEP,
+                placer=placer_named(placer),
             )
             vector = batched.unwrapped
             if not isinstance(vector, SchedulingVectorEnv):
@@ -279,6 +286,7 @@ def make_vec_env(
         backend,
         reward,
         backend_options,
+        placer,
     )
     venv: VecEnv
     if resolved is VecEnvKind.SUBPROC:

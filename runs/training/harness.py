@@ -59,7 +59,7 @@ from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
 from stable_baselines3.common.vec_env import VecEnv, VecFrameStack, VecNormalize
 
 from dlsched.envs.errors import PolicyError, TrackingError
-from dlsched.envs.observation import ObservationLayout
+from dlsched.envs.observation import FEATURES, ObservationLayout
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.learned import ModelCard, algorithm_class, save_model
@@ -82,6 +82,8 @@ from dlsched.runs.training.environments import (
     layout_of,
     make_vec_env,
 )
+from dlsched.runs.training.feature_selection import SelectFeatures
+from dlsched.runs.training.imitation import batched_under, imitate
 
 BEST_MODEL_DIR = "model"
 #: The local folder of the best model as an MLflow Model, logged as ``model/``.
@@ -90,6 +92,7 @@ FINAL_MODEL_DIR = "final-model"
 CONFIG_FILE = "training_config.json"
 VALIDATION_FILE = "validation.json"
 PROGRESS_FILE = "progress.csv"
+IMITATION_FILE = "imitation.json"
 SCENARIO_DIR = "scenarios"
 
 
@@ -369,6 +372,11 @@ def _learn(
         validation = _validation(config, eval_scenarios, card, normalizer, folder, bar)
         if validation is not None:
             callbacks.append(validation)
+        if config.imitation is not None:
+            _imitate(model, normalizer, venv, config, bar, folder)
+            if validation is not None:
+                validation.init_callback(model)
+                validation.validate()  # the imitated model may be the best
         interruption = _run_learning(model, config, callbacks, bar, validation)
         save_model(model, normalizer, card, folder / FINAL_MODEL_DIR)
         model.logger.close()
@@ -382,6 +390,34 @@ def _learn(
     return _training_result(training_id, folder, model, validation, tracking, interruption)
 
 
+def _imitate(
+    model: BaseAlgorithm,
+    normalizer: VecNormalize,
+    venv: VecEnv,
+    config: TrainingConfig,
+    bar: ProgressBar,
+    folder: Path,
+) -> None:
+    """Fit the model to its teacher before reinforcement learning (:mod:`.imitation`), each
+    round in the training's log and in ``imitation.json``."""
+    assert config.imitation is not None
+    rounds = imitate(
+        model,
+        normalizer,
+        batched_under(venv),
+        config.imitation,
+        config.action_mapping,
+        progress=bar.enabled,
+    )
+    for record in rounds:
+        for key in ("samples", "loss", "limit_error"):
+            model.logger.record(f"imitation/{key}", getattr(record, key))
+        model.logger.dump(record.round)
+    (folder / IMITATION_FILE).write_text(
+        json.dumps([asdict(record) for record in rounds], indent=2) + "\n", encoding="utf-8"
+    )
+
+
 def _model_card(
     config: TrainingConfig, scenarios: Sequence[Scenario], tracking: TrainingTracking | None
 ) -> ModelCard:
@@ -390,7 +426,12 @@ def _model_card(
     return ModelCard(
         algo=config.algo,
         kind=kind,
-        trained_on=tuple(dict.fromkeys(layout_of(scenario) for scenario in scenarios)),
+        trained_on=tuple(
+            dict.fromkeys(
+                ObservationLayout(layout.workers, layout.slots_per_worker, config.features)
+                for layout in (layout_of(scenario) for scenario in scenarios)
+            )
+        ),
         actions=config.action_mapping,
         frame_stack=config.frame_stack,
         slot_agents=config.slot_agents,
@@ -398,6 +439,7 @@ def _model_card(
         scenarios=tuple(scenario.name for scenario in scenarios),
         run_id=tracking.run_id if tracking is not None else None,
         dlsched_version=dlsched_version(),
+        placer=config.placer,
     )
 
 
@@ -413,7 +455,10 @@ def _training_env(config: TrainingConfig, scenarios: Sequence[Scenario]) -> VecE
         config.slot_agents,
         config.own_weight,
         {"speed_spread": config.speed_spread} if config.speed_spread else {},
+        config.placer,
     )
+    if config.features != FEATURES:
+        venv = SelectFeatures(venv, config.features)
     if config.frame_stack > 1:
         venv = VecFrameStack(venv, config.frame_stack, channels_order="last")
     return venv
@@ -581,8 +626,9 @@ def _finish_run(tracking: TrainingTracking, result: TrainingResult) -> None:
     client.log_artifacts(run_id, str(mlflow_model), BEST_MODEL_DIR)
     client.log_artifacts(run_id, str(folder / FINAL_MODEL_DIR), FINAL_MODEL_DIR)
     client.log_artifacts(run_id, str(folder / SCENARIO_DIR), SCENARIO_DIR)
-    for name in (CONFIG_FILE, VALIDATION_FILE, PROGRESS_FILE):
-        client.log_artifact(run_id, str(folder / name))
+    for name in (CONFIG_FILE, VALIDATION_FILE, PROGRESS_FILE, IMITATION_FILE):
+        if (folder / name).is_file():
+            client.log_artifact(run_id, str(folder / name))
     client.set_tag(run_id, "dlsched.stopped_early", str(result.stopped_early).lower())
     if result.interruption is not None:
         client.set_tag(run_id, "dlsched.interrupted", str(result.interruption) or "SIGINT")
