@@ -30,8 +30,9 @@ PRETRAINED_SCHEME = "pretrained:"
 #: The card beside each pretrained model folder's files.
 PRETRAINED_CARD_FILE = "pretrained.json"
 #: Version of the card's format; a reader refuses a newer one. Format 1 compared each held-out
-#: result with DQoES only (``dqoes``); format 2 names the metric and any baselines.
-PRETRAINED_CARD_FORMAT = 2
+#: result with DQoES only (``dqoes``); format 2 names the metric and any baselines; format 3 adds
+#: the bound and the baselines that left jobs unfinished (``incomplete``).
+PRETRAINED_CARD_FORMAT = 3
 _FOLDER = "pretrained_models"
 
 
@@ -49,6 +50,9 @@ class HeldOutResult:
         baselines: each baseline's mean on the same seeds, by name.
         half_widths: the 95% confidence half-width across seeds of the model's (``model``) and
             of baselines' means, where recorded.
+        bound: the mean over the seeds of what no policy can beat on them, where recorded.
+        incomplete: the policies (``model`` for the model) whose metric some seed lacks (a
+            training job left unfinished at the horizon): their means cover the other seeds.
     """
 
     scenario: str
@@ -57,6 +61,8 @@ class HeldOutResult:
     model: float
     baselines: Mapping[str, float]
     half_widths: Mapping[str, float] = field(default_factory=dict)
+    bound: float | None = None
+    incomplete: tuple[str, ...] = ()
 
     @property
     def seed_range(self) -> range:
@@ -77,14 +83,30 @@ class HeldOutResult:
             half_widths={
                 str(name): float(value) for name, value in row.get("half_widths", {}).items()
             },
+            bound=None if row.get("bound") is None else float(row["bound"]),
+            incomplete=tuple(str(name) for name in row.get("incomplete", ())),
         )
+
+    def to_data(self) -> dict[str, Any]:
+        """The row as a card holds it (JSON data)."""
+        return {
+            "scenario": self.scenario,
+            "seeds": self.seeds,
+            "metric": self.metric,
+            "model": self.model,
+            "baselines": dict(self.baselines),
+            "half_widths": dict(self.half_widths),
+            "bound": self.bound,
+            "incomplete": list(self.incomplete),
+        }
 
     def describe(self) -> str:
         """The result in one line: the model's mean, then each baseline's."""
         others = ", ".join(f"{name} {_figure(value)}" for name, value in self.baselines.items())
+        bound = "" if self.bound is None else f" (bound {_figure(self.bound)})"
         return (
             f"held out: {self.scenario} (seeds {self.seeds}), {self.metric}: "
-            f"{_figure(self.model)} against {others}"
+            f"{_figure(self.model)} against {others}{bound}"
         )
 
 

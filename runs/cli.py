@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "docker": "manage the containers of the Docker backend",
     "bench": "measure the speed of parts of dlsched on this machine",
     "baselines": "list the papers' baselines and their parameters, or print their report",
+    "judge": "run a scheduler on every shipped scenario of its kind beside the baselines",
     "image": "build or inspect the workload image of the Docker backend",
     "calibrate": "measure replay profiles (or the contention term) on the local Docker engine",
     "validate": "hold the replay model against the real host on the same policies and seeds",

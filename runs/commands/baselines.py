@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 
 from dlsched.baselines.registry import baseline_class, defaults, names
-from dlsched.policies.pretrained import pretrained_cards
+from dlsched.policies.pretrained import PretrainedCard, pretrained_cards
 from dlsched.runs.commands.argument_types import positive_int
 from dlsched.runs.commands.options import Subcommands
+from dlsched.runs.evaluation.judgement import HELD_TO, verdict
+from dlsched.runs.evaluation.metrics import PRIMARY_METRIC
 from dlsched.runs.parser import ListOption, deprecated_alias, plain
 from dlsched.runs.reproduce.baselines_report import format_report, report
 
@@ -79,7 +81,27 @@ def run_list(args: argparse.Namespace) -> int:
         print("\nlearned schedulers shipped with dlsched (evaluate --policy pretrained:<name>):")
     for card in cards:
         print(card.describe())
+        summary = _summary(card)
+        if summary:
+            print(f"    {summary}")
     return 0
+
+
+def _summary(card: PretrainedCard) -> str:
+    """The card's held-out rows against a shipped model's targets, in one line (empty where the
+    card holds no row of every shipped scenario of its kind)."""
+    rows = card.held_out
+    if not rows or any(row.metric != rows[0].metric for row in rows):
+        return ""
+    kind = next(kind for kind, metric in PRIMARY_METRIC.items() if metric == rows[0].metric)
+    result = verdict(rows, kind)
+    parts = [
+        f"on {len(rows)} scenarios: worse than default on {len(result.below_default)}",
+        f"worse than {' or '.join(HELD_TO[kind])} on {len(result.below_paper)}",
+    ]
+    if result.mean_gap_closed is not None:
+        parts.append(f"{result.mean_gap_closed:.0%} of the gap from them to the oracle closed")
+    return "; ".join(parts)
 
 
 def run_report(args: argparse.Namespace) -> int:
