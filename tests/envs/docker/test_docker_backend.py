@@ -6,6 +6,7 @@ image on the local engine: they are skipped without one and fail when DLSCHED_RE
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -34,7 +35,7 @@ from dlsched.envs.docker.cgroup import (
     parse_cpu_stat_usage,
 )
 from dlsched.envs.docker.container_output import ContainerOutput, JsonLineReader, Progress
-from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_JOB, LABEL_WORKER
+from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_JOB, LABEL_MANAGED, LABEL_WORKER
 from dlsched.envs.errors import (
     BackendError,
     DockerUnavailableError,
@@ -640,6 +641,40 @@ def test_unlabelled_container_keeps_its_limit_and_life(docker_engine, workload_i
             docker_engine.containers.get(leftover.id)
 
         assert_left_alone(docker_engine, bystander, before)
+
+
+@requires_docker
+def test_cleanup_leaves_a_running_container_without_owner_labels_running(
+    docker_engine, workload_image, capsys
+):
+    """A running container labelled ``dlsched.managed=1`` without owner labels may be part of
+    an episode this host cannot see (another program's, or an older dlsched's still running):
+    cleanup names it and leaves it, and removes it only with ``--include-live``."""
+    episode = f"unowned-{uuid.uuid4().hex[:8]}"
+    running = docker_engine.containers.run(
+        workload_image,
+        ["python", "-c", "import time\nwhile True: time.sleep(0.2)"],
+        detach=True,
+        labels={LABEL_MANAGED: "1", LABEL_EPISODE: episode, LABEL_JOB: "j00"},  # no owner
+        network_mode="none",
+    )
+    try:
+        assert cli_main(["docker", "cleanup", "--episode", episode]) == 0
+        out = capsys.readouterr().out
+        assert "removed 0 dlsched containers" in out
+        assert f"left running {running.id[:12]}" in out
+        assert "running without owner labels" in out
+        running.reload()
+        assert running.status == "running"
+
+        assert cli_main(["docker", "cleanup", "--episode", episode, "--include-live"]) == 0
+        out = capsys.readouterr().out
+        assert f"removing a LIVE container (--include-live): {running.id[:12]}" in out
+        with pytest.raises(docker.errors.NotFound):
+            docker_engine.containers.get(running.id)
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            running.remove(force=True)
 
 
 @requires_docker
