@@ -28,10 +28,14 @@ from dlsched.envs.docker import container_output, interruption
 from dlsched.envs.docker import engine as docker_engine
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.cgroup import (
+    NO_CFS_LIMIT,
     CgroupVersion,
     CpuUsageFile,
+    cfs_limit,
     detect_cgroup_version,
+    find_cpu_limit_files,
     find_cpu_usage_file,
+    find_process_stat,
     parse_cpu_stat_usage,
 )
 from dlsched.envs.docker.container_output import ContainerOutput, JsonLineReader, Progress
@@ -133,6 +137,58 @@ def test_cgroup_file_of_an_exited_container_reads_none(tmp_path):
 def test_cpu_stat_without_usage_is_an_error():
     with pytest.raises(ValueError, match="usage_usec"):
         parse_cpu_stat_usage("user_usec 5\nsystem_usec 1\n")
+
+
+@pytest.mark.parametrize(
+    ("files", "version", "limit"),
+    [
+        (
+            {"cpu/docker/{id}/cpu.cfs_quota_us": "30000\n"},
+            CgroupVersion.V1,
+            cfs_limit(30000, 100000),
+        ),
+        ({"cpu,cpuacct/docker/{id}/cpu.cfs_quota_us": "-1\n"}, CgroupVersion.V1, NO_CFS_LIMIT),
+        ({"docker/{id}/cpu.max": "55000 100000\n"}, CgroupVersion.V2, cfs_limit(55000, 100000)),
+        (
+            {"system.slice/docker-{id}.scope/cpu.max": "max 100000\n"},
+            CgroupVersion.V2,
+            NO_CFS_LIMIT,
+        ),
+    ],
+)
+def test_the_cpu_limit_in_force_is_read_from_the_cgroup_files(tmp_path, files, version, limit):
+    if version is CgroupVersion.V2:
+        _write(tmp_path / "cgroup.controllers", "cpu memory\n")
+    for layout, content in files.items():
+        quota = _write(tmp_path / layout.format(id=CONTAINER_ID), content)
+        if version is CgroupVersion.V1:
+            _write(quota.with_name("cpu.cfs_period_us"), "100000\n")
+    found = find_cpu_limit_files(CONTAINER_ID, root=tmp_path)
+    assert found is not None and found.version is version
+    assert found.read() == limit
+    for path in found.directory.iterdir():
+        path.unlink()
+    assert found.read() is None  # the container stopped: its cgroup is gone
+
+
+def test_no_quota_is_one_limit_whatever_the_period():
+    assert cfs_limit(-1, 100000) == cfs_limit(0, 50000) == NO_CFS_LIMIT
+    assert NO_CFS_LIMIT.cores is None and NO_CFS_LIMIT.describe() == "no quota"
+    assert cfs_limit(30000, 100000).describe() == "0.3 cores (30000 us every 100000 us)"
+
+
+def test_a_process_stopped_by_a_signal_is_seen_in_proc(tmp_path):
+    proc = tmp_path / "proc"
+    _write(proc / "42" / "cgroup", f"0::/docker/{CONTAINER_ID}\n")
+    stat = _write(proc / "42" / "stat", "42 (python (x)) S 1 42 42 0 -1\n")
+    process = find_process_stat(CONTAINER_ID, 42, proc_root=proc)
+    assert process is not None and not process.stopped()
+    stat.write_text("42 (python (x)) T 1 42 42 0 -1\n")
+    assert process.stopped()
+    stat.unlink()
+    assert not process.stopped()  # gone: the engine's listing says how it ended
+    _write(proc / "7" / "cgroup", "0::/user.slice\n")  # another process of this namespace
+    assert find_process_stat(CONTAINER_ID, 7, proc_root=proc) is None
 
 
 # ---------------------------------------------------------------------- container output
@@ -585,6 +641,75 @@ def test_a_killed_container_is_a_failed_job_and_the_episode_goes_on(docker_engin
     finally:
         backend.close()
     assert _episode_containers(docker_engine, backend.episode or "", None) == []
+
+
+@requires_docker
+@pytest.mark.parametrize("use_cgroup_files", [None, False], ids=["cgroup-files", "inspect"])
+def test_a_limit_changed_from_outside_is_reported_and_set_again(
+    docker_engine, workload_image, use_cgroup_files
+):
+    """``docker update`` on a capped and on an uncapped service: telemetry shows the limit in
+    force, each change is one incident, and the policy's next decision, the same as before,
+    is applied (read back from the cgroup files, or, as for a remote engine, the inspect)."""
+    backend = DockerBackend(use_cgroup_files=use_cgroup_files)
+    try:
+        cores = float(docker_engine.info()["NCPU"])
+        _start(backend, _services(2, cores), limits={"j00": 0.5 / cores})  # j01 uncapped
+        backend.advance(1.0)
+        capped, uncapped = (
+            _episode_containers(docker_engine, backend.episode, job)[0] for job in ("j00", "j01")
+        )
+        docker_engine.api.update_container(capped.id, cpu_quota=30_000, cpu_period=100_000)
+        docker_engine.api.update_container(uncapped.id, cpu_quota=20_000, cpu_period=100_000)
+        telemetry = backend.advance(1.0)
+        assert telemetry.job("j00").limit == pytest.approx(0.3 / cores, abs=1e-6)
+        assert telemetry.job("j01").limit == pytest.approx(0.2 / cores, abs=1e-6)
+        first, second = sorted(backend.incidents())
+        assert first.startswith("job j00 (mobilenet-svc): the CPU limit of container")
+        assert "changed from outside" in first
+        assert "0.3 cores (30000 us every 100000 us) in force where dlsched set 0.5 cores" in first
+        assert second.startswith("job j01 (mobilenet-svc)")
+        assert "0.2 cores (20000 us every 100000 us) in force where dlsched set no quota" in second
+
+        backend.apply({"j00": 0.5 / cores, "j01": 1.0})  # the decisions it had made already
+        assert capped.client.api.inspect_container(capped.id)["HostConfig"]["CpuQuota"] == 50_000
+        assert uncapped.client.api.inspect_container(uncapped.id)["HostConfig"]["CpuQuota"] <= 0
+        telemetry = backend.advance(1.0)
+        assert telemetry.job("j00").limit == pytest.approx(0.5 / cores, abs=1e-6)
+        assert telemetry.job("j01").limit == 1.0
+        assert len(backend.incidents()) == 2  # setting it back is no incident
+    finally:
+        backend.close()
+
+
+@requires_docker
+def test_a_container_paused_or_stopped_from_outside_is_an_incident(docker_engine, workload_image):
+    backend = DockerBackend()
+    try:
+        cores = float(docker_engine.info()["NCPU"])
+        _start(backend, _services(2, cores), limits={"j00": 0.25 / cores, "j01": 0.25 / cores})
+        backend.advance(1.0)
+        paused, stopped = (
+            _episode_containers(docker_engine, backend.episode, job)[0] for job in ("j00", "j01")
+        )
+        paused.pause()
+        stopped.kill(signal="SIGSTOP")
+        try:
+            telemetry = backend.advance(1.0)
+            backend.advance(1.0)  # still so: one incident per stop
+        finally:
+            paused.unpause()
+            stopped.kill(signal="SIGCONT")
+        assert [job.state for job in telemetry.jobs] == [JobState.RUNNING] * 2
+        first, second = sorted(backend.incidents())
+        assert first.startswith("job j00 (mobilenet-svc): container")
+        assert "was paused (`docker pause`" in first
+        assert second.startswith("job j01 (mobilenet-svc): container")
+        assert "was stopped by a signal (its process in state T" in second
+        backend.advance(1.0)
+        assert len(backend.incidents()) == 2
+    finally:
+        backend.close()
 
 
 @requires_docker
