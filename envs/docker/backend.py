@@ -6,6 +6,9 @@ Every job runs in its own container of the workload image
 - starts containers with the labels ``dlsched.managed=1``, ``dlsched.episode=<uuid>`` and
   ``dlsched.job=<job id>`` (:mod:`dlsched.envs.docker.container_start`), and lists, updates or
   removes only containers that carry them (:mod:`dlsched.envs.docker.containers`);
+- confines each to what its workload needs (:mod:`dlsched.envs.docker.sandbox`): a user that is
+  not root, no capabilities, a read-only root filesystem with a tmpfs for scratch, the memory and
+  pids limits of the scenario (``container_memory_mb``, ``container_pids``), no network;
 - labels every container with its owner process (``dlsched.owner.host``, ``.pid``, ``.started``:
   :class:`~dlsched.envs.owner.ProcessOwner`), so that ``dlsched docker cleanup`` removes only the
   containers of processes that are gone, never those of a live episode;
@@ -72,6 +75,7 @@ from dlsched.envs.docker.engine import endpoint_url, unix_time
 from dlsched.envs.docker.engine_connections import EngineConnections
 from dlsched.envs.docker.interruption import remove_episode, track, untrack
 from dlsched.envs.docker.records import Job, Run
+from dlsched.envs.docker.sandbox import DEFAULT_LIMITS, ContainerLimits
 from dlsched.envs.errors import ActionError, BackendError, EngineLostError, ScenarioError
 from dlsched.envs.owner import ProcessOwner
 from dlsched.envs.progress_trace import ProgressTrace
@@ -144,6 +148,9 @@ class DockerBackend(Backend):
 
         Args:
             image: the workload image; ``None`` is dlsched's own (``dlsched.envs.docker.image``).
+                Another must run as dlsched's does: the program as ``python -m
+                dlsched_workloads``, the user 10001 named in its ``/etc/passwd``, and
+                ``/var/lib/dlsched`` that user's (:mod:`dlsched.envs.docker.sandbox`).
             cpu_period_us: the CFS period of every container, in microseconds.
             use_cgroup_files: read CPU time from cgroup files (``True``: required, an error if a
                 container's files cannot be found), from the engine's statistics (``False``),
@@ -206,6 +213,7 @@ class DockerBackend(Backend):
         )
         self._specs: dict[str, JobSpec] = {}
         self._jobs: dict[str, Job] = {}
+        self._limits = DEFAULT_LIMITS  # the episode's, from its scenario, at reset()
         self._episode: str | None = None
         self._cleanup: weakref.finalize[Any, Any] | None = None
         self._time_s = 0.0
@@ -265,7 +273,8 @@ class DockerBackend(Backend):
         seeds = {job.job_id: int(rng.integers(2**31 - 1)) for job in jobs}
         self._jobs = {}
         self._episode = uuid.uuid4().hex
-        self._starter.begin(self._episode, self.image, threading, seeds)
+        self._limits = ContainerLimits.of(scenario)
+        self._starter.begin(self._episode, self.image, threading, self._limits, seeds)
         self._cleanup = weakref.finalize(self, remove_episode, self._episode, _endpoints(scenario))
         track(self._cleanup)
         self._clock.restart()
@@ -342,8 +351,8 @@ class DockerBackend(Backend):
     def incidents(self) -> tuple[str, ...]:
         """What happened this episode that makes its figures doubtful: here, containers that
         vanished (removed by someone else), were killed, paused or stopped from outside while
-        their job ran, or whose CPU limit another process changed, and engines that stopped
-        answering."""
+        their job ran, whose CPU limit another process changed, or that went over their memory
+        limit, and engines that stopped answering."""
         return tuple(self._incidents)
 
     def progress_traces(self) -> tuple[ProgressTrace, ...]:
@@ -689,7 +698,14 @@ class DockerBackend(Backend):
                 f"{now:.0f} s while its job ran (removed by another process, e.g. `docker rm` "
                 "or `dlsched docker cleanup --include-live`)"
             )
-        elif exit_code == _KILLED_EXIT_CODE and not out_of_memory:
+        elif out_of_memory:
+            self._incidents.append(
+                f"job {job.spec.job_id} ({job.spec.workload}): container {run.name} was killed "
+                f"by the out-of-memory killer at {now:.0f} s; its memory limit is "
+                f"{self._limits.memory_mb} MiB: raise the scenario's container_memory_mb if "
+                "the workload needs more"
+            )
+        elif exit_code == _KILLED_EXIT_CODE:
             # `docker rm -f` kills before it removes: a poll between the two sees this
             self._incidents.append(
                 f"job {job.spec.job_id} ({job.spec.workload}): container {run.name} was killed "

@@ -2,10 +2,11 @@
 
 :class:`ContainerStarter` builds a job's workload command (its iterations, the iteration it
 resumes at, its checkpoint file, the episode's threading and the job's seed), creates the
-container with dlsched's labels (:mod:`dlsched.envs.docker.containers`) and its quota, puts a
-migrated job's checkpoint into it, starts it and follows its output; it finds the container's
-cgroup CPU file where the engine runs on this host, and takes the checkpoint a stopped training
-container saved. It also converts limits to CFS limits and back
+container with dlsched's labels (:mod:`dlsched.envs.docker.containers`), its quota and least
+privilege (:mod:`dlsched.envs.docker.sandbox`: the workload user, no capabilities, a read-only
+root filesystem, memory and pids limits), puts a migrated job's checkpoint into it, starts it
+and follows its output; it finds the container's cgroup files and process where the engine runs
+on this host, and takes the checkpoint a stopped training container saved. It also converts limits to CFS limits and back
 (:meth:`ContainerStarter.cfs_of`, :meth:`ContainerStarter.limit_of`), which the backend's limit
 updates and measurements use too.
 """
@@ -42,6 +43,12 @@ from dlsched.envs.docker.containers import (
 from dlsched.envs.docker.engine import endpoint_url, unix_time
 from dlsched.envs.docker.engine_connections import EngineConnections
 from dlsched.envs.docker.records import Job, Run, total_iterations
+from dlsched.envs.docker.sandbox import (
+    STATE_DIR,
+    WORKLOAD_USER,
+    ContainerLimits,
+    least_privilege,
+)
 from dlsched.envs.errors import BackendError
 from dlsched.envs.owner import ProcessOwner
 from dlsched.envs.scenarios.model import JobKind, JobSpec
@@ -53,15 +60,17 @@ _log = logging.getLogger(__name__)
 MIN_CPU_QUOTA_US = 1000
 #: The period the kernel applies where the engine sets none (inspect then says 0).
 KERNEL_CPU_PERIOD_US = 100_000
-#: Where a training container saves its state when stopped; a migration carries it over.
-CHECKPOINT_PATH = "/tmp/dlsched-checkpoint.pt"
+#: Where a training container saves its state when stopped; a migration carries it over. On
+#: the volume at STATE_DIR: it outlives the container's stop, which a tmpfs does not.
+CHECKPOINT_PATH = f"{STATE_DIR}/checkpoint.pt"
 
 
 class ContainerStarter:
     """Starts the containers of an episode's jobs on their workers' engines.
 
     The settings are the backend's, fixed at construction; :meth:`begin` gives each episode's
-    own (its id, image, threading and the jobs' seeds) before its first :meth:`start`.
+    own (its id, image, threading, container limits and the jobs' seeds) before its first
+    :meth:`start`.
     """
 
     def __init__(
@@ -96,10 +105,16 @@ class ContainerStarter:
         self._episode: str | None = None
         self._image = ""
         self._threading: Threading = "tuned"
+        self._limits: ContainerLimits | None = None
         self._seeds: Mapping[str, int] = {}
 
     def begin(
-        self, episode: str, image: str, threading: Threading, seeds: Mapping[str, int]
+        self,
+        episode: str,
+        image: str,
+        threading: Threading,
+        limits: ContainerLimits,
+        seeds: Mapping[str, int],
     ) -> None:
         """Start the containers of episode ``episode`` from now on, with its settings.
 
@@ -108,11 +123,13 @@ class ContainerStarter:
                 names).
             image: the workload image.
             threading: how the workloads size their thread pools.
+            limits: the memory and pids each container may take.
             seeds: each job's seed, by job id.
         """
         self._episode = episode
         self._image = image
         self._threading = threading
+        self._limits = limits
         self._seeds = seeds
 
     def start(
@@ -133,7 +150,7 @@ class ContainerStarter:
             BackendError: the engine refused to create or start the container, or (with
                 ``use_cgroup_files=True``) its cgroup CPU file cannot be found.
         """
-        assert self._episode is not None
+        assert self._episode is not None and self._limits is not None
         client = self._engines[worker].client
         name = f"dlsched-{self._episode[:8]}-{spec.job_id}" + (f"-m{attempt}" if attempt else "")
         cfs = self.cfs_of(worker, limit)
@@ -141,13 +158,18 @@ class ContainerStarter:
             cpu_period=self._cpu_period_us,
             cpu_quota=None if cfs == NO_CFS_LIMIT else cfs.quota_us,
             network_mode=self._network_mode,
+            **least_privilege(self._limits),
         )
+        training = spec.kind is JobKind.TRAINING
         try:
             created = client.api.create_container(
                 self._image,
                 command=self._command(spec, start_iteration),
                 name=name,
                 detach=True,
+                user=WORKLOAD_USER,
+                # anonymous: removed with the container (``remove_container(v=True)``)
+                volumes=[STATE_DIR] if training else None,
                 labels={
                     LABEL_MANAGED: "1",
                     LABEL_EPISODE: self._episode,

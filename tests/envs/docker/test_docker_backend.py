@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import signal
 import uuid
@@ -708,6 +709,98 @@ def test_a_container_paused_or_stopped_from_outside_is_an_incident(docker_engine
         assert "was stopped by a signal (its process in state T" in second
         backend.advance(1.0)
         assert len(backend.incidents()) == 2
+    finally:
+        backend.close()
+
+
+_CAN_AND_CANNOT = """
+import json, os
+def writes(path):
+    try:
+        with open(path, "w") as f:
+            f.write("x")
+    except OSError as error:
+        return error.strerror
+    os.remove(path)
+    return "written"
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+print(json.dumps({
+    "uid": os.getuid(), "gid": os.getgid(), "home": os.environ["HOME"],
+    "capabilities": status["CapEff"].strip(), "no_new_privs": status["NoNewPrivs"].strip(),
+    "root_fs": writes("/opt/dlsched/x"), "tmp": writes("/tmp/x"),
+    "state": writes("/var/lib/dlsched/x"),
+}))
+"""
+
+
+@requires_docker
+def test_a_workload_container_runs_with_least_privilege_and_reports_progress(
+    docker_engine, workload_image
+):
+    cores = float(docker_engine.info()["NCPU"])
+    scenario = dataclasses.replace(
+        _training_scenario(cores=cores), container_memory_mb=1024, container_pids=128
+    )
+    backend = DockerBackend()
+    try:
+        _start(backend, scenario, limits={"j00": 0.5 / cores})
+        (container,) = _episode_containers(docker_engine, backend.episode, "j00")
+        inspected = docker_engine.api.inspect_container(container.id)
+        assert inspected["Config"]["User"] == "10001:10001"
+        host = inspected["HostConfig"]
+        assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
+        assert host["SecurityOpt"] == ["no-new-privileges"]
+        assert host["ReadonlyRootfs"] is True and host["Privileged"] is False
+        assert host["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,noexec,size=64m,mode=1777"}
+        assert host["Memory"] == host["MemorySwap"] == 1024 * 2**20
+        assert host["PidsLimit"] == 128
+        assert host["NetworkMode"] == "none"
+        (volume,) = inspected["Mounts"]  # the checkpoint's, removed with the container
+        assert (volume["Type"], volume["Destination"], volume["RW"]) == (
+            "volume",
+            "/var/lib/dlsched",
+            True,
+        )
+        # what a process of the container can and cannot do (an exec runs as the workload does)
+        code, output = container.exec_run(["python", "-c", _CAN_AND_CANNOT])
+        assert code == 0, output
+        assert json.loads(output) == {
+            "uid": 10001,
+            "gid": 10001,
+            "home": "/tmp",
+            "capabilities": "0000000000000000",
+            "no_new_privs": "1",
+            "root_fs": "Read-only file system",
+            "tmp": "written",
+            "state": "written",
+        }
+        telemetry = backend.advance(0.0)
+        while telemetry.job("j00").iterations < 3 and telemetry.time_s < 60:
+            telemetry = backend.advance(1.0)
+        job = telemetry.job("j00")
+        assert job.iterations >= 3 and job.loss is not None, job
+        assert job.state in (JobState.RUNNING, JobState.DONE)
+        assert backend.incidents() == ()
+    finally:
+        backend.close()
+    with pytest.raises(docker.errors.NotFound):
+        docker_engine.volumes.get(volume["Name"])
+
+
+@requires_docker
+def test_a_job_over_its_memory_limit_fails_as_an_incident(docker_engine, workload_image):
+    cores = float(docker_engine.info()["NCPU"])
+    scenario = dataclasses.replace(_training_scenario(cores=cores), container_memory_mb=64)
+    backend = DockerBackend()
+    try:
+        telemetry = _start(backend, scenario, limits={"j00": 0.5 / cores})
+        while telemetry.job("j00").state is JobState.RUNNING and telemetry.time_s < 60:
+            telemetry = backend.advance(1.0)  # torch alone takes more than 64 MiB
+        assert telemetry.job("j00").state is JobState.FAILED
+        (incident,) = backend.incidents()
+        assert incident.startswith("job j00 (mlp-digits): container")
+        assert "killed by the out-of-memory killer" in incident
+        assert "its memory limit is 64 MiB: raise the scenario's container_memory_mb" in incident
     finally:
         backend.close()
 
