@@ -6,19 +6,29 @@ Every job runs in its own container of the workload image
 - starts containers with the labels ``dlsched.managed=1``, ``dlsched.episode=<uuid>`` and
   ``dlsched.job=<job id>`` (:mod:`dlsched.envs.docker.container_start`), and lists, updates or
   removes only containers that carry them (:mod:`dlsched.envs.docker.containers`);
+- confines each to what its workload needs (:mod:`dlsched.envs.docker.sandbox`): a user that is
+  not root, no capabilities, a read-only root filesystem with a tmpfs for scratch, the memory and
+  pids limits of the scenario (``container_memory_mb``, ``container_pids``), no network;
 - labels every container with its owner process (``dlsched.owner.host``, ``.pid``, ``.started``:
   :class:`~dlsched.envs.owner.ProcessOwner`), so that ``dlsched docker cleanup`` removes only the
   containers of processes that are gone, never those of a live episode;
 - sets limits with ``cpu_period``/``cpu_quota`` (docker-py's ``update`` has no ``nano_cpus``, and a
-  container created with ``nano_cpus`` refuses quota updates) and reports the limit it reads
-  back from the engine, not the one it asked for;
+  container created with ``nano_cpus`` refuses quota updates), and reads the limit in force back
+  at every measurement (from the container's cgroup files when the engine runs on this host, else
+  from the engine's inspect): telemetry reports that limit, not the one the backend asked for or
+  set. Another process may change it (``docker update``): that is an incident of the episode,
+  and the next decision is applied whatever the backend set before, since an update is skipped
+  only when the limit read back already equals it;
 - measures CPU time from the container's cgroup files when the engine runs on this host
   (:mod:`dlsched.envs.docker.cgroup`) and from the engine's one-shot statistics otherwise;
 - reads progress from the JSON lines the workload prints
   (:mod:`dlsched.envs.docker.container_output`);
 - reports a container that dies as a ``FAILED`` job, never as an exception; one that vanished
   (removed by someone else) is also an incident of the episode (:meth:`DockerBackend.incidents`),
-  so that its figures are not trusted silently;
+  so that its figures are not trusted silently, as is one paused (``docker pause``: the engine
+  lists it ``paused``) or stopped by a signal (SIGSTOP: its main process in state ``T``, seen
+  where the engine runs on this host) from outside while its job ran: it stays ``RUNNING`` at
+  no CPU, as it is;
 - removes its containers on :meth:`~DockerBackend.close`, on the next
   :meth:`~DockerBackend.reset`, at interpreter exit and on SIGINT/SIGTERM
   (:mod:`dlsched.envs.docker.interruption`), one after another (a thread pool refuses work at
@@ -58,13 +68,14 @@ import requests
 
 from dlsched.envs.backend import Backend, BackendCapabilities
 from dlsched.envs.decision import Placement, Placements
-from dlsched.envs.docker.cgroup import DEFAULT_CGROUP_ROOT
-from dlsched.envs.docker.container_start import ContainerStarter
+from dlsched.envs.docker.cgroup import DEFAULT_CGROUP_ROOT, CfsLimit
+from dlsched.envs.docker.container_start import ContainerStarter, inspected_cfs
 from dlsched.envs.docker.containers import managed_containers
 from dlsched.envs.docker.engine import endpoint_url, unix_time
 from dlsched.envs.docker.engine_connections import EngineConnections
 from dlsched.envs.docker.interruption import remove_episode, track, untrack
 from dlsched.envs.docker.records import Job, Run
+from dlsched.envs.docker.sandbox import DEFAULT_LIMITS, ContainerLimits
 from dlsched.envs.errors import ActionError, BackendError, EngineLostError, ScenarioError
 from dlsched.envs.owner import ProcessOwner
 from dlsched.envs.progress_trace import ProgressTrace
@@ -137,6 +148,9 @@ class DockerBackend(Backend):
 
         Args:
             image: the workload image; ``None`` is dlsched's own (``dlsched.envs.docker.image``).
+                Another must run as dlsched's does: the program as ``python -m
+                dlsched_workloads``, the user 10001 named in its ``/etc/passwd``, and
+                ``/var/lib/dlsched`` that user's (:mod:`dlsched.envs.docker.sandbox`).
             cpu_period_us: the CFS period of every container, in microseconds.
             use_cgroup_files: read CPU time from cgroup files (``True``: required, an error if a
                 container's files cannot be found), from the engine's statistics (``False``),
@@ -199,6 +213,7 @@ class DockerBackend(Backend):
         )
         self._specs: dict[str, JobSpec] = {}
         self._jobs: dict[str, Job] = {}
+        self._limits = DEFAULT_LIMITS  # the episode's, from its scenario, at reset()
         self._episode: str | None = None
         self._cleanup: weakref.finalize[Any, Any] | None = None
         self._time_s = 0.0
@@ -258,7 +273,8 @@ class DockerBackend(Backend):
         seeds = {job.job_id: int(rng.integers(2**31 - 1)) for job in jobs}
         self._jobs = {}
         self._episode = uuid.uuid4().hex
-        self._starter.begin(self._episode, self.image, threading, seeds)
+        self._limits = ContainerLimits.of(scenario)
+        self._starter.begin(self._episode, self.image, threading, self._limits, seeds)
         self._cleanup = weakref.finalize(self, remove_episode, self._episode, _endpoints(scenario))
         track(self._cleanup)
         self._clock.restart()
@@ -312,8 +328,8 @@ class DockerBackend(Backend):
                 for job_id, limit in limits.items()
                 if job_id not in placed_now
                 and self._jobs[job_id].state is JobState.RUNNING
-                and self._starter.quota_us(self._jobs[job_id].worker, limit)
-                != self._jobs[job_id].quota_us
+                and self._starter.cfs_of(self._jobs[job_id].worker, limit)
+                != self._jobs[job_id].in_force
             ]
             self._map(lambda change: self._set_limit(*change), changes)
 
@@ -334,8 +350,9 @@ class DockerBackend(Backend):
 
     def incidents(self) -> tuple[str, ...]:
         """What happened this episode that makes its figures doubtful: here, containers that
-        vanished (removed by someone else) or were killed from outside while their job ran, and
-        engines that stopped answering."""
+        vanished (removed by someone else), were killed, paused or stopped from outside while
+        their job ran, whose CPU limit another process changed, or that went over their memory
+        limit, and engines that stopped answering."""
         return tuple(self._incidents)
 
     def progress_traces(self) -> tuple[ProgressTrace, ...]:
@@ -430,19 +447,21 @@ class DockerBackend(Backend):
         asked = 1.0 if limit is None else limit
         if not self._engines.worker_lost(placement.worker):
             with self._engines.answering(self._engines[placement.worker].endpoint):
-                run, (read_back, quota) = self._starter.start(spec, placement.worker, asked, 0, 0)
+                run, read_back = self._starter.start(spec, placement.worker, asked, 0, 0)
         if self._engines.worker_lost(placement.worker):
             # placed on a host that is gone: the job fails there, as it would in a cluster
+            never = self._starter.cfs_of(placement.worker, asked)
             self._jobs[spec.job_id] = Job(
-                spec, placement.worker, placement.slot, asked, -1, state=JobState.FAILED
+                spec, placement.worker, placement.slot, asked, never, never, state=JobState.FAILED
             )
             return
         job = Job(
             spec=spec,
             worker=placement.worker,
             slot=placement.slot,
-            limit=read_back,
-            quota_us=quota,
+            limit=self._starter.limit_of(placement.worker, read_back),
+            in_force=read_back,
+            applied=read_back,
             runs=[run],
         )
         self._jobs[spec.job_id] = job
@@ -469,7 +488,7 @@ class DockerBackend(Backend):
         if self._engines.worker_lost(old.worker):
             return
         with self._engines.answering(self._engines[placement.worker].endpoint):
-            run, (job.limit, job.quota_us) = self._starter.start(
+            run, read_back = self._starter.start(
                 job.spec, placement.worker, job.limit, resume, len(job.runs), checkpoint
             )
         if self._engines.worker_lost(placement.worker):
@@ -478,17 +497,19 @@ class DockerBackend(Backend):
         job.runs.append(run)
         job.worker = placement.worker
         job.slot = placement.slot
+        job.limit = self._starter.limit_of(job.worker, read_back)
+        job.in_force = job.applied = read_back
 
     def _set_limit(self, job_id: str, limit: float) -> None:
         job = self._jobs[job_id]
         client = self._engines[job.worker].client
-        quota = self._starter.quota_us(job.worker, limit)
+        quota = self._starter.cfs_of(job.worker, limit).quota_us
         endpoint = self._engines[job.worker].endpoint
         try:
             client.api.update_container(
                 job.run.container_id, cpu_period=self._cpu_period_us, cpu_quota=quota
             )
-            inspected = client.api.inspect_container(job.run.container_id)
+            read_back = self._read_limit(job.run)
         except requests.exceptions.ConnectionError as error:
             self._engines.lose(endpoint, error)  # its jobs fail at the next measurement
             return
@@ -501,7 +522,10 @@ class DockerBackend(Backend):
                 f"the engine refused limit {limit!r} (cpu_quota={quota}, "
                 f"cpu_period={self._cpu_period_us}) for job {job_id!r}: {error}"
             ) from error
-        job.limit, job.quota_us = self._starter.in_force(job.worker, inspected)
+        if read_back is None:
+            return  # it ended meanwhile: the next measurement says how
+        job.limit = self._starter.limit_of(job.worker, read_back)
+        job.in_force = job.applied = read_back
 
     # ------------------------------------------------------------------ measurement
 
@@ -520,6 +544,30 @@ class DockerBackend(Backend):
         if not total:
             return None  # an exited container reports zeros; its last reading stands
         return total / 1e9, unix_time(stats["read"])
+
+    def _read_limit(self, run: Run) -> CfsLimit | None:
+        """The CFS limit in force on ``run``'s container, from its cgroup files where the engine
+        runs on this host, else from the engine's inspect; ``None`` once it is gone.
+
+        Raises:
+            requests.exceptions.ConnectionError: the engine does not answer.
+        """
+        if run.limit_files is not None:
+            return run.limit_files.read()
+        try:
+            inspected = self._engines[run.worker].client.api.inspect_container(run.container_id)
+        except docker.errors.NotFound:
+            return None
+        return inspected_cfs(inspected)
+
+    def _read(self, job: Job) -> CfsLimit | None:
+        """Read a job's CPU time and the limit in force on it (from its cgroup files, else from
+        its engine); the limit, ``None`` if it is gone or its engine was lost meanwhile."""
+        run = job.run
+        with self._engines.answering(self._engines[run.worker].endpoint):
+            self._read_cpu(run)
+            return self._read_limit(run)
+        return None
 
     def _read_cpu(self, run: Run) -> None:
         if run.cpu_file is not None:
@@ -549,12 +597,13 @@ class DockerBackend(Backend):
                 job.state = JobState.FAILED  # its host is gone (an incident says so)
                 job.run.output.close()
         running = [job for job in self._jobs.values() if job.state is JobState.RUNNING]
-        live = [job.run for job in running if states.get(job.run.container_id) in _LIVE_STATES]
-        # Files first (microseconds each); the engine's statistics in parallel.
-        for run in live:
-            if run.cpu_file is not None:
-                self._read_cpu(run)
-        self._map(self._read_cpu, [run for run in live if run.cpu_file is None])
+        live = [job for job in running if states.get(job.run.container_id) in _LIVE_STATES]
+        # Files first (microseconds each); the engine's statistics and inspects in parallel.
+        local = [job for job in live if job.run.read_from_files]
+        limits = {job.spec.job_id: self._read(job) for job in local}
+        remote = [job for job in live if not job.run.read_from_files]
+        for job, limit in zip(remote, self._map(self._read, remote), strict=True):
+            limits[job.spec.job_id] = limit
         now = self._now()
         for job in running:
             if self._engines.worker_lost(job.worker):  # lost while its CPU was read
@@ -562,6 +611,9 @@ class DockerBackend(Backend):
                 job.run.output.close()
             elif states.get(job.run.container_id) not in _LIVE_STATES:
                 self._finish(job, now)
+            else:
+                self._check_limit(job, limits[job.spec.job_id], now)
+                self._check_stopped(job, states[job.run.container_id], now)
         jobs = []
         for job in self._in_order():
             jobs.append(job.telemetry(now))
@@ -570,6 +622,44 @@ class DockerBackend(Backend):
         return Telemetry(
             now, interval, self._worker_telemetry({j.job_id: j for j in jobs}), tuple(jobs)
         )
+
+    def _check_limit(self, job: Job, found: CfsLimit | None, now: float) -> None:
+        """Take the limit read back as the one in force; one the backend did not set, and not
+        seen before, was set by another process: an incident."""
+        if found is None:
+            return  # gone since it was listed: the next measurement says how it ended
+        if found not in (job.applied, job.in_force):
+            self._incidents.append(
+                f"job {job.spec.job_id} ({job.spec.workload}): the CPU limit of container "
+                f"{job.run.name} was changed from outside at {now:.0f} s: "
+                f"{found.describe()} in force where dlsched set {job.applied.describe()} (by "
+                "another process, e.g. `docker update`); telemetry reports the limit in force, "
+                "and the next decision sets its own"
+            )
+        job.in_force = found
+        job.limit = self._starter.limit_of(job.worker, found)
+
+    def _check_stopped(self, job: Job, engine_state: str, now: float) -> None:
+        """An incident when the job's container is found paused or stopped by a signal (once
+        per stop: it may be resumed, and stopped again)."""
+        run = job.run
+        if engine_state == "paused":
+            how = "paused (`docker pause`: its cgroup frozen)"
+        elif run.process is not None and run.process.stopped():
+            how = (
+                "stopped by a signal (its process in state T: SIGSTOP, e.g. `docker kill "
+                "--signal STOP`)"
+            )
+        else:
+            run.stopped = False
+            return
+        if not run.stopped:
+            self._incidents.append(
+                f"job {job.spec.job_id} ({job.spec.workload}): container {run.name} was {how} "
+                f"from outside at {now:.0f} s while its job ran; it makes no progress until "
+                "resumed"
+            )
+        run.stopped = True
 
     def _finish(self, job: Job, now: float) -> None:
         """Decide how an exited (or vanished) container ended: DONE or FAILED."""
@@ -608,7 +698,14 @@ class DockerBackend(Backend):
                 f"{now:.0f} s while its job ran (removed by another process, e.g. `docker rm` "
                 "or `dlsched docker cleanup --include-live`)"
             )
-        elif exit_code == _KILLED_EXIT_CODE and not out_of_memory:
+        elif out_of_memory:
+            self._incidents.append(
+                f"job {job.spec.job_id} ({job.spec.workload}): container {run.name} was killed "
+                f"by the out-of-memory killer at {now:.0f} s; its memory limit is "
+                f"{self._limits.memory_mb} MiB: raise the scenario's container_memory_mb if "
+                "the workload needs more"
+            )
+        elif exit_code == _KILLED_EXIT_CODE:
             # `docker rm -f` kills before it removes: a poll between the two sees this
             self._incidents.append(
                 f"job {job.spec.job_id} ({job.spec.workload}): container {run.name} was killed "

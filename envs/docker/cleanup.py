@@ -2,9 +2,12 @@
 
 Every container the Docker backend starts carries its owner (host, pid, process start time:
 :class:`~dlsched.envs.owner.ProcessOwner`). A container is an **orphan** when its owner is gone,
-or when it predates owner labels; it is **live** when its owner still runs here (an evaluation
-in another shell, another user's training) or runs on another host, where this host cannot tell.
-Cleanup removes orphans, and live containers only when asked to by name
+or when it has no owner labels and does not run (what a dlsched older than those labels left
+behind); it is **live** when its owner still runs here (an evaluation in another shell, another
+user's training) or runs on another host, where this host cannot tell, and also when it runs
+without owner labels: nothing says whose it is, so nothing says its episode is over (another
+program may label its containers ``dlsched.managed=1``, and an older dlsched's episode may
+still run). Cleanup removes orphans, and live containers only when asked to by name
 (``include_live=True``), because removing them breaks the episode that owns them.
 """
 
@@ -25,6 +28,10 @@ from dlsched.envs.docker.containers import (
 )
 from dlsched.envs.owner import OwnerState, ProcessOwner
 
+#: Engine states in which a container runs (or will again): one without owner labels in one of
+#: them may belong to an episode that is not over.
+_RUNNING_STATES = frozenset({"running", "paused", "restarting"})
+
 
 @dataclass(frozen=True)
 class ManagedContainer:
@@ -42,8 +49,11 @@ class ManagedContainer:
 
     @property
     def orphan(self) -> bool:
-        """Whether nothing owns it any more (or it predates owner labels)."""
-        return self.owner is None or self.owner_state is OwnerState.GONE
+        """Whether nothing owns it any more: its owner is gone, or it has no owner labels and
+        does not run."""
+        if self.owner is None:
+            return self.summary.get("State") not in _RUNNING_STATES
+        return self.owner_state is OwnerState.GONE
 
     def describe(self) -> str:
         """Id, name, episode, job, state and owner, on one line."""
@@ -57,6 +67,11 @@ class ManagedContainer:
     def whose(self) -> str:
         """Whose it is and why that makes it an orphan or live."""
         if self.owner is None:
+            if not self.orphan:
+                return (
+                    "running without owner labels: started by another program or by a dlsched "
+                    "older than owner labels, whose episode may still run"
+                )
             return "no owner label: started by a dlsched older than owner labels"
         if self.owner_state is OwnerState.GONE:
             return f"owner pid {self.owner.pid} on {self.owner.host} is gone"
@@ -120,5 +135,6 @@ def cleanup(
 
 
 def live(containers: Sequence[ManagedContainer]) -> list[ManagedContainer]:
-    """The containers among ``containers`` whose owner still runs (or cannot be checked)."""
+    """The containers among ``containers`` whose owner still runs (or cannot be checked, or
+    that run without owner labels)."""
     return [container for container in containers if not container.orphan]

@@ -2,12 +2,13 @@
 
 :class:`ContainerStarter` builds a job's workload command (its iterations, the iteration it
 resumes at, its checkpoint file, the episode's threading and the job's seed), creates the
-container with dlsched's labels (:mod:`dlsched.envs.docker.containers`) and its quota, puts a
-migrated job's checkpoint into it, starts it and follows its output; it finds the container's
-cgroup CPU file where the engine runs on this host, and takes the checkpoint a stopped training
-container saved. It also converts limits to quotas (:meth:`ContainerStarter.quota_us`) and
-reads the limit in force back from an inspected container (:meth:`ContainerStarter.in_force`),
-which the backend's limit updates use too.
+container with dlsched's labels (:mod:`dlsched.envs.docker.containers`), its quota and least
+privilege (:mod:`dlsched.envs.docker.sandbox`: the workload user, no capabilities, a read-only
+root filesystem, memory and pids limits), puts a migrated job's checkpoint into it, starts it
+and follows its output; it finds the container's cgroup files and process where the engine runs
+on this host, and takes the checkpoint a stopped training container saved. It also converts limits to CFS limits and back
+(:meth:`ContainerStarter.cfs_of`, :meth:`ContainerStarter.limit_of`), which the backend's limit
+updates and measurements use too.
 """
 
 from __future__ import annotations
@@ -20,7 +21,17 @@ from typing import Any
 
 import docker.errors
 
-from dlsched.envs.docker.cgroup import CpuUsageFile, find_cpu_usage_file
+from dlsched.envs.docker.cgroup import (
+    NO_CFS_LIMIT,
+    CfsLimit,
+    CpuLimitFiles,
+    CpuUsageFile,
+    ProcessStat,
+    cfs_limit,
+    find_cpu_limit_files,
+    find_cpu_usage_file,
+    find_process_stat,
+)
 from dlsched.envs.docker.container_output import ContainerOutput
 from dlsched.envs.docker.containers import (
     LABEL_EPISODE,
@@ -32,6 +43,12 @@ from dlsched.envs.docker.containers import (
 from dlsched.envs.docker.engine import endpoint_url, unix_time
 from dlsched.envs.docker.engine_connections import EngineConnections
 from dlsched.envs.docker.records import Job, Run, total_iterations
+from dlsched.envs.docker.sandbox import (
+    STATE_DIR,
+    WORKLOAD_USER,
+    ContainerLimits,
+    least_privilege,
+)
 from dlsched.envs.errors import BackendError
 from dlsched.envs.owner import ProcessOwner
 from dlsched.envs.scenarios.model import JobKind, JobSpec
@@ -41,15 +58,19 @@ _log = logging.getLogger(__name__)
 
 #: Linux refuses CFS quotas below one millisecond per period.
 MIN_CPU_QUOTA_US = 1000
-#: Where a training container saves its state when stopped; a migration carries it over.
-CHECKPOINT_PATH = "/tmp/dlsched-checkpoint.pt"
+#: The period the kernel applies where the engine sets none (inspect then says 0).
+KERNEL_CPU_PERIOD_US = 100_000
+#: Where a training container saves its state when stopped; a migration carries it over. On
+#: the volume at STATE_DIR: it outlives the container's stop, which a tmpfs does not.
+CHECKPOINT_PATH = f"{STATE_DIR}/checkpoint.pt"
 
 
 class ContainerStarter:
     """Starts the containers of an episode's jobs on their workers' engines.
 
     The settings are the backend's, fixed at construction; :meth:`begin` gives each episode's
-    own (its id, image, threading and the jobs' seeds) before its first :meth:`start`.
+    own (its id, image, threading, container limits and the jobs' seeds) before its first
+    :meth:`start`.
     """
 
     def __init__(
@@ -84,10 +105,16 @@ class ContainerStarter:
         self._episode: str | None = None
         self._image = ""
         self._threading: Threading = "tuned"
+        self._limits: ContainerLimits | None = None
         self._seeds: Mapping[str, int] = {}
 
     def begin(
-        self, episode: str, image: str, threading: Threading, seeds: Mapping[str, int]
+        self,
+        episode: str,
+        image: str,
+        threading: Threading,
+        limits: ContainerLimits,
+        seeds: Mapping[str, int],
     ) -> None:
         """Start the containers of episode ``episode`` from now on, with its settings.
 
@@ -96,11 +123,13 @@ class ContainerStarter:
                 names).
             image: the workload image.
             threading: how the workloads size their thread pools.
+            limits: the memory and pids each container may take.
             seeds: each job's seed, by job id.
         """
         self._episode = episode
         self._image = image
         self._threading = threading
+        self._limits = limits
         self._seeds = seeds
 
     def start(
@@ -111,8 +140,8 @@ class ContainerStarter:
         start_iteration: int,
         attempt: int,
         checkpoint: bytes | None = None,
-    ) -> tuple[Run, tuple[float, int]]:
-        """Start one container of ``spec``; the run and its limit and quota as read back.
+    ) -> tuple[Run, CfsLimit]:
+        """Start one container of ``spec``; the run and its CFS limit as read back.
 
         ``checkpoint``, a tar archive of :data:`CHECKPOINT_PATH`, is put into the container
         before it starts, so that the workload resumes from it.
@@ -121,21 +150,26 @@ class ContainerStarter:
             BackendError: the engine refused to create or start the container, or (with
                 ``use_cgroup_files=True``) its cgroup CPU file cannot be found.
         """
-        assert self._episode is not None
+        assert self._episode is not None and self._limits is not None
         client = self._engines[worker].client
         name = f"dlsched-{self._episode[:8]}-{spec.job_id}" + (f"-m{attempt}" if attempt else "")
-        quota = self.quota_us(worker, limit)
+        cfs = self.cfs_of(worker, limit)
         host_config = client.api.create_host_config(
             cpu_period=self._cpu_period_us,
-            cpu_quota=quota if quota > 0 else None,
+            cpu_quota=None if cfs == NO_CFS_LIMIT else cfs.quota_us,
             network_mode=self._network_mode,
+            **least_privilege(self._limits),
         )
+        training = spec.kind is JobKind.TRAINING
         try:
             created = client.api.create_container(
                 self._image,
                 command=self._command(spec, start_iteration),
                 name=name,
                 detach=True,
+                user=WORKLOAD_USER,
+                # anonymous: removed with the container (``remove_container(v=True)``)
+                volumes=[STATE_DIR] if training else None,
                 labels={
                     LABEL_MANAGED: "1",
                     LABEL_EPISODE: self._episode,
@@ -160,7 +194,7 @@ class ContainerStarter:
                 f"job {spec.job_id!r} ({spec.workload}) in container {name}: {error}"
             ) from error
         output = ContainerOutput(stream, stream.close, name)
-        cpu_file = self._cpu_file(container_id, inspected)
+        cpu_file, limit_files, process = self._host_files(container_id, inspected)
         run = Run(
             container_id=container_id,
             name=name,
@@ -168,11 +202,13 @@ class ContainerStarter:
             started_s=started_s,
             output=output,
             cpu_file=cpu_file,
+            limit_files=limit_files,
+            process=process,
             window_start_at=(
                 started_s if cpu_file is not None else unix_time(inspected["State"]["StartedAt"])
             ),
         )
-        return run, self.in_force(worker, inspected)
+        return run, inspected_cfs(inspected)
 
     def checkpoint_of(self, job: Job) -> bytes | None:
         """The tar archive of the checkpoint the job's stopped container saved, if it saved one."""
@@ -193,21 +229,24 @@ class ContainerStarter:
             )
             return None
 
-    def quota_us(self, worker: int, limit: float) -> int:
-        """The CFS quota of ``limit`` on ``worker``: -1 (none) at 1, else at least the minimum."""
+    def cfs_of(self, worker: int, limit: float) -> CfsLimit:
+        """The CFS limit of ``limit`` on ``worker``: none at 1, else a quota of at least the
+        minimum every :attr:`cpu_period_us`."""
         if limit >= 1.0:
-            return -1
+            return NO_CFS_LIMIT
         quota = round(limit * self._engines[worker].cores * self._cpu_period_us)
-        return max(quota, MIN_CPU_QUOTA_US)
+        return cfs_limit(max(quota, MIN_CPU_QUOTA_US), self._cpu_period_us)
 
-    def in_force(self, worker: int, inspected: Mapping[str, Any]) -> tuple[float, int]:
-        """The limit (fraction of the worker) and quota (-1: none) an inspected container has."""
-        host_config = inspected["HostConfig"]
-        quota = int(host_config.get("CpuQuota") or 0)
-        period = int(host_config.get("CpuPeriod") or self._cpu_period_us)
-        if quota <= 0:
-            return 1.0, -1
-        return min(quota / (period * self._engines[worker].cores), 1.0), quota
+    def limit_of(self, worker: int, cfs: CfsLimit) -> float:
+        """The limit (a fraction of ``worker``'s cores, at most 1) that ``cfs`` amounts to."""
+        if cfs.cores is None:
+            return 1.0
+        return min(cfs.cores / self._engines[worker].cores, 1.0)
+
+    @property
+    def cpu_period_us(self) -> int:
+        """The CFS period every container is started and updated with."""
+        return self._cpu_period_us
 
     def _command(self, job: JobSpec, start_iteration: int) -> list[str]:
         command = ["python", "-m", "dlsched_workloads", job.workload]
@@ -222,11 +261,15 @@ class ContainerStarter:
             command += ["--threading", self._threading]
         return [*command, "--seed", str(self._seeds[job.job_id])]
 
-    def _cpu_file(self, container_id: str, inspected: Mapping[str, Any]) -> CpuUsageFile | None:
+    def _host_files(
+        self, container_id: str, inspected: Mapping[str, Any]
+    ) -> tuple[CpuUsageFile | None, CpuLimitFiles | None, ProcessStat | None]:
+        """Where this host shows the container's CPU time, CPU limit and main process (each
+        ``None`` where it does not: the engine's statistics and inspect answer instead)."""
         if self._use_cgroup_files is False:
-            return None
-        pid = int(inspected["State"].get("Pid") or 0)
-        found = find_cpu_usage_file(container_id, pid or None, self._cgroup_root)
+            return None, None, None
+        pid = int(inspected["State"].get("Pid") or 0) or None
+        found = find_cpu_usage_file(container_id, pid, self._cgroup_root)
         if found is None and self._use_cgroup_files and inspected["State"]["Running"]:
             raise BackendError(
                 f"no cgroup CPU accounting file of container {container_id[:12]} under "
@@ -234,4 +277,17 @@ class ContainerStarter:
                 "cgroup layout. Pass use_cgroup_files=None (or False) to read the engine's "
                 "statistics instead"
             )
-        return found
+        if found is None:
+            return None, None, None
+        return (
+            found,
+            find_cpu_limit_files(container_id, pid, self._cgroup_root),
+            find_process_stat(container_id, pid),
+        )
+
+
+def inspected_cfs(inspected: Mapping[str, Any]) -> CfsLimit:
+    """The CFS limit the engine says an inspected container has."""
+    host_config = inspected["HostConfig"]
+    period = int(host_config.get("CpuPeriod") or KERNEL_CPU_PERIOD_US)
+    return cfs_limit(int(host_config.get("CpuQuota") or 0), period)

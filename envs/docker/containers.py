@@ -52,7 +52,8 @@ def container_owner(summary: Mapping[str, Any]) -> ProcessOwner | None:
 def remove_containers(
     client: docker.DockerClient, summaries: Sequence[Mapping[str, Any]]
 ) -> list[Mapping[str, Any]]:
-    """Force-remove listed managed containers, by id; the summaries of those removed.
+    """Force-remove listed managed containers, by id, with their anonymous volumes (a
+    training's checkpoint); the summaries of those removed.
 
     One after another: this runs at interpreter exit and in signal handlers, where a thread
     pool refuses work. Each is killed first (the engine answers at once), so that none waits
@@ -64,7 +65,7 @@ def remove_containers(
     removed = []
     for summary in summaries:
         try:
-            client.api.remove_container(summary["Id"], force=True)
+            client.api.remove_container(summary["Id"], force=True, v=True)
         except docker.errors.NotFound:
             continue
         except docker.errors.APIError as error:

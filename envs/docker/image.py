@@ -11,11 +11,20 @@ Two ways to build it:
   library, numpy, torch and the distributions torch requires), the shared libraries all of that
   links against (found with ``ldd``), the dynamic loader, a minimal ``/etc`` and the workload
   package, and streamed as a tar to the engine's import endpoint (``docker import``). Files
-  keep their absolute host paths, so the interpreter finds its prefix without relocation.
+  keep their absolute host paths, so the interpreter finds its prefix without relocation (which
+  may be under a home directory such as ``/root/.pyenv``); every file is root's, readable (and,
+  if executable on the host, executable) by anyone and writable by nobody else, and every
+  directory on the way open to anyone, so that the workload user (not root) reads all it needs
+  and changes nothing;
 - **dockerfile**: ``envs/workloads/Dockerfile`` (``FROM python:3.11-slim``, torch and numpy from
   the registry) for hosts that can pull.
 
-An image already present under :data:`IMAGE_TAG` is reused unless a rebuild is forced.
+Either way the image runs as the workload user
+(:data:`~dlsched.envs.docker.sandbox.WORKLOAD_USER`: ``dlsched``, not root, with no home of its
+own: ``HOME`` is ``/tmp``, which the Docker backend mounts as a tmpfs) and has
+:data:`~dlsched.envs.docker.sandbox.STATE_DIR`, that user's, where a training job keeps the
+checkpoint a migration carries over. An image already present under :data:`IMAGE_TAG` is
+reused unless a rebuild is forced.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ import docker.errors
 import requests
 from packaging.requirements import Requirement
 
+from dlsched.envs.docker.sandbox import STATE_DIR, WORKLOAD_UID, WORKLOAD_USER
 from dlsched.envs.errors import BackendError
 
 WORKLOADS_DIR = Path(__file__).resolve().parents[1] / "workloads"
@@ -103,7 +113,7 @@ def _source_hash() -> str:
 
 
 #: The image version: the release of the image layout, then a hash of the workload sources.
-IMAGE_VERSION = f"0.1.0-{_source_hash()}"
+IMAGE_VERSION = f"0.2.0-{_source_hash()}"
 IMAGE_TAG = f"{IMAGE_REPOSITORY}:{IMAGE_VERSION}"
 
 
@@ -228,11 +238,12 @@ def image_changes() -> list[str]:
         "PYTHONPATH": IMAGE_PACKAGE_ROOT,
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
-        "HOME": "/root",
+        "HOME": "/tmp",
         **IMAGE_THREAD_DEFAULTS,
     }
     return [
         *(f"ENV {key}={value}" for key, value in env.items()),
+        f"USER {WORKLOAD_USER}",
         f"LABEL {IMAGE_LABEL}=1",
         f"LABEL dlsched.image.version={IMAGE_VERSION}",
         f"WORKDIR {IMAGE_PACKAGE_ROOT}",
@@ -267,9 +278,10 @@ class InlineFileEntry:
 
 @dataclass(frozen=True)
 class DirectoryEntry:
-    """A directory of the image."""
+    """A directory of the image, root's unless ``owner`` (uid and gid) says otherwise."""
 
     mode: int = 0o755
+    owner: int = 0
 
 
 @dataclass(frozen=True)
@@ -314,14 +326,15 @@ class _RootfsCollector:
         self._followed: set[Path] = set()
 
     def add_file(self, destination: Path, source: Path) -> None:
-        """Store the host file ``source`` (links resolved) at ``destination`` in the image."""
+        """Store the host file ``source`` (links resolved) at ``destination`` in the image,
+        readable by the workload user (:func:`image_file_mode`)."""
         real = Path(os.path.realpath(source))
         stat = real.stat()
         self._add_parents(destination)
         # Whole seconds: a fractional mtime costs a PAX header per file, and compiled caches
         # compare only the whole seconds of their source's mtime.
         self.entries[destination] = FileEntry(
-            real, stat.st_size, stat.st_mode & 0o7777, int(stat.st_mtime)
+            real, stat.st_size, image_file_mode(stat.st_mode), int(stat.st_mtime)
         )
         self.sources.add(real)
 
@@ -330,10 +343,10 @@ class _RootfsCollector:
         self._add_parents(destination)
         self.entries[destination] = InlineFileEntry(content.encode())
 
-    def add_directory(self, destination: Path, mode: int = 0o755) -> None:
+    def add_directory(self, destination: Path, mode: int = 0o755, owner: int = 0) -> None:
         """Create the directory ``destination`` (and its parents) in the image."""
         self._add_parents(destination)
-        self.entries[destination] = DirectoryEntry(mode)
+        self.entries[destination] = DirectoryEntry(mode, owner)
 
     def add_symlink(self, destination: Path, target: str) -> None:
         """Create a link at ``destination`` pointing at ``target``."""
@@ -416,21 +429,35 @@ def collect_rootfs(progress: ProgressCallback | None = None) -> Rootfs:
     for name, text in _ETC_BASICS.items():
         collector.add_inline_file(Path("/etc") / name, text)
     collector.add_directory(Path("/tmp"), 0o1777)
-    collector.add_directory(Path("/root"), 0o700)
+    collector.add_directory(Path(STATE_DIR), 0o755, WORKLOAD_UID)
     for mount_point in ("/proc", "/sys", "/dev"):
         collector.add_directory(Path(mount_point))
     report("collect", len(collector.entries), len(collector.entries))
     return Rootfs(collector.entries, tuple(sorted(missing)))
 
 
-# A root user, name resolution from files: what a Python program may look up.
+# Root, the workload user and nobody, name resolution from files: what a Python program may look
+# up (torch names its cache folder after the user, and fails if the uid has no name).
 _ETC_BASICS = {
     "passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+    f"dlsched:x:{WORKLOAD_UID}:{WORKLOAD_UID}:dlsched workloads:/tmp:/usr/sbin/nologin\n"
     "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-    "group": "root:x:0:\nnogroup:x:65534:\n",
+    "group": f"root:x:0:\ndlsched:x:{WORKLOAD_UID}:\nnogroup:x:65534:\n",
     "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files dns\n",
     "hosts": "127.0.0.1 localhost\n::1 localhost\n",
 }
+
+
+def image_file_mode(host_mode: int) -> int:
+    """The mode of a host file in the image: readable by anyone, executable by anyone where it is
+    by someone on the host, writable by its owner (root) alone, no set-id bits.
+
+    The host may hold the installation with modes meant for its one user (``0600`` files,
+    ``0700`` directories under ``/root``); the image runs the workloads as another user, who
+    must read everything and change nothing.
+    """
+    executable = 0o111 if host_mode & 0o111 else 0
+    return (host_mode & 0o755) | 0o444 | executable
 
 
 def _is_elf(path: Path) -> bool:
@@ -567,8 +594,8 @@ def write_rootfs_tar(rootfs: Rootfs, sink: IO[bytes]) -> None:
         for path in sorted(rootfs.entries, key=lambda item: item.parts):
             entry = rootfs.entries[path]
             info = tarfile.TarInfo(str(path.relative_to("/")))
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
+            info.uid = info.gid = entry.owner if isinstance(entry, DirectoryEntry) else 0
+            info.uname = info.gname = "dlsched" if info.uid == WORKLOAD_UID else "root"
             if isinstance(entry, FileEntry):
                 info.size, info.mode, info.mtime = entry.size, entry.mode, entry.mtime
                 with open(entry.source, "rb") as content:

@@ -1,9 +1,9 @@
 """What the Docker backend knows of each job of an episode, and the telemetry that says.
 
-A placed job is a :class:`Job`: its spec, where it runs, the limit in force and its state. Each
-container it ran in (a migrated job has had several, one after another) is a :class:`Run`, with
-the job's output and CPU readings from that container; :meth:`Job.telemetry` merges them into
-what the backend reports.
+A placed job is a :class:`Job`: its spec, where it runs, the limit in force (read back at every
+measurement) and the one the backend set, and its state. Each container it ran in (a migrated job
+has had several, one after another) is a :class:`Run`, with the job's output and CPU readings
+from that container; :meth:`Job.telemetry` merges them into what the backend reports.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dlsched.envs.docker.cgroup import CpuUsageFile
+from dlsched.envs.docker.cgroup import CfsLimit, CpuLimitFiles, CpuUsageFile, ProcessStat
 from dlsched.envs.docker.container_output import ContainerOutput, Progress
 from dlsched.envs.progress_trace import MAX_TRACE_EVENTS, ProgressTrace
 from dlsched.envs.scenarios.model import JobKind, JobSpec
@@ -32,6 +32,8 @@ class Run:
     started_s: float  # episode time at which it was started
     output: ContainerOutput
     cpu_file: CpuUsageFile | None  # None: measured through the engine's statistics
+    limit_files: CpuLimitFiles | None  # None: the limit in force read through the engine
+    process: ProcessStat | None  # None: a stop by signal cannot be seen from this host
     # CPU readings are timed by the clock of their source: episode seconds for cgroup files,
     # the engine's Unix time for its statistics (a remote engine's clock may be off ours, but
     # differences between its own timestamps are right).
@@ -39,6 +41,12 @@ class Run:
     window_start_cpu: float = 0.0
     cpu_seconds: float = 0.0  # the last reading
     cpu_usage: float = 0.0  # cores, over the last window that was long enough
+    stopped: bool = False  # paused or stopped at the last measurement (an incident said so)
+
+    @property
+    def read_from_files(self) -> bool:
+        """Whether its CPU time and limit are both read from this host's cgroup files."""
+        return self.cpu_file is not None and self.limit_files is not None
 
     def record(self, seconds: float, at: float, min_window_s: float) -> None:
         """Take a reading of cumulative CPU-seconds at time ``at`` (the source's clock)."""
@@ -56,8 +64,11 @@ class Job:
     spec: JobSpec
     worker: int
     slot: int
-    limit: float  # as read back from the engine
-    quota_us: int  # the quota read back with it (-1: none), to skip updates that change nothing
+    limit: float  # the fraction of the worker ``in_force`` amounts to
+    # The CFS limit in force, read back at every measurement: an update is skipped only when
+    # it equals this, and one that differs from ``applied`` was set by another process.
+    in_force: CfsLimit
+    applied: CfsLimit  # the one the backend last set, as read back then
     runs: list[Run] = field(default_factory=list)
     state: JobState = JobState.RUNNING
     completed_s: float | None = None

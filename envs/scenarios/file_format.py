@@ -15,6 +15,8 @@ Schema (``dlsched scenarios --schema``) editors use to complete and check the fi
     profile_set: paper               # optional, paper
     workload_threading: tuned        # optional: tuned or stock (Docker backend)
     migration_cost_s: 10             # optional, 10
+    container_memory_mb: 2048        # optional, 2048: each job's container (Docker backend)
+    container_pids: 512              # optional, 512: each job's container (Docker backend)
     workers: {count: 1, cores: 8}    # or [{cores: 8}, {cores: 16, endpoint: "tcp://host:2375"}]
     jobs:
       - workloads: [resnet50]        # or `workload: resnet50`
@@ -190,6 +192,9 @@ def scenario_to_data(scenario: Scenario) -> dict[str, object]:
     if scenario.workload_threading is not None:
         data["workload_threading"] = scenario.workload_threading
     data["migration_cost_s"] = _plain(scenario.migration_cost_s)
+    for name in ("container_memory_mb", "container_pids"):  # Docker only: said where set
+        if getattr(scenario, name) != getattr(Scenario, name):
+            data[name] = getattr(scenario, name)
     data["workers"] = _workers_to_data(scenario.workers)
     data["jobs"] = [_group_to_data(group, scenario.kind) for group in scenario.groups]
     return data

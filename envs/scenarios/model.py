@@ -177,6 +177,14 @@ class Scenario:
             (``"tuned"`` or ``"stock"``, see :mod:`dlsched.envs.workloads.cpu_quota`); the
             replay backend checks it against its profiles' threading. ``None``: not said.
         migration_cost_s: seconds a migrated job is paused (replay backend).
+        container_memory_mb: memory (RAM, no swap) each job's container may use on the Docker
+            backend, in MiB, beyond which the kernel's out-of-memory killer ends its job. The
+            default leaves room over every workload of the image: the services peak at about
+            1.2 GiB (mobilenet-svc, its page cache included), the trainings at 0.3 GiB.
+        container_pids: processes and threads each job's container may run on the Docker
+            backend. A workload is one process of about one thread per core and a few more
+            (3 on a 2-core host, stock threading included); the default fits hosts of a few
+            hundred cores and stops a runaway fork.
     """
 
     name: str
@@ -191,6 +199,8 @@ class Scenario:
     profile_set: str = "paper"
     migration_cost_s: float = 10.0
     workload_threading: str | None = None
+    container_memory_mb: int = 2048
+    container_pids: int = 512
 
     @property
     def max_jobs(self) -> int:
@@ -245,13 +255,23 @@ class Scenario:
     def content_hash(self) -> str:
         """A short hash of everything that defines the scenario (for tracking).
 
-        A field added after runs were recorded is hashed only when set, so that a scenario
-        without it keeps the hash its recorded runs are grouped by (``dlsched compare``)."""
+        A field added after runs were recorded is hashed only when set (away from its
+        default), so that a scenario without it keeps the hash its recorded runs are grouped by
+        (``dlsched compare``)."""
         fields = asdict(self)
-        if fields["workload_threading"] is None:
-            del fields["workload_threading"]
+        for name, unset in _ADDED_FIELDS.items():
+            if fields[name] == unset:
+                del fields[name]
         payload = json.dumps(_floats(fields), sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+#: The fields added after runs were recorded, and their value when a scenario does not set them.
+_ADDED_FIELDS = {
+    "workload_threading": None,
+    "container_memory_mb": Scenario.container_memory_mb,
+    "container_pids": Scenario.container_pids,
+}
 
 
 def _floats(value: object) -> object:

@@ -92,6 +92,14 @@ Tolerance = Annotated[
     float, Field(gt=0, lt=1), _FINITE, Expected("a number in (0, 1), both excluded")
 ]
 PositiveInt = Annotated[int, Field(ge=1), Expected("a whole number >= 1")]
+# 64 MiB is far below what torch needs, but a user may try; 1 TiB keeps bytes in the engine's range.
+MemoryMiB = Annotated[
+    int, Field(ge=64, le=2**20), Expected("a whole number of MiB from 64 to 1048576 (1 TiB)")
+]
+# The kernel's own bound on pids (pid_max) is 4194304.
+Pids = Annotated[
+    int, Field(ge=8, le=2**22), Expected("a whole number of processes from 8 to 4194304")
+]
 Index = Annotated[int, Field(ge=0), Expected("a whole number >= 0")]
 Text = Annotated[
     str,
@@ -500,6 +508,17 @@ class ScenarioFile(_FileMapping):
         default=_DEFAULTS.migration_cost_s,
         description="seconds a migrated job is paused (replay backend)",
     )
+    container_memory_mb: MemoryMiB = Field(
+        default=_DEFAULTS.container_memory_mb,
+        description="memory (RAM, no swap) each job's container may use on the Docker backend, "
+        "in MiB; a job over it is killed (out of memory). The workloads of the image peak at "
+        "about 1.2 GiB",
+    )
+    container_pids: Pids = Field(
+        default=_DEFAULTS.container_pids,
+        description="processes and threads each job's container may run on the Docker backend "
+        "(a workload runs about one thread per core)",
+    )
     workers: Workers = Field(
         description="the workers, e.g. {count: 1, cores: 8} or [{cores: 8}, {cores: 16}]"
     )
@@ -526,6 +545,8 @@ class ScenarioFile(_FileMapping):
             profile_set=self.profile_set,
             workload_threading=self.workload_threading,
             migration_cost_s=self.migration_cost_s,
+            container_memory_mb=self.container_memory_mb,
+            container_pids=self.container_pids,
         )
 
 

@@ -5,9 +5,10 @@
 The Docker backend removes its containers itself on close, on reset, at exit and on SIGINT or
 SIGTERM; a process killed outright (SIGKILL, a lost machine) cannot. This command removes the
 containers labelled ``dlsched.managed=1`` whose owner process is gone (of one episode with
-``--episode``); the containers of live episodes (another shell's, another user's) are listed
-with their owner and left running unless ``--include-live``. A container without the
-``dlsched.managed`` label is never listed, so it is never touched.
+``--episode``); the containers of live episodes (another shell's, another user's), and running
+ones without owner labels (whose episode may be live), are listed with the reason and left
+running unless ``--include-live``. A container without the ``dlsched.managed`` label is never
+listed, so it is never touched.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ def register(subparsers: Subcommands) -> None:
         help="remove the containers that killed runs left behind",
         description=(
             "Remove every container labelled dlsched.managed=1 whose owner process is gone, and "
-            "print each one removed; list the containers of live episodes and leave them "
-            "running (--include-live removes them too). Containers without the label are "
-            "never touched."
+            "print each one removed; list the containers of live episodes, and running ones "
+            "without owner labels, and leave them running (--include-live removes them too). "
+            "Containers without the label are never touched."
         ),
     )
     command.add_argument(

@@ -42,6 +42,7 @@ from dlsched.envs.docker.cgroup import CpuUsageFile, find_cpu_usage_file
 from dlsched.envs.docker.container_output import JsonLineReader
 from dlsched.envs.docker.containers import LABEL_OWNER
 from dlsched.envs.docker.image import IMAGE_TAG, MANAGED_LABEL
+from dlsched.envs.docker.sandbox import DEFAULT_LIMITS, WORKLOAD_USER, least_privilege
 from dlsched.envs.errors import BackendError
 from dlsched.envs.owner import ProcessOwner
 from dlsched.envs.workloads.catalog import WorkloadSpec
@@ -256,7 +257,9 @@ def _calibration_container(
     iterations: int | None,
 ) -> Iterator[Container]:
     """A running container of ``spec`` (a training of ``iterations``), removed (killed if
-    needed) when the block ends."""
+    needed) when the block ends; confined as the Docker backend's are, with the default limits
+    (:mod:`dlsched.envs.docker.sandbox`), so that a profile measures the workload as it runs
+    there."""
     command = ["python", "-m", "dlsched_workloads", spec.name, "--threading", threading]
     if spec.kind == "training" and iterations is not None:
         command += ["--iterations", str(iterations)]
@@ -273,6 +276,8 @@ def _calibration_container(
             cpu_period=CPU_PERIOD_US if quota_us is not None else None,
             cpu_quota=quota_us,
             network_mode="none",
+            user=WORKLOAD_USER,
+            **least_privilege(DEFAULT_LIMITS),
         )
     except docker.errors.APIError as error:
         raise BackendError(f"the engine could not start {spec.name}: {error}") from error

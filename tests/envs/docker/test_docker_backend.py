@@ -6,7 +6,9 @@ image on the local engine: they are skipped without one and fail when DLSCHED_RE
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
 import signal
 import uuid
@@ -27,14 +29,18 @@ from dlsched.envs.docker import container_output, interruption
 from dlsched.envs.docker import engine as docker_engine
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.cgroup import (
+    NO_CFS_LIMIT,
     CgroupVersion,
     CpuUsageFile,
+    cfs_limit,
     detect_cgroup_version,
+    find_cpu_limit_files,
     find_cpu_usage_file,
+    find_process_stat,
     parse_cpu_stat_usage,
 )
 from dlsched.envs.docker.container_output import ContainerOutput, JsonLineReader, Progress
-from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_JOB, LABEL_WORKER
+from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_JOB, LABEL_MANAGED, LABEL_WORKER
 from dlsched.envs.errors import (
     BackendError,
     DockerUnavailableError,
@@ -132,6 +138,58 @@ def test_cgroup_file_of_an_exited_container_reads_none(tmp_path):
 def test_cpu_stat_without_usage_is_an_error():
     with pytest.raises(ValueError, match="usage_usec"):
         parse_cpu_stat_usage("user_usec 5\nsystem_usec 1\n")
+
+
+@pytest.mark.parametrize(
+    ("files", "version", "limit"),
+    [
+        (
+            {"cpu/docker/{id}/cpu.cfs_quota_us": "30000\n"},
+            CgroupVersion.V1,
+            cfs_limit(30000, 100000),
+        ),
+        ({"cpu,cpuacct/docker/{id}/cpu.cfs_quota_us": "-1\n"}, CgroupVersion.V1, NO_CFS_LIMIT),
+        ({"docker/{id}/cpu.max": "55000 100000\n"}, CgroupVersion.V2, cfs_limit(55000, 100000)),
+        (
+            {"system.slice/docker-{id}.scope/cpu.max": "max 100000\n"},
+            CgroupVersion.V2,
+            NO_CFS_LIMIT,
+        ),
+    ],
+)
+def test_the_cpu_limit_in_force_is_read_from_the_cgroup_files(tmp_path, files, version, limit):
+    if version is CgroupVersion.V2:
+        _write(tmp_path / "cgroup.controllers", "cpu memory\n")
+    for layout, content in files.items():
+        quota = _write(tmp_path / layout.format(id=CONTAINER_ID), content)
+        if version is CgroupVersion.V1:
+            _write(quota.with_name("cpu.cfs_period_us"), "100000\n")
+    found = find_cpu_limit_files(CONTAINER_ID, root=tmp_path)
+    assert found is not None and found.version is version
+    assert found.read() == limit
+    for path in found.directory.iterdir():
+        path.unlink()
+    assert found.read() is None  # the container stopped: its cgroup is gone
+
+
+def test_no_quota_is_one_limit_whatever_the_period():
+    assert cfs_limit(-1, 100000) == cfs_limit(0, 50000) == NO_CFS_LIMIT
+    assert NO_CFS_LIMIT.cores is None and NO_CFS_LIMIT.describe() == "no quota"
+    assert cfs_limit(30000, 100000).describe() == "0.3 cores (30000 us every 100000 us)"
+
+
+def test_a_process_stopped_by_a_signal_is_seen_in_proc(tmp_path):
+    proc = tmp_path / "proc"
+    _write(proc / "42" / "cgroup", f"0::/docker/{CONTAINER_ID}\n")
+    stat = _write(proc / "42" / "stat", "42 (python (x)) S 1 42 42 0 -1\n")
+    process = find_process_stat(CONTAINER_ID, 42, proc_root=proc)
+    assert process is not None and not process.stopped()
+    stat.write_text("42 (python (x)) T 1 42 42 0 -1\n")
+    assert process.stopped()
+    stat.unlink()
+    assert not process.stopped()  # gone: the engine's listing says how it ended
+    _write(proc / "7" / "cgroup", "0::/user.slice\n")  # another process of this namespace
+    assert find_process_stat(CONTAINER_ID, 7, proc_root=proc) is None
 
 
 # ---------------------------------------------------------------------- container output
@@ -587,6 +645,167 @@ def test_a_killed_container_is_a_failed_job_and_the_episode_goes_on(docker_engin
 
 
 @requires_docker
+@pytest.mark.parametrize("use_cgroup_files", [None, False], ids=["cgroup-files", "inspect"])
+def test_a_limit_changed_from_outside_is_reported_and_set_again(
+    docker_engine, workload_image, use_cgroup_files
+):
+    """``docker update`` on a capped and on an uncapped service: telemetry shows the limit in
+    force, each change is one incident, and the policy's next decision, the same as before,
+    is applied (read back from the cgroup files, or, as for a remote engine, the inspect)."""
+    backend = DockerBackend(use_cgroup_files=use_cgroup_files)
+    try:
+        cores = float(docker_engine.info()["NCPU"])
+        _start(backend, _services(2, cores), limits={"j00": 0.5 / cores})  # j01 uncapped
+        backend.advance(1.0)
+        capped, uncapped = (
+            _episode_containers(docker_engine, backend.episode, job)[0] for job in ("j00", "j01")
+        )
+        docker_engine.api.update_container(capped.id, cpu_quota=30_000, cpu_period=100_000)
+        docker_engine.api.update_container(uncapped.id, cpu_quota=20_000, cpu_period=100_000)
+        telemetry = backend.advance(1.0)
+        assert telemetry.job("j00").limit == pytest.approx(0.3 / cores, abs=1e-6)
+        assert telemetry.job("j01").limit == pytest.approx(0.2 / cores, abs=1e-6)
+        first, second = sorted(backend.incidents())
+        assert first.startswith("job j00 (mobilenet-svc): the CPU limit of container")
+        assert "changed from outside" in first
+        assert "0.3 cores (30000 us every 100000 us) in force where dlsched set 0.5 cores" in first
+        assert second.startswith("job j01 (mobilenet-svc)")
+        assert "0.2 cores (20000 us every 100000 us) in force where dlsched set no quota" in second
+
+        backend.apply({"j00": 0.5 / cores, "j01": 1.0})  # the decisions it had made already
+        assert capped.client.api.inspect_container(capped.id)["HostConfig"]["CpuQuota"] == 50_000
+        assert uncapped.client.api.inspect_container(uncapped.id)["HostConfig"]["CpuQuota"] <= 0
+        telemetry = backend.advance(1.0)
+        assert telemetry.job("j00").limit == pytest.approx(0.5 / cores, abs=1e-6)
+        assert telemetry.job("j01").limit == 1.0
+        assert len(backend.incidents()) == 2  # setting it back is no incident
+    finally:
+        backend.close()
+
+
+@requires_docker
+def test_a_container_paused_or_stopped_from_outside_is_an_incident(docker_engine, workload_image):
+    backend = DockerBackend()
+    try:
+        cores = float(docker_engine.info()["NCPU"])
+        _start(backend, _services(2, cores), limits={"j00": 0.25 / cores, "j01": 0.25 / cores})
+        backend.advance(1.0)
+        paused, stopped = (
+            _episode_containers(docker_engine, backend.episode, job)[0] for job in ("j00", "j01")
+        )
+        paused.pause()
+        stopped.kill(signal="SIGSTOP")
+        try:
+            telemetry = backend.advance(1.0)
+            backend.advance(1.0)  # still so: one incident per stop
+        finally:
+            paused.unpause()
+            stopped.kill(signal="SIGCONT")
+        assert [job.state for job in telemetry.jobs] == [JobState.RUNNING] * 2
+        first, second = sorted(backend.incidents())
+        assert first.startswith("job j00 (mobilenet-svc): container")
+        assert "was paused (`docker pause`" in first
+        assert second.startswith("job j01 (mobilenet-svc): container")
+        assert "was stopped by a signal (its process in state T" in second
+        backend.advance(1.0)
+        assert len(backend.incidents()) == 2
+    finally:
+        backend.close()
+
+
+_CAN_AND_CANNOT = """
+import json, os
+def writes(path):
+    try:
+        with open(path, "w") as f:
+            f.write("x")
+    except OSError as error:
+        return error.strerror
+    os.remove(path)
+    return "written"
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+print(json.dumps({
+    "uid": os.getuid(), "gid": os.getgid(), "home": os.environ["HOME"],
+    "capabilities": status["CapEff"].strip(), "no_new_privs": status["NoNewPrivs"].strip(),
+    "root_fs": writes("/opt/dlsched/x"), "tmp": writes("/tmp/x"),
+    "state": writes("/var/lib/dlsched/x"),
+}))
+"""
+
+
+@requires_docker
+def test_a_workload_container_runs_with_least_privilege_and_reports_progress(
+    docker_engine, workload_image
+):
+    cores = float(docker_engine.info()["NCPU"])
+    scenario = dataclasses.replace(
+        _training_scenario(cores=cores), container_memory_mb=1024, container_pids=128
+    )
+    backend = DockerBackend()
+    try:
+        _start(backend, scenario, limits={"j00": 0.5 / cores})
+        (container,) = _episode_containers(docker_engine, backend.episode, "j00")
+        inspected = docker_engine.api.inspect_container(container.id)
+        assert inspected["Config"]["User"] == "10001:10001"
+        host = inspected["HostConfig"]
+        assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
+        assert host["SecurityOpt"] == ["no-new-privileges"]
+        assert host["ReadonlyRootfs"] is True and host["Privileged"] is False
+        assert host["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,noexec,size=64m,mode=1777"}
+        assert host["Memory"] == host["MemorySwap"] == 1024 * 2**20
+        assert host["PidsLimit"] == 128
+        assert host["NetworkMode"] == "none"
+        (volume,) = inspected["Mounts"]  # the checkpoint's, removed with the container
+        assert (volume["Type"], volume["Destination"], volume["RW"]) == (
+            "volume",
+            "/var/lib/dlsched",
+            True,
+        )
+        # what a process of the container can and cannot do (an exec runs as the workload does)
+        code, output = container.exec_run(["python", "-c", _CAN_AND_CANNOT])
+        assert code == 0, output
+        assert json.loads(output) == {
+            "uid": 10001,
+            "gid": 10001,
+            "home": "/tmp",
+            "capabilities": "0000000000000000",
+            "no_new_privs": "1",
+            "root_fs": "Read-only file system",
+            "tmp": "written",
+            "state": "written",
+        }
+        telemetry = backend.advance(0.0)
+        while telemetry.job("j00").iterations < 3 and telemetry.time_s < 60:
+            telemetry = backend.advance(1.0)
+        job = telemetry.job("j00")
+        assert job.iterations >= 3 and job.loss is not None, job
+        assert job.state in (JobState.RUNNING, JobState.DONE)
+        assert backend.incidents() == ()
+    finally:
+        backend.close()
+    with pytest.raises(docker.errors.NotFound):
+        docker_engine.volumes.get(volume["Name"])
+
+
+@requires_docker
+def test_a_job_over_its_memory_limit_fails_as_an_incident(docker_engine, workload_image):
+    cores = float(docker_engine.info()["NCPU"])
+    scenario = dataclasses.replace(_training_scenario(cores=cores), container_memory_mb=64)
+    backend = DockerBackend()
+    try:
+        telemetry = _start(backend, scenario, limits={"j00": 0.5 / cores})
+        while telemetry.job("j00").state is JobState.RUNNING and telemetry.time_s < 60:
+            telemetry = backend.advance(1.0)  # torch alone takes more than 64 MiB
+        assert telemetry.job("j00").state is JobState.FAILED
+        (incident,) = backend.incidents()
+        assert incident.startswith("job j00 (mlp-digits): container")
+        assert "killed by the out-of-memory killer" in incident
+        assert "its memory limit is 64 MiB: raise the scenario's container_memory_mb" in incident
+    finally:
+        backend.close()
+
+
+@requires_docker
 def test_cpu_from_the_engine_statistics_when_cgroup_files_are_not_used(
     docker_engine, workload_image
 ):
@@ -640,6 +859,40 @@ def test_unlabelled_container_keeps_its_limit_and_life(docker_engine, workload_i
             docker_engine.containers.get(leftover.id)
 
         assert_left_alone(docker_engine, bystander, before)
+
+
+@requires_docker
+def test_cleanup_leaves_a_running_container_without_owner_labels_running(
+    docker_engine, workload_image, capsys
+):
+    """A running container labelled ``dlsched.managed=1`` without owner labels may be part of
+    an episode this host cannot see (another program's, or an older dlsched's still running):
+    cleanup names it and leaves it, and removes it only with ``--include-live``."""
+    episode = f"unowned-{uuid.uuid4().hex[:8]}"
+    running = docker_engine.containers.run(
+        workload_image,
+        ["python", "-c", "import time\nwhile True: time.sleep(0.2)"],
+        detach=True,
+        labels={LABEL_MANAGED: "1", LABEL_EPISODE: episode, LABEL_JOB: "j00"},  # no owner
+        network_mode="none",
+    )
+    try:
+        assert cli_main(["docker", "cleanup", "--episode", episode]) == 0
+        out = capsys.readouterr().out
+        assert "removed 0 dlsched containers" in out
+        assert f"left running {running.id[:12]}" in out
+        assert "running without owner labels" in out
+        running.reload()
+        assert running.status == "running"
+
+        assert cli_main(["docker", "cleanup", "--episode", episode, "--include-live"]) == 0
+        out = capsys.readouterr().out
+        assert f"removing a LIVE container (--include-live): {running.id[:12]}" in out
+        with pytest.raises(docker.errors.NotFound):
+            docker_engine.containers.get(running.id)
+    finally:
+        with contextlib.suppress(docker.errors.NotFound):
+            running.remove(force=True)
 
 
 @requires_docker

@@ -30,6 +30,7 @@ from dlsched.envs.docker.image import (
     parse_ldd_line,
     write_rootfs_tar,
 )
+from dlsched.envs.docker.sandbox import STATE_DIR, WORKLOAD_UID, WORKLOAD_USER
 from dlsched.envs.errors import DockerUnavailableError
 from dlsched.envs.workloads.events import BatchEvent, DoneEvent, IterationEvent, parse_event
 from dlsched.runs import cli
@@ -116,6 +117,19 @@ def test_the_rootfs_holds_the_interpreter_torch_the_loader_and_the_workloads(roo
     assert package / "Dockerfile" not in rootfs.entries
     assert isinstance(rootfs.entries[Path("/etc/passwd")], InlineFileEntry)
     assert rootfs.entries[Path("/tmp")] == DirectoryEntry(0o1777)
+
+
+def test_the_workload_user_reads_every_file_of_the_rootfs_and_owns_only_its_state(rootfs):
+    """The workloads run as uid 10001: the interpreter may live under a home directory that
+    is private on the host (``/root/.pyenv``), and files may be the host user's alone."""
+    for path, entry in rootfs.entries.items():
+        if isinstance(entry, DirectoryEntry):
+            assert entry.mode & 0o005 == 0o005, f"{path} {entry.mode:o}"
+            assert entry.owner == (WORKLOAD_UID if path == Path(STATE_DIR) else 0), path
+        elif isinstance(entry, FileEntry | InlineFileEntry):
+            assert entry.mode & 0o004 and not entry.mode & 0o6022, f"{path} {entry.mode:o}"
+    passwd = rootfs.entries[Path("/etc/passwd")]
+    assert f"dlsched:x:{WORKLOAD_UID}:{WORKLOAD_UID}:" in passwd.content.decode()
 
 
 def test_the_rootfs_leaves_out_what_workloads_never_load(rootfs):
@@ -215,6 +229,7 @@ def test_the_built_image_is_labelled_and_runs_python_with_torch(docker_engine, w
     assert built.labels["dlsched.image.version"] == IMAGE_VERSION
     env = dict(item.split("=", 1) for item in built.attrs["Config"]["Env"])
     assert env["PYTHONPATH"] == image.IMAGE_PACKAGE_ROOT and env["OMP_NUM_THREADS"] == "1"
+    assert built.attrs["Config"]["User"] == WORKLOAD_USER and env["HOME"] == "/tmp"
 
 
 @pytest.mark.docker

@@ -37,6 +37,7 @@ FIELD_NAMES = [
     "workloads", "arrival", "arrival_choices", "every_s", "window_s", "times_s", "start_s", "low",
     "high", "targets_s", "target_range_s", "tolerance", "iterations", "worker", "loss_targets",
     "profile_set", "workload_threading", "endpoint", "slots_per_worker", "migration_cost_s",
+    "container_memory_mb", "container_pids",
 ]  # fmt: skip
 SHIPPED = {
     name: yaml.safe_load(scenario_path(name).read_text(encoding="utf-8"))

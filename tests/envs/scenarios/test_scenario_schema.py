@@ -43,6 +43,8 @@ FULL_INFERENCE: dict[str, Any] = {
     "profile_set": "paper",
     "workload_threading": "stock",
     "migration_cost_s": 0,
+    "container_memory_mb": 4096,
+    "container_pids": 256,
     "workers": [{"cores": 8, "endpoint": "tcp://host:2375"}, {"cores": 4}],
     "jobs": [
         {
@@ -314,6 +316,39 @@ def test_workload_threading_changes_the_hash_only_when_set() -> None:
     assert load_scenario("dqoes-resnet50-burst-target20").content_hash() == "5613cd76e5de"
     tuned = parse_scenario({**FULL_TRAINING, "workload_threading": "tuned"}, "test")
     assert tuned.content_hash() != parse_scenario(FULL_TRAINING, "test").content_hash()
+
+
+# --- the Docker backend's container limits ---------------------------------------------------
+
+
+def test_container_limits_are_read_written_and_hashed_only_when_set(tmp_path: Path) -> None:
+    default = parse_scenario(FULL_TRAINING, "test")
+    assert (default.container_memory_mb, default.container_pids) == (2048, 512)
+    assert "container_" not in dump_scenario(default)
+    data = {**FULL_TRAINING, "container_memory_mb": 4096, "container_pids": 64}
+    scenario = parse_scenario(data, "test")
+    assert (scenario.container_memory_mb, scenario.container_pids) == (4096, 64)
+    path = tmp_path / "limits.yaml"
+    path.write_text(dump_scenario(scenario), encoding="utf-8")
+    assert "container_memory_mb: 4096\ncontainer_pids: 64\n" in path.read_text(encoding="utf-8")
+    assert load_scenario(path) == scenario
+    # Recorded runs are grouped by this hash (dlsched compare): the fields' addition keeps it.
+    assert load_scenario("dqoes-resnet50-burst-target20").content_hash() == "5613cd76e5de"
+    assert scenario.content_hash() != default.content_hash()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("container_memory_mb", 32, "expected a whole number of MiB from 64 to 1048576 (1 TiB)"),
+        ("container_memory_mb", "2g", "expected a whole number of MiB from 64 to 1048576"),
+        ("container_pids", 0, "expected a whole number of processes from 8 to 4194304"),
+    ],
+)
+def test_container_limits_out_of_range_are_refused(field: str, value: object, expected: str):
+    with pytest.raises(ScenarioError) as raised:
+        parse_scenario({**FULL_TRAINING, field: value}, "test")
+    assert f"{field} = {value!r}: {expected}" in str(raised.value)
 
 
 # --- YAML the reader must survive -------------------------------------------------------------
