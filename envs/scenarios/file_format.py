@@ -46,7 +46,6 @@ import yaml
 from pydantic import ValidationError
 
 from dlsched.envs.errors import ScenarioError, UnknownNameError
-from dlsched.envs.scenarios.limits import MAX_FILE_BYTES
 from dlsched.envs.scenarios.model import (
     ArrivalKind,
     ArrivalPattern,
@@ -59,7 +58,7 @@ from dlsched.envs.scenarios.model import (
 from dlsched.envs.scenarios.problems import Report, join, report_validation_error, show
 from dlsched.envs.scenarios.rules import check_rules
 from dlsched.envs.scenarios.schema import SCHEMA_PATH, ScenarioFile
-from dlsched.envs.scenarios.yaml_text import read_yaml
+from dlsched.envs.scenarios.yaml_text import SCENARIO_FILE, read_text, read_yaml
 
 SCENARIO_DIR = Path(__file__).with_name("shipped")
 """Where the shipped scenarios live, one ``<name>.yaml`` each."""
@@ -118,7 +117,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
             invalid scenario; the message lists every problem with its line.
     """
     path = scenario_path(name_or_path)
-    document = read_yaml(_read_text(path), str(path))
+    document = read_yaml(read_text(path, SCENARIO_FILE), str(path), SCENARIO_FILE)
     report = Report(document.lines)
     scenario = _validate(document.data, report)
     shipped = path.parent.resolve() == SCENARIO_DIR.resolve()
@@ -167,7 +166,7 @@ def scenario_text(name_or_path: str | Path) -> str:
         name_or_path: see :func:`scenario_path`.
     """
     path = scenario_path(name_or_path)
-    text = _read_text(path)
+    text = read_text(path, SCENARIO_FILE)
     if path.parent.resolve() == SCENARIO_DIR.resolve() and text.startswith(SHIPPED_HEADER):
         return COPY_HEADER + text[len(SHIPPED_HEADER) :]
     return text
@@ -219,31 +218,6 @@ def dump_scenario(scenario: Scenario) -> str:
             f"{'; '.join(differences)}; set them to their defaults"
         )
     return text
-
-
-def _read_text(path: Path) -> str:
-    """The text of a scenario file, read only if it is within the size limit."""
-    limit = MAX_FILE_BYTES.value
-    try:
-        with path.open("rb") as stream:
-            # One byte more than the limit tells a file that is too long, however it grows.
-            data = stream.read(limit + 1)
-    except OSError as error:
-        raise ScenarioError(
-            f"cannot read scenario file {str(path)!r}: {error}; check the file is readable"
-        ) from error
-    if len(data) > limit:
-        raise ScenarioError(
-            f"scenario file {str(path)!r} is larger than {limit:,} bytes: expected "
-            f"{MAX_FILE_BYTES.expected()}; a scenario file has tens of lines, is this the right "
-            f"file?"
-        )
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ScenarioError(
-            f"cannot read scenario file {str(path)!r}: {error}; expected UTF-8 text"
-        ) from error
 
 
 def _looks_like_path(name_or_path: str | Path) -> bool:

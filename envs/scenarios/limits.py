@@ -81,12 +81,14 @@ class Limit:
         )
 
 
-MAX_FILE_BYTES = Limit("MAX_FILE_BYTES", 1 << 20, "bytes in a scenario file")
-"""A scenario file's size: 1 MiB, thousands of lines (a shipped one has tens)."""
+MAX_FILE_BYTES = Limit("MAX_FILE_BYTES", 1 << 20, "bytes in a scenario or claims file")
+"""A YAML file's size (a scenario, a claims file): 1 MiB, thousands of lines (a shipped scenario
+has tens, the shipped claims file 26 KB)."""
 MAX_YAML_VALUES = Limit("MAX_YAML_VALUES", 1_000_000, "YAML values (aliases expanded)")
-"""The values of a file once its aliases (``*name``) are expanded, each as often as it is used.
-Aliases are allowed (an arrival pattern written once, used by several groups), but a few lines
-of aliases of aliases can expand to billions of values (a "billion laughs" file)."""
+"""The values of a YAML file (a scenario, a claims file) once its aliases (``*name``) are
+expanded, each as often as it is used. Aliases are allowed (an arrival pattern written once,
+used by several groups), but a few lines of aliases of aliases can expand to billions of values
+(a "billion laughs" file)."""
 MAX_WORKERS = Limit("MAX_WORKERS", 4096, "workers")
 """Workers of a scenario."""
 MAX_SLOTS_PER_WORKER = Limit("MAX_SLOTS_PER_WORKER", 1024, "slots per worker")
