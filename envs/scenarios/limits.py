@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 from dlsched.envs.errors import ScenarioError
 
 if TYPE_CHECKING:  # problems imports the schema, which imports the lengths below
-    from dlsched.envs.scenarios.model import Scenario
     from dlsched.envs.scenarios.problems import Report
 
 
@@ -223,28 +222,3 @@ def _check_steps(horizon_s: float | None, interval_s: float | None, report: Repo
             f"horizon_s / interval_s = {horizon_s:g} / {interval_s:g} = {steps:.3g} steps: "
             f"expected {MAX_STEPS.expected()}; shorten horizon_s or lengthen interval_s",
         )
-
-
-def check_scenario_limits(scenario: Scenario) -> None:
-    """Refuse a scenario built in Python (a file's are checked as it is read) whose counts are
-    above their limits.
-
-    Raises:
-        ScenarioError: naming every count above its limit.
-    """
-    from dlsched.envs.scenarios.problems import Report
-
-    report = Report({})
-    check_counts(
-        Counts(
-            workers=len(scenario.workers),
-            slots_per_worker=scenario.slots_per_worker,
-            horizon_s=scenario.horizon_s,
-            interval_s=scenario.interval_s,
-            group_counts=[
-                (f"jobs[{index}]", group.max_count) for index, group in enumerate(scenario.groups)
-            ],
-        ),
-        report,
-    )
-    report.raise_if_any(f"scenario {scenario.name!r}")
