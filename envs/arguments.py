@@ -169,8 +169,10 @@ def resolve_scenario(
         scenario = load_scenario(scenario if isinstance(scenario, str) else Path(scenario))
     if interval_s is not None:
         scenario = dataclasses.replace(scenario, interval_s=float(interval_s))
-    if given_object or interval_s is not None:
+    if given_object:
         scenario = check_scenario(scenario)
+    elif interval_s is not None:
+        scenario = check_scenario(scenario, f"{scenario.name!r} with interval_s={interval_s:g}")
     if scenario.kind is not kind:
         other = (
             "dlsched/Training-v0" if scenario.kind is JobKind.TRAINING else "dlsched/Inference-v0"

@@ -176,12 +176,16 @@ def scenario_text(name_or_path: str | Path) -> str:
     return text
 
 
-def check_scenario(scenario: Scenario) -> Scenario:
+def check_scenario(scenario: Scenario, origin: str | None = None) -> Scenario:
     """``scenario``, built in Python, held to every rule a scenario file is held to: its data as a
     file would hold it (:func:`scenario_to_data`) is read as a file's data is, so that an object
     that no file could describe (a NaN or zero ``interval_s``, no job groups, a count that is a
     string) is refused with the same words as the file, rather than running an endless episode
     or failing deep inside.
+
+    Args:
+        scenario: the scenario.
+        origin: what it is, for the message; by default a Scenario object named for its name.
 
     Returns:
         the scenario as that file gives it: equal to ``scenario``, with its values of the
@@ -192,7 +196,10 @@ def check_scenario(scenario: Scenario) -> Scenario:
         ScenarioError: listing every problem, each field named as the file names it (the
             file's ``jobs`` are the object's ``groups``).
     """
-    origin = f"{show(scenario.name)} (a Scenario object, checked as its file: jobs[i] is groups[i])"
+    if origin is None:
+        origin = (
+            f"{show(scenario.name)} (a Scenario object, checked as its file: jobs[i] is groups[i])"
+        )
     return parse_scenario(scenario_to_data(scenario), origin)
 
 
