@@ -41,8 +41,7 @@ from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.placement import Placer
 from dlsched.envs.rendering import RENDER_MODES
 from dlsched.envs.rewards import ColumnReward, RewardFn, reward_function
-from dlsched.envs.scenarios.file_format import load_scenario
-from dlsched.envs.scenarios.limits import check_scenario_limits
+from dlsched.envs.scenarios.file_format import check_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.values import is_number, is_whole, shown
 
@@ -67,8 +66,8 @@ class EnvironmentSetup:
     """What an environment's keyword arguments resolve to.
 
     Attributes:
-        scenario: the scenario, loaded and checked against the environment's kind and limits,
-            with ``interval_s`` applied.
+        scenario: the scenario, loaded, with ``interval_s`` applied, and checked by the rules of
+            scenario files and against the environment's kind.
         backend: the backend (built from its name and options, or the object given).
         reward_name: the reward's name (a function's ``__name__``).
         reward: the named reward, or ``None`` for a function of one's own.
@@ -127,10 +126,9 @@ def environment_setup(
     check_env_arguments(env_id, **arguments, unknown=given["unknown"])
     scenario, backend, reward = arguments["scenario"], arguments["backend"], arguments["reward"]
     default_scenario, default_reward = defaults
-    resolved = resolve_scenario(scenario or default_scenario, kind, env_id)
-    if arguments["interval_s"] is not None:
-        resolved = dataclasses.replace(resolved, interval_s=float(arguments["interval_s"]))
-    check_scenario_limits(resolved)
+    resolved = resolve_scenario(
+        scenario or default_scenario, kind, env_id, interval_s=arguments["interval_s"]
+    )
     if isinstance(backend, str):
         backend = make_backend(backend, **dict(arguments["backend_options"] or {}))
     custom = reward if callable(reward) else None
@@ -148,16 +146,33 @@ def environment_setup(
 
 
 def resolve_scenario(
-    scenario: str | os.PathLike[str] | Scenario, kind: JobKind, env_id: str
+    scenario: str | os.PathLike[str] | Scenario,
+    kind: JobKind,
+    env_id: str,
+    interval_s: float | None = None,
 ) -> Scenario:
-    """Load ``scenario`` by name or path if needed and check it is of the environment's kind.
+    """Load ``scenario`` by name or path if needed, with ``interval_s`` (if given) in place of
+    its own, and check it is of the environment's kind.
+
+    A file is held to the rules of scenario files as it is read; a :class:`Scenario` object, or
+    one whose ``interval_s`` the argument changed, is held to the same rules here
+    (:func:`~dlsched.envs.scenarios.file_format.check_scenario`), so that an environment never
+    runs a scenario no file could describe.
 
     Raises:
-        ScenarioError: the scenario is malformed, or of the other kind (naming the right id).
+        ScenarioError: the scenario is malformed or too large (naming every bad field), or of
+            the other kind (naming the right id).
         UnknownNameError: no shipped scenario has that name.
     """
+    given_object = isinstance(scenario, Scenario)
     if isinstance(scenario, str | os.PathLike):
         scenario = load_scenario(scenario if isinstance(scenario, str) else Path(scenario))
+    if interval_s is not None:
+        scenario = dataclasses.replace(scenario, interval_s=float(interval_s))
+    if given_object:
+        scenario = check_scenario(scenario)
+    elif interval_s is not None:
+        scenario = check_scenario(scenario, f"{scenario.name!r} with interval_s={interval_s:g}")
     if scenario.kind is not kind:
         other = (
             "dlsched/Training-v0" if scenario.kind is JobKind.TRAINING else "dlsched/Inference-v0"

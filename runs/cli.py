@@ -131,16 +131,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"dlsched {args.command}: {stop_report(interruption)}", file=sys.stderr)
             return exit_code_of(interruption)
         except Exception as error:  # a bug: its traceback is for a report, not for the user
-            log.record_exception(error)
+            kept = log.record_exception(error)
             if verbose:
                 raise
-            rerun = (
-                "" if args.command in QUIET_COMMANDS else ", or rerun with --verbose to see it here"
-            )
+            rerun = args.command not in QUIET_COMMANDS
+            if kept:
+                where = f"traceback: {log.path}; please report it with that file"
+                where += ", or rerun with --verbose to see it here" if rerun else ""
+            else:
+                where = f"its traceback could not be written to {log.path}: {log.lost}"
+                where += "; rerun with --verbose to see it, and report it" if rerun else ""
             print(
                 f"dlsched {args.command}: internal error (a bug of dlsched, not of your input): "
-                f"{type(error).__name__}: {error}\n(traceback: {log.path}; please report it with "
-                f"that file{rerun})",
+                f"{type(error).__name__}: {error}\n({where})",
                 file=sys.stderr,
             )
             return 1

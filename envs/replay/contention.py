@@ -193,11 +193,14 @@ def crowding(
             1.0,
         )
     throttled = present & (duty < 1.0 - FIXED_POINT_TOLERANCE)
-    if not throttled.any():
-        # Every job runs whenever it can: each sees the worker's N (the cheap, common case).
-        ratio = np.maximum(1.0, runnable / cores)[:, None, None]
+    # Where every job of a worker runs whenever it can, each sees the worker's N, in one state.
+    unthrottled = np.maximum(1.0, runnable / cores)[:, None, None]
+    if not throttled.any():  # the cheap, common case
         return Crowding(
-            np.broadcast_to(ratio, (*busy.shape, 1)), np.ones((*busy.shape, 1)), throttled, present
+            np.broadcast_to(unthrottled, (*busy.shape, 1)),
+            np.ones((*busy.shape, 1)),
+            throttled,
+            present,
         )
     saturated = np.where(present & ~throttled, busy, 0.0).sum(axis=1, keepdims=True)
     # A job's own threads run whenever it does; its saturated partners' always do.
@@ -223,6 +226,14 @@ def crowding(
     ratio = np.maximum(1.0, threads / capacity[:, :, None])
     # A job's CPU in each state is its threads' share of the cores then: the states weigh by it.
     weights = chances / ratio
+    # A worker without a throttled job runs in its one state, as where no worker has one: its
+    # efficiencies are then its own jobs' alone, bit for bit, whatever other workers (of its
+    # episode, or of other episodes in a batch) are computed beside it. Spread over the states,
+    # its weights would be 1/R and R its saturated threads, rounded otherwise than N.
+    calm = ~throttled.any(axis=1)
+    ratio[calm] = unthrottled[calm]
+    weights[calm] = 0.0
+    weights[calm, :, 0] = 1.0
     return Crowding(ratio, weights, throttled, present)
 
 

@@ -1,14 +1,16 @@
 """dlsched.envs.scenarios: what an experiment runs, as typed data and as YAML files.
 
 :mod:`.model` holds the typed scenario (workers, job groups, arrivals, targets) and draws the
-jobs of an episode from it; :mod:`.file_format` reads, validates and writes scenario files; the
-file format is defined once in :mod:`.schema`, which gives the JSON Schema editors check scenario
-files with (``scenario.schema.json``, ``dlsched scenarios --schema``); the shipped scenarios are
-the YAML files in ``shipped/``, loaded by name.
+jobs of an episode from it; :mod:`.file_format` reads, validates and writes scenario files, and
+holds a scenario built in Python to their rules (``check_scenario``); the file format is defined
+once in :mod:`.schema`, which gives the JSON Schema editors check scenario files with
+(``scenario.schema.json``, ``dlsched scenarios --schema``); the shipped scenarios are the YAML
+files in ``shipped/``, loaded by name.
 """
 
 from dlsched.envs.scenarios.file_format import (
     SCENARIO_DIR,
+    check_scenario,
     dump_scenario,
     load_scenario,
     parse_scenario,
@@ -42,6 +44,7 @@ __all__ = [
     "JobSpec",
     "Scenario",
     "WorkerSpec",
+    "check_scenario",
     "dump_scenario",
     "load_scenario",
     "parse_scenario",

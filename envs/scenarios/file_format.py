@@ -41,27 +41,30 @@ found and what was expected (:mod:`.problems`).
 
 from __future__ import annotations
 
-import dataclasses
+import enum
+import numbers
+from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import yaml
 from pydantic import ValidationError
 
 from dlsched.envs.errors import ScenarioError, UnknownNameError
-from dlsched.envs.scenarios.limits import MAX_FILE_BYTES
 from dlsched.envs.scenarios.model import (
     ArrivalKind,
     ArrivalPattern,
+    FloatRange,
     IntRange,
     JobGroup,
     JobKind,
     Scenario,
     WorkerSpec,
 )
-from dlsched.envs.scenarios.problems import Report, join, report_validation_error, show
+from dlsched.envs.scenarios.problems import Report, report_validation_error, show
 from dlsched.envs.scenarios.rules import check_rules
 from dlsched.envs.scenarios.schema import SCHEMA_PATH, ScenarioFile
-from dlsched.envs.scenarios.yaml_text import read_yaml
+from dlsched.envs.scenarios.yaml_text import SCENARIO_FILE, read_text, read_yaml
 
 SCENARIO_DIR = Path(__file__).with_name("shipped")
 """Where the shipped scenarios live, one ``<name>.yaml`` each."""
@@ -120,7 +123,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
             invalid scenario; the message lists every problem with its line.
     """
     path = scenario_path(name_or_path)
-    document = read_yaml(_read_text(path), str(path))
+    document = read_yaml(read_text(path, SCENARIO_FILE), str(path), SCENARIO_FILE)
     report = Report(document.lines)
     scenario = _validate(document.data, report)
     shipped = path.parent.resolve() == SCENARIO_DIR.resolve()
@@ -169,86 +172,37 @@ def scenario_text(name_or_path: str | Path) -> str:
         name_or_path: see :func:`scenario_path`.
     """
     path = scenario_path(name_or_path)
-    text = _read_text(path)
+    text = read_text(path, SCENARIO_FILE)
     if path.parent.resolve() == SCENARIO_DIR.resolve() and text.startswith(SHIPPED_HEADER):
         return COPY_HEADER + text[len(SHIPPED_HEADER) :]
     return text
 
 
-def scenario_to_data(scenario: Scenario) -> dict[str, object]:
-    """The plain mapping (strings, numbers, lists, mappings) a scenario file holds for
-    ``scenario``, in the file format's field order: an empty description or source is left out,
-    fields the scenario's kind does not use are left out, and whole numbers are integers."""
-    data: dict[str, object] = {"name": scenario.name}
-    if scenario.description:
-        data["description"] = scenario.description
-    if scenario.source:
-        data["source"] = scenario.source
-    data["kind"] = scenario.kind.value
-    data["interval_s"] = _plain(scenario.interval_s)
-    data["horizon_s"] = _plain(scenario.horizon_s)
-    data["slots_per_worker"] = scenario.slots_per_worker
-    data["profile_set"] = scenario.profile_set
-    if scenario.workload_threading is not None:
-        data["workload_threading"] = scenario.workload_threading
-    data["migration_cost_s"] = _plain(scenario.migration_cost_s)
-    for name in ("container_memory_mb", "container_pids"):  # Docker only: said where set
-        if getattr(scenario, name) != getattr(Scenario, name):
-            data[name] = getattr(scenario, name)
-    data["workers"] = _workers_to_data(scenario.workers)
-    data["jobs"] = [_group_to_data(group, scenario.kind) for group in scenario.groups]
-    return data
+def check_scenario(scenario: Scenario, origin: str | None = None) -> Scenario:
+    """``scenario``, built in Python, held to every rule a scenario file is held to: its data as a
+    file would hold it (:func:`scenario_to_data`) is read as a file's data is, so that an object
+    that no file could describe (a NaN or zero ``interval_s``, no job groups, a count that is a
+    string) is refused with the same words as the file, rather than running an endless episode
+    or failing deep inside.
 
+    Args:
+        scenario: the scenario.
+        origin: what it is, for the message; by default a Scenario object named for its name.
 
-def dump_scenario(scenario: Scenario) -> str:
-    """YAML text of ``scenario`` that :func:`load_scenario` reads back equal.
+    Returns:
+        the scenario as that file gives it: equal to ``scenario``, with its values of the
+        dataclasses' own types (a kind given by its name is the :class:`JobKind`, a list a
+        tuple, a numpy number Python's), which what runs it may rely on.
 
     Raises:
-        ScenarioError: ``scenario`` is invalid, or holds a value the file format cannot carry
-            (a field its kind does not use, such as ``every_s`` on a burst arrival); the message
-            names the fields.
+        ScenarioError: listing every problem, each field named as the file names it (the
+            file's ``jobs`` are the object's ``groups``).
     """
-    text = yaml.safe_dump(
-        scenario_to_data(scenario),
-        sort_keys=False,
-        default_flow_style=None,
-        allow_unicode=True,
-        width=100,
-    )
-    reloaded = parse_scenario(yaml.safe_load(text), f"scenario {scenario.name!r} as written")
-    if reloaded != scenario:
-        differences = _differences(dataclasses.asdict(scenario), dataclasses.asdict(reloaded), "")
-        raise ScenarioError(
-            f"scenario {scenario.name!r} cannot be written as YAML that loads back equal; these "
-            f"fields hold values the file format does not carry (written != read back): "
-            f"{'; '.join(differences)}; set them to their defaults"
+    if origin is None:
+        origin = (
+            f"{show(scenario.name)} (a Scenario object, checked as its file: jobs[i] is groups[i])"
         )
-    return text
-
-
-def _read_text(path: Path) -> str:
-    """The text of a scenario file, read only if it is within the size limit."""
-    limit = MAX_FILE_BYTES.value
-    try:
-        with path.open("rb") as stream:
-            # One byte more than the limit tells a file that is too long, however it grows.
-            data = stream.read(limit + 1)
-    except OSError as error:
-        raise ScenarioError(
-            f"cannot read scenario file {str(path)!r}: {error}; check the file is readable"
-        ) from error
-    if len(data) > limit:
-        raise ScenarioError(
-            f"scenario file {str(path)!r} is larger than {limit:,} bytes: expected "
-            f"{MAX_FILE_BYTES.expected()}; a scenario file has tens of lines, is this the right "
-            f"file?"
-        )
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ScenarioError(
-            f"cannot read scenario file {str(path)!r}: {error}; expected UTF-8 text"
-        ) from error
+    return parse_scenario(scenario_to_data(scenario), origin)
 
 
 def _looks_like_path(name_or_path: str | Path) -> bool:
@@ -260,85 +214,155 @@ def _looks_like_path(name_or_path: str | Path) -> bool:
 # --- writing ----------------------------------------------------------------------------------
 
 
-def _plain(value: float) -> int | float:
-    """Whole numbers as ints, so that files read ``600`` rather than ``600.0``."""
-    return int(value) if float(value).is_integer() else float(value)
+def scenario_to_data(scenario: Scenario) -> dict[str, object]:
+    """The plain mapping (strings, numbers, lists, mappings) a scenario file holds for
+    ``scenario``, in the file format's field order, whole numbers as integers.
+
+    A field is written where the scenario's kind (or its arrival's kind) uses it, and wherever
+    it differs from its default: a value that no file could hold (``every_s`` on a burst
+    arrival, ``iterations`` in an inference scenario) is written too, for the file's own rules
+    to refuse when the data is read (:func:`check_scenario`, :func:`dump_scenario`). A value
+    that is not of its field's type is written as it is, for the schema to name.
+    """
+    data: dict[str, object] = {"name": _plain(scenario.name)}
+    for key in ("description", "source"):
+        if _differs(scenario, key, _SCENARIO_DEFAULTS):
+            data[key] = _plain(getattr(scenario, key))
+    data["kind"] = _plain(scenario.kind)
+    for key in ("interval_s", "horizon_s", "slots_per_worker", "profile_set"):
+        data[key] = _plain(getattr(scenario, key))
+    if scenario.workload_threading is not None:
+        data["workload_threading"] = _plain(scenario.workload_threading)
+    data["migration_cost_s"] = _plain(scenario.migration_cost_s)
+    for key in ("container_memory_mb", "container_pids"):  # Docker only: said where set
+        if _differs(scenario, key, _SCENARIO_DEFAULTS):
+            data[key] = _plain(getattr(scenario, key))
+    data["workers"] = _workers_to_data(scenario.workers)
+    groups = scenario.groups
+    data["jobs"] = (
+        [_group_to_data(group, scenario.kind) for group in groups]
+        if isinstance(groups, tuple | list)
+        else _plain(groups)
+    )
+    return data
 
 
-def _workers_to_data(workers: tuple[WorkerSpec, ...]) -> object:
+def dump_scenario(scenario: Scenario) -> str:
+    """YAML text of ``scenario`` that :func:`load_scenario` reads back equal.
+
+    Raises:
+        ScenarioError: ``scenario`` is invalid, or holds a value the file format cannot carry
+            (a field its kind does not use, such as ``every_s`` on a burst arrival); the message
+            names the fields.
+    """
+    return yaml.safe_dump(
+        scenario_to_data(check_scenario(scenario)),
+        sort_keys=False,
+        default_flow_style=None,
+        allow_unicode=True,
+        width=100,
+    )
+
+
+_SCENARIO_DEFAULTS = Scenario(name="", kind=JobKind.INFERENCE, workers=(), groups=())
+_GROUP_DEFAULTS = JobGroup(workloads=())
+_ARRIVAL_DEFAULTS = ArrivalPattern()
+
+
+def _differs(value: object, key: str, defaults: object) -> bool:
+    """Whether the field ``key`` of ``value`` differs from its default (a NaN always does)."""
+    return bool(_plain(getattr(value, key)) != _plain(getattr(defaults, key)))
+
+
+def _plain(value: object) -> object:
+    """``value`` as a file holds it: an enum as its value, a number as Python's (a whole float
+    as an int, so that files read ``600`` rather than ``600.0``), a tuple or array as a list, an
+    :class:`IntRange` or :class:`FloatRange` as ``{low, high}``, the values of a mapping alike;
+    anything else as it is."""
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, IntRange | FloatRange):
+        return {"low": _plain(value.low), "high": _plain(value.high)}
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    number = float(value)
+    return int(number) if number.is_integer() else number
+
+
+def _workers_to_data(workers: object) -> object:
+    if not isinstance(workers, tuple | list) or not all(
+        isinstance(worker, WorkerSpec) for worker in workers
+    ):
+        return _plain(workers)
+
     def worker_data(worker: WorkerSpec) -> dict[str, object]:
         data: dict[str, object] = {"cores": _plain(worker.cores)}
         if worker.endpoint is not None:
-            data["endpoint"] = worker.endpoint
+            data["endpoint"] = _plain(worker.endpoint)
         return data
 
-    if workers and all(worker == workers[0] for worker in workers):
+    if workers and all(worker_data(worker) == worker_data(workers[0]) for worker in workers):
         return {"count": len(workers), **worker_data(workers[0])}
     return [worker_data(worker) for worker in workers]
 
 
-def _group_to_data(group: JobGroup, kind: JobKind) -> dict[str, object]:
+def _group_to_data(group: object, kind: object) -> object:
+    if not isinstance(group, JobGroup):
+        return _plain(group)
     data: dict[str, object] = {}
-    if len(group.workloads) == 1:
-        data["workload"] = group.workloads[0]
+    workloads = group.workloads
+    if isinstance(workloads, tuple | list) and len(workloads) == 1:
+        data["workload"] = _plain(workloads[0])
     else:
-        data["workloads"] = list(group.workloads)
-    if isinstance(group.count, IntRange):
-        data["count"] = {"low": group.count.low, "high": group.count.high}
-    else:
-        data["count"] = group.count
-    if group.arrival_choices:
-        data["arrival_choices"] = [_arrival_to_data(choice) for choice in group.arrival_choices]
-    else:
-        data["arrival"] = _arrival_to_data(group.arrival)
-    if kind is JobKind.INFERENCE:
-        if group.target_range_s is not None:
-            data["target_range_s"] = {
-                "low": _plain(group.target_range_s.low),
-                "high": _plain(group.target_range_s.high),
-            }
-        else:
-            data["targets_s"] = [_plain(target) for target in group.targets_s]
+        data["workloads"] = _plain(workloads)
+    data["count"] = _plain(group.count)
+    if _differs(group, "arrival_choices", _GROUP_DEFAULTS):
+        choices = group.arrival_choices
+        data["arrival_choices"] = (
+            [_arrival_to_data(choice) for choice in choices]
+            if isinstance(choices, tuple | list)
+            else _plain(choices)
+        )
+    arrival = _arrival_to_data(group.arrival)
+    if "arrival_choices" not in data or arrival != _arrival_to_data(_GROUP_DEFAULTS.arrival):
+        data["arrival"] = arrival
+    inference = kind is JobKind.INFERENCE
+    if group.target_range_s is not None:
+        data["target_range_s"] = _plain(group.target_range_s)
+    if _differs(group, "targets_s", _GROUP_DEFAULTS):
+        data["targets_s"] = _plain(group.targets_s)
+    if inference or _differs(group, "tolerance", _GROUP_DEFAULTS):
         data["tolerance"] = _plain(group.tolerance)
-    else:
-        if isinstance(group.iterations, IntRange):
-            data["iterations"] = {"low": group.iterations.low, "high": group.iterations.high}
-        elif group.iterations is not None:
-            data["iterations"] = group.iterations
-        if group.loss_targets is not None:
-            data["loss_targets"] = [_plain(loss) for loss in group.loss_targets]
-    if group.worker is not None:
-        data["worker"] = group.worker
+    for key in ("iterations", "loss_targets", "worker"):
+        if getattr(group, key) is not None:
+            data[key] = _plain(getattr(group, key))
     return data
 
 
-def _arrival_to_data(arrival: ArrivalPattern) -> dict[str, object]:
-    data: dict[str, object] = {"kind": arrival.kind.value}
-    if arrival.kind is ArrivalKind.FIXED:
-        data["every_s"] = _plain(arrival.every_s)
-    elif arrival.kind is ArrivalKind.RANDOM:
-        data["window_s"] = _plain(arrival.window_s)
-    elif arrival.kind is ArrivalKind.EXPLICIT:
-        data["times_s"] = [_plain(time) for time in arrival.times_s]
-    if arrival.kind is not ArrivalKind.EXPLICIT and arrival.start_s != 0:
-        data["start_s"] = _plain(arrival.start_s)
+_ARRIVAL_NEEDS = {
+    ArrivalKind.FIXED: "every_s",
+    ArrivalKind.RANDOM: "window_s",
+    ArrivalKind.EXPLICIT: "times_s",
+}
+"""The field each arrival kind needs beside ``kind`` (a burst needs none)."""
+
+
+def _arrival_to_data(arrival: object) -> object:
+    """An arrival pattern's mapping: the field its kind needs, and any other set away from its
+    default (``start_s`` where it is not 0)."""
+    if not isinstance(arrival, ArrivalPattern):
+        return _plain(arrival)
+    data: dict[str, object] = {"kind": _plain(arrival.kind)}
+    needed = _ARRIVAL_NEEDS.get(arrival.kind) if isinstance(arrival.kind, ArrivalKind) else None
+    for key in ("every_s", "window_s", "times_s", "start_s"):
+        if key == needed or _differs(arrival, key, _ARRIVAL_DEFAULTS):
+            data[key] = _plain(getattr(arrival, key))
     return data
-
-
-def _differences(written: object, read: object, path: str) -> list[str]:
-    """Paths at which two ``dataclasses.asdict`` trees differ, with both values."""
-    if isinstance(written, dict) and isinstance(read, dict):
-        found: list[str] = []
-        for key in written:
-            found += _differences(written[key], read.get(key), join(path, str(key)))
-        return found
-    if (
-        isinstance(written, list | tuple)
-        and isinstance(read, list | tuple)
-        and len(written) == len(read)
-    ):
-        found = []
-        for index, (left, right) in enumerate(zip(written, read, strict=True)):
-            found += _differences(left, right, f"{path}[{index}]")
-        return found
-    return [] if written == read else [f"{path}: {show(written)} != {show(read)}"]

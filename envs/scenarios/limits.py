@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 from dlsched.envs.errors import ScenarioError
 
 if TYPE_CHECKING:  # problems imports the schema, which imports the lengths below
-    from dlsched.envs.scenarios.model import Scenario
     from dlsched.envs.scenarios.problems import Report
 
 
@@ -81,12 +80,14 @@ class Limit:
         )
 
 
-MAX_FILE_BYTES = Limit("MAX_FILE_BYTES", 1 << 20, "bytes in a scenario file")
-"""A scenario file's size: 1 MiB, thousands of lines (a shipped one has tens)."""
+MAX_FILE_BYTES = Limit("MAX_FILE_BYTES", 1 << 20, "bytes in a scenario or claims file")
+"""A YAML file's size (a scenario, a claims file): 1 MiB, thousands of lines (a shipped scenario
+has tens, the shipped claims file 26 KB)."""
 MAX_YAML_VALUES = Limit("MAX_YAML_VALUES", 1_000_000, "YAML values (aliases expanded)")
-"""The values of a file once its aliases (``*name``) are expanded, each as often as it is used.
-Aliases are allowed (an arrival pattern written once, used by several groups), but a few lines
-of aliases of aliases can expand to billions of values (a "billion laughs" file)."""
+"""The values of a YAML file (a scenario, a claims file) once its aliases (``*name``) are
+expanded, each as often as it is used. Aliases are allowed (an arrival pattern written once,
+used by several groups), but a few lines of aliases of aliases can expand to billions of values
+(a "billion laughs" file)."""
 MAX_WORKERS = Limit("MAX_WORKERS", 4096, "workers")
 """Workers of a scenario."""
 MAX_SLOTS_PER_WORKER = Limit("MAX_SLOTS_PER_WORKER", 1024, "slots per worker")
@@ -221,28 +222,3 @@ def _check_steps(horizon_s: float | None, interval_s: float | None, report: Repo
             f"horizon_s / interval_s = {horizon_s:g} / {interval_s:g} = {steps:.3g} steps: "
             f"expected {MAX_STEPS.expected()}; shorten horizon_s or lengthen interval_s",
         )
-
-
-def check_scenario_limits(scenario: Scenario) -> None:
-    """Refuse a scenario built in Python (a file's are checked as it is read) whose counts are
-    above their limits.
-
-    Raises:
-        ScenarioError: naming every count above its limit.
-    """
-    from dlsched.envs.scenarios.problems import Report
-
-    report = Report({})
-    check_counts(
-        Counts(
-            workers=len(scenario.workers),
-            slots_per_worker=scenario.slots_per_worker,
-            horizon_s=scenario.horizon_s,
-            interval_s=scenario.interval_s,
-            group_counts=[
-                (f"jobs[{index}]", group.max_count) for index, group in enumerate(scenario.groups)
-            ],
-        ),
-        report,
-    )
-    report.raise_if_any(f"scenario {scenario.name!r}")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from dlsched.envs.errors import ArgumentError
+from dlsched.envs.errors import ArgumentError, OutputError
 
 N = TypeVar("N", int, float)
 
@@ -83,10 +83,13 @@ def local_records_folder(args: argparse.Namespace, default: Path) -> Path:
     """The folder ``--out`` names (``default`` if not given), refusing it with ``--no-tracking``.
 
     ``--no-tracking`` keeps no local records, so an ``--out`` beside it would be ignored and the
-    user would look for records that were never written.
+    user would look for records that were never written. The default folder is held to what a
+    given one is as it is parsed (:func:`output_folder`), before any store or run is made for
+    records that could not be kept.
 
     Raises:
         ArgumentError: both options were given.
+        OutputError: the default folder cannot be written (made read-only, say).
     """
     if args.no_tracking and args.out is not None:
         raise ArgumentError(
@@ -94,7 +97,17 @@ def local_records_folder(args: argparse.Namespace, default: Path) -> Path:
             "nothing would be written there; drop --no-tracking to keep the records (and track "
             "them in MLflow), or drop --out"
         )
-    return args.out if args.out is not None else default
+    if args.out is not None:
+        return args.out
+    if not args.no_tracking:
+        try:
+            output_folder(str(default))
+        except argparse.ArgumentTypeError as error:
+            raise OutputError(
+                f"--out (by default {default}, for the episode records): {error}; make it "
+                "writable, or pass another folder with --out"
+            ) from None
+    return default
 
 
 def _check_creatable(folder: Path, text: str) -> None:

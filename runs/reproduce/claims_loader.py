@@ -4,6 +4,10 @@ The shipped file, :data:`CLAIMS_FILE` (``claims.yaml`` beside this module), hold
 :mod:`.claims` describes. :func:`load_claims` reads and checks a file; every problem is reported
 at once with the file, its line and the field's path (``claims[3].measure.scenario``), as a
 :class:`~dlsched.runs.reproduce.claims.ClaimsError`.
+
+A claims file is data a user hands dlsched, as a scenario file is, and is read the same bounded
+way (:mod:`dlsched.envs.scenarios.yaml_text`): its size and its values, aliases expanded, are
+counted before anything is built from them.
 """
 
 from __future__ import annotations
@@ -15,12 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
 from dlsched.baselines.registry import make, names
 from dlsched.envs.errors import DlschedError
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import Scenario
+from dlsched.envs.scenarios.yaml_text import FileKind, read_text, read_yaml
 from dlsched.runs.reproduce.claims import (
     PAPERS,
     Claim,
@@ -45,47 +48,31 @@ _ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 _T = TypeVar("_T")
 
 
+CLAIMS_KIND = FileKind(
+    name="claims file",
+    holds=f"a mapping with format, version, units and claims (the shipped one is {CLAIMS_FILE})",
+    size="a few hundred lines",
+    unreadable=f"pass an existing file to --claims (the shipped one is {CLAIMS_FILE})",
+    error=ClaimsError,
+)
+"""How the refusals of a claims file name it, and the error they raise."""
+
+
 def load_claims(path: str | Path = CLAIMS_FILE) -> ClaimsFile:
     """Read and validate a claims file.
 
     Raises:
-        ClaimsError: the file cannot be read, is not YAML, or has malformed fields; every
-            problem is listed with its line and the field's path.
+        ClaimsError: the file cannot be read, is larger than
+            :data:`~dlsched.envs.scenarios.limits.MAX_FILE_BYTES`, is not YAML, expands (its
+            aliases used) to more than :data:`~dlsched.envs.scenarios.limits.MAX_YAML_VALUES`
+            values, or has malformed fields; every problem is listed with its line and the
+            field's path.
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise ClaimsError(
-            f"cannot read claims file {path}: {error.strerror or error}; pass an existing file "
-            f"to --claims (the shipped one is {CLAIMS_FILE})"
-        ) from None
-    try:
-        data = yaml.safe_load(text)
-        lines = _lines(yaml.compose(text))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ClaimsError(f"claims file {path} is not valid YAML{where}: {error}") from None
+    text = read_text(path, CLAIMS_KIND)
+    document = read_yaml(text, f"claims file {path}", CLAIMS_KIND)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    return _Parser(path, lines, digest).parse(data)
-
-
-def _lines(node: yaml.Node | None, path: str = "", into: dict[str, int] | None = None) -> dict:
-    """The 1-based line of every field of a composed YAML document, by its path."""
-    into = {} if into is None else into
-    if node is None:
-        return into
-    into.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            child = f"{path}.{key.value}" if path else str(key.value)
-            into[child] = key.start_mark.line + 1
-            _lines(value, child, into)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _lines(item, f"{path}[{index}]", into)
-    return into
+    return _Parser(path, document.lines, digest).parse(document.data)
 
 
 class _Parser:

@@ -14,20 +14,22 @@ store is back:
 
 Either way the run gets the tag ``dlsched.degraded=true``: its figures were uploaded after the
 fact. Syncing is idempotent: what is in the store is never uploaded twice, so running it again
-adds nothing; and two syncs of one folder at once take turns (a file lock in the folder,
-:data:`SYNC_LOCK_FILE`), the second finding in the store what the first uploaded.
+adds nothing; and two syncs of one folder at once take turns (a lock on the folder, which
+leaves nothing in it), the second finding in the store what the first uploaded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import math
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import filelock
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Run, ViewType
 
@@ -60,11 +62,12 @@ TRAINING_ARTIFACT_FILES: tuple[str, ...] = (
 )
 #: The progress column that counts timesteps: the step of every training metric.
 TIMESTEPS_COLUMN = "time/total_timesteps"
-#: The lock a sync holds in the folder it uploads, so that two syncs never upload one episode
-#: twice (each reads what the store has, then uploads the rest).
-SYNC_LOCK_FILE = "sync.lock"
-#: Seconds a sync waits for another sync of the same folder to finish.
+#: Seconds a sync waits for another sync of the same folder to finish (two syncs of one folder
+#: take turns, so that they never upload an episode twice: each reads what the store has, then
+#: uploads the rest).
 SYNC_LOCK_TIMEOUT_S = 600.0
+#: Seconds between two tries of a waiting sync.
+SYNC_LOCK_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -102,36 +105,59 @@ def sync_folder(folder: Path, waiting: Callable[[str], None] = print) -> SyncRes
             another sync of the folder held it too long.
     """
     record = read_tracking(folder)
-    lock = _turn(folder, waiting)
-    try:
+    with _turn(folder, waiting):
         return _sync_locked(folder, record)
-    finally:
-        lock.release()
 
 
-def _turn(folder: Path, waiting: Callable[[str], None]) -> filelock.FileLock:
-    """The folder's sync lock, acquired: at once, or once another sync of it has ended."""
-    lock = filelock.FileLock(folder / SYNC_LOCK_FILE)
+@contextlib.contextmanager
+def _turn(folder: Path, waiting: Callable[[str], None]) -> Iterator[None]:
+    """Hold the folder's sync lock: at once, or once another sync of it has ended.
+
+    The lock is an ``flock`` on the folder itself: nothing is written in the folder for it (a
+    lock file would be left behind, and could be removed safely only if every sync checked,
+    once it held the file, that it was still the one in the folder), and the kernel releases it
+    with a sync that dies.
+    """
     try:
-        try:
-            lock.acquire(timeout=0)
-        except filelock.Timeout:
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as error:
+        raise _unlockable(folder, error) from None
+    try:
+        if not _locked(folder, descriptor):
             waiting(
                 f"{folder}: another `dlsched runs sync` of this folder is uploading; waiting for "
                 f"it (at most {SYNC_LOCK_TIMEOUT_S:.0f} s), then uploading what it did not"
             )
-            lock.acquire(timeout=SYNC_LOCK_TIMEOUT_S)
-    except filelock.Timeout:
-        raise TrackingError(
-            f"another `dlsched runs sync` of {folder} has held {folder / SYNC_LOCK_FILE} for over "
-            f"{SYNC_LOCK_TIMEOUT_S:.0f} s; rerun once it ends (nothing is uploaded twice)"
-        ) from None
-    except OSError as error:
-        raise TrackingError(
-            f"cannot lock {folder} for the sync ({error}): the folder must be writable, so "
-            "that two syncs never upload an episode twice; make it writable, or sync a copy"
-        ) from None
-    return lock
+            deadline = time.monotonic() + SYNC_LOCK_TIMEOUT_S
+            while not _locked(folder, descriptor):
+                if time.monotonic() > deadline:
+                    raise TrackingError(
+                        f"another `dlsched runs sync` of {folder} has held it for over "
+                        f"{SYNC_LOCK_TIMEOUT_S:.0f} s; rerun once it ends (nothing is uploaded "
+                        "twice)"
+                    )
+                time.sleep(SYNC_LOCK_POLL_S)
+        yield
+    finally:
+        os.close(descriptor)  # and with it the lock
+
+
+def _locked(folder: Path, descriptor: int) -> bool:
+    """Take the lock of the folder open as ``descriptor`` if no other sync holds it."""
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as error:  # a file system without locks
+        raise _unlockable(folder, error) from None
+    return True
+
+
+def _unlockable(folder: Path, error: OSError) -> TrackingError:
+    return TrackingError(
+        f"cannot lock {folder} for the sync ({error}): two syncs of one folder take turns, "
+        "so that they never upload an episode twice; sync a copy of it on a local disk"
+    )
 
 
 def _sync_locked(folder: Path, record: TrackingRecord) -> SyncResult:

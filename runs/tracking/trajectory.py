@@ -25,10 +25,12 @@ the environment variable each names, as the scenario limits are) before it is re
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
 import secrets
+import shutil
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -246,6 +248,11 @@ class EvaluationFolder:
             written.rename(folder)  # fails if ``folder`` holds anything: nothing is overwritten
             written.parent.rmdir()
         except OSError as error:
+            # the part written is no episode (sync reads none of it) and holds the space a full
+            # disk lacks: it goes, and so does the folder it was written in if it is empty
+            shutil.rmtree(written, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                written.parent.rmdir()
             raise TrackingError(
                 f"cannot write episode {folder.name} to {folder.resolve()}: {error}; the "
                 "episodes written before it are there. Free space there, or pass another --out"

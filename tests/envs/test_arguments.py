@@ -4,13 +4,17 @@ argument, what was expected and, for a misspelling, the name meant; the environm
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import gymnasium as gym
 import numpy as np
 import pytest
 from repo_paths import SCENARIO_BIG
 
 import dlsched.envs  # registers the environments
-from dlsched.envs.errors import ArgumentError, UnknownNameError
+from dlsched.envs.errors import ArgumentError, ScenarioError, UnknownNameError
+from dlsched.envs.scenarios import JobKind, WorkerSpec, load_scenario
 
 
 @pytest.mark.parametrize(
@@ -72,3 +76,50 @@ def test_a_batched_environment_beyond_the_slot_limit_is_refused_before_it_alloca
     message = str(caught.value)
     assert f"num_envs={num_envs:,} episodes x 10 slots" in message
     assert "MAX_BATCH_SLOTS" in message and "DLSCHED_MAX_BATCH_SLOTS=N" in message
+
+
+def _burst(**change):
+    """``dqoes-resnet50-burst-target20`` as a Scenario object, with fields replaced."""
+    return dataclasses.replace(load_scenario("dqoes-resnet50-burst-target20"), **change)
+
+
+def _first_group(**change):
+    scenario = _burst()
+    return _burst(groups=(dataclasses.replace(scenario.groups[0], **change),))
+
+
+@pytest.mark.parametrize(
+    ("scenario", "named"),
+    [  # each once ran an endless episode, ran, or failed deep inside (issue 44, item 3)
+        (_burst(interval_s=math.nan), "interval_s = nan: expected a finite number of seconds > 0"),
+        (_burst(interval_s=0), "interval_s = 0: expected a number of seconds > 0"),
+        (_burst(interval_s=-5), "interval_s = -5: expected a number of seconds > 0"),
+        (_burst(workers=(WorkerSpec(cores=-2.0),)), "workers.cores = -2: expected a number of"),
+        (_burst(workers=(WorkerSpec(cores=math.nan),)), "workers.cores = nan: expected a finite"),
+        (_burst(groups=()), "jobs = []: expected a non-empty list of job groups"),
+        (_burst(migration_cost_s=math.nan), "migration_cost_s = nan: expected a finite number"),
+        (_burst(slots_per_worker=-1), "slots_per_worker = -1: expected a whole number >= 1"),
+        (_burst(kind=5), "kind = 5: expected one of training, inference"),
+        (_burst(workers=None), "workers = None: expected a mapping {count: N, cores: C}"),
+        (_first_group(count="3"), "jobs[0].count = '3': expected a whole number >= 1"),
+        (_first_group(targets_s=()), "jobs[0].targets_s is missing; expected latency targets"),
+        (_first_group(iterations=300), "jobs[0].iterations: only for training scenarios"),
+        (_first_group(worker=1), "jobs[0].worker = 1: expected a worker index from 0 to 0"),
+    ],
+)
+def test_a_scenario_object_is_held_to_the_rules_of_a_scenario_file(scenario, named):
+    with pytest.raises(ScenarioError) as caught:
+        gym.make("dlsched/Inference-v0", scenario=scenario)
+    message = str(caught.value)
+    assert message.startswith("invalid scenario 'dqoes-resnet50-burst-target20' (a Scenario object")
+    assert named in message, message
+
+
+def test_a_scenario_object_runs_as_its_file_gives_it():
+    """Values of the right meaning in another type (a kind by its name, numpy numbers, lists)
+    are taken as a file would give them: what runs is of the dataclasses' own types."""
+    scenario = _burst(kind="inference", interval_s=np.float64(5.0), slots_per_worker=np.int64(10))
+    env = gym.make("dlsched/Inference-v0", scenario=scenario)
+    checked = env.unwrapped.scenario
+    assert checked == scenario and checked.kind is JobKind.INFERENCE
+    assert type(checked.interval_s) is float and type(checked.slots_per_worker) is int

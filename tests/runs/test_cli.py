@@ -288,6 +288,44 @@ def test_a_bug_is_one_line_naming_its_log_and_exit_1(capsys, tmp_path, monkeypat
         main(["compare", "--verbose"])
 
 
+def test_a_log_that_cannot_be_written_never_fails_the_command(capsys, tmp_path, monkeypatch):
+    """Issue 44 items 4 and 5: a log folder that cannot be made (read-only) raised out of
+    MLflow's first log message, and a full disk out of the traceback written after a refusal;
+    each ended the command in chained tracebacks. The log goes to the system's temporary folder
+    instead; where nothing takes it (``/dev/full`` fails every write with ENOSPC), the command
+    says so and ends as it would have."""
+    import errno
+    import logging
+    import tempfile
+
+    from dlsched.runs import command_log
+    from dlsched.runs.commands import scenarios
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # a folder cannot be made under a file, even by root
+    monkeypatch.setattr(command_log, "LOG_FOLDER", blocked / "logs")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "temp"))
+    log = command_log.CommandLog.open("evaluate")
+    logging.getLogger("mlflow").info("Creating initial MLflow database tables...")
+    assert log.path.parent == tmp_path / "temp" / "dlsched"
+    assert "Creating initial" in log.path.read_text()
+
+    full = command_log.CommandLog([Path("/dev/full")])
+    assert not full.record_exception(ValueError("x"))
+    assert full.lost is not None and full.lost.errno == errno.ENOSPC
+
+    def bug(args):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(command_log, "LOG_FOLDER", Path("/dev/full"))  # its folder is no folder
+    monkeypatch.setattr(tempfile, "tempdir", "/dev/full")
+    monkeypatch.setattr(scenarios, "run", bug)
+    assert main(["scenarios"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "ZeroDivisionError: a bug" in err
+    assert "its traceback could not be written to /dev/full/dlsched/scenarios-" in err
+
+
 def test_a_mistake_leaves_no_log_behind(capsys, tmp_path, monkeypatch):
     """Issue 34 item 11: every refused command wrote dlsched-runs/logs/<cmd>-*.log here, and a
     tracked one an empty mlflow.db (the default store, here)."""

@@ -1,4 +1,5 @@
-"""Fault injection: SIGINT, SIGTERM and SIGKILL at every point of a command's life.
+"""Fault injection: SIGINT, SIGTERM and SIGKILL at every point of a command's life; a disk that
+fills, and a folder that is read-only.
 
 Real ``dlsched`` processes on a new sqlite store (and the real Docker engine, for the cases
 marked ``docker``), each stopped at one point it reaches: before its store exists, in the
@@ -14,12 +15,17 @@ must keep are checked (:func:`assert_invariants`):
 - the store is whole: it opens, its schema is at MLflow's head, no ``_alembic_tmp_*`` table;
 - no episode is lost or counted twice: after ``dlsched runs sync``, every episode on disk has
   exactly one finished run.
+
+A full disk and a read-only folder (tmpfs mounts, so these need root and are skipped without)
+must end a command with exit code 2 and one line, leave nothing ``RUNNING`` after one more
+command, and leave nothing behind but what ``dlsched runs sync`` needs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 import signal
 import sqlite3
@@ -27,7 +33,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -117,10 +123,10 @@ def _uri(folder: Path) -> str:
     return f"sqlite:///{_store(folder)}"
 
 
-def _evaluate(dlsched_process, folder: Path, *options: str) -> Watched:
+def _evaluate(dlsched_process, folder: Path, *options: str, episodes: int = EPISODES) -> Watched:
     process = dlsched_process(
         ["evaluate", "--scenario", _scenario(folder), "--policy", "default",
-         "--episodes", EPISODES, "--no-plots", *options],
+         "--episodes", episodes, "--no-plots", *options],
         cwd=folder,
         env={"PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -348,6 +354,100 @@ def test_syncs_stopped_as_they_upload_leave_every_episode_once(
     assert_stopped(first, first.stop(signal.SIGKILL), signal.SIGKILL, "runs")
     assert second.process.wait(timeout=WAIT_S) == 0, "".join(second.err)
     assert_invariants(monkeypatch, tmp_path)
+
+
+# ------------------------------------------------------------------------------- disks
+
+
+@contextlib.contextmanager
+def _tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``path`` for the test (root only: skipped without)."""
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (root only): {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:  # lazily: this process's MLflow clients may still hold the store open
+        subprocess.run(["umount", "--lazy", str(path)], check=False)
+
+
+def _remount(path: Path, options: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{options}", str(path)], check=True)
+
+
+def _ended(watched: Watched) -> tuple[int, str]:
+    """Wait for a command to end by itself: its exit code and its stderr."""
+    code = watched.process.wait(timeout=WAIT_S)
+    for reader in watched.readers:
+        reader.join(timeout=WAIT_S)
+    return code, "".join(watched.err)
+
+
+def assert_refused_in_one_line(code: int, err: str, *said: str) -> None:
+    """Exit code 2, one error line saying each of ``said``, no traceback."""
+    assert code == 2, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1, err
+    for words in said:
+        assert words in errors[0], err
+
+
+def _running(folder: Path) -> list:
+    client = MlflowClient(_uri(folder))
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(experiments, "attributes.status = 'RUNNING'")
+
+
+@pytest.mark.parametrize("then", ["sync", "evaluate"])
+def test_a_full_disk_ends_the_evaluation_in_one_line_and_leaves_nothing_running(
+    monkeypatch, tmp_path, dlsched_process, then
+):
+    """Issue 44 item 4: the working folder's disk (store, episodes, log) fills among the
+    episodes. After the right message came a traceback (its log, on the same disk, could not be
+    written either), the parent run stayed RUNNING, and once space was freed a sync left the
+    half-written episode (``.writing/``) and its lock file (``sync.lock``) behind."""
+    with _tmpfs(tmp_path / "disk", "2m") as disk:
+        code, err = _ended(_evaluate(dlsched_process, disk, episodes=200))
+        assert_refused_in_one_line(code, err, "No space left on device", "Free space there")
+        _remount(disk, "size=64m")  # space is freed
+        monkeypatch.chdir(disk)  # where the next command writes its log
+        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+        (record,) = disk.glob("dlsched-runs/*/tracking.json")
+        evaluation = record.parent
+        if then == "sync":
+            assert main(["runs", "sync", str(evaluation)]) == 0
+            assert_each_episode_once(MlflowClient(_uri(disk)), evaluation)
+        else:
+            again = ["evaluate", "--scenario", str(disk / "scenario.yaml"), "--policy",
+                     "default", "--episodes", "1", "--no-plots", "--no-progress"]  # fmt: skip
+            assert main(again) == 0
+        assert _running(disk) == []
+        left = {path.name for path in evaluation.iterdir() if not path.name.startswith("default-")}
+        assert left == {"scenario.yaml", "tracking.json"}  # no .writing/, no sync.lock
+
+
+def test_a_read_only_runs_folder_refuses_the_evaluation_before_any_store(tmp_path, dlsched_process):
+    """Issue 44 item 5: the runs folder (the records' and the log's) is read-only and the store
+    is new. MLflow's first log message, in the store's creation, could not open the log file,
+    which raised out of MLflow: two chained tracebacks, and an empty ``mlflow.db.lock`` left.
+    As root a read-only mount does what a folder's mode cannot."""
+    with _tmpfs(tmp_path / "dlsched-runs", "1m") as runs:
+        _remount(runs, "ro")
+        process = dlsched_process(
+            ["evaluate", "--scenario", _scenario(tmp_path), "--policy", "default",
+             "--episodes", 2, "--no-plots"],
+            cwd=tmp_path,
+        )  # fmt: skip
+        _, err = process.communicate(timeout=WAIT_S)
+        assert_refused_in_one_line(process.returncode, err, "dlsched-runs", "not writable")
+        assert sorted(os.listdir(tmp_path)) == ["dlsched-runs", "scenario.yaml"]  # no store
 
 
 # ------------------------------------------------------------------------------- docker

@@ -323,6 +323,54 @@ def test_the_bound_scale_spares_throttled_jobs_only():
     assert spared[1:] == pytest.approx(1.0)
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from([1.0, 0.75, 0.5, 0.3, 0.2, 0.1, 0.05]), min_size=2, max_size=6),
+        min_size=2,
+        max_size=5,
+    ),
+    st.floats(0.0, 1.0),
+    st.floats(0.0, 0.5),
+)
+@example(workers=[[1.0, 1.0, 1.0], [1.0, 0.25, 0.25]], bound_scale=0.6, floor=0.1)
+def test_workers_computed_together_keep_each_its_own_efficiencies(workers, bound_scale, floor):
+    """Issue 44 item 8: where one worker had a throttled job, every worker computed beside it
+    (another of its episode, or of another episode of a batch) was taken through the states of
+    throttled partners, and a worker with none came out an ulp or two off its own result: the
+    batched environment drifted from single ones."""
+    slots = max(len(limits) for limits in workers)
+    rows = len(workers)
+    busy, quotas, present = (
+        np.zeros((rows, slots)),
+        np.zeros((rows, slots)),
+        np.zeros((rows, slots), bool),
+    )
+    runnable = np.zeros(rows)
+    for row, limits in enumerate(workers):
+        count = len(limits)
+        busy[row, :count] = 1.9
+        quotas[row, :count] = np.where(
+            np.asarray(limits) >= 1.0, math.inf, np.asarray(limits) * 2.0
+        )
+        present[row, :count] = True
+        runnable[row] = max(
+            runnable_threads(busy[row, :count], quotas[row, :count], 2.0), 2.0 + 1e-9
+        )
+    terms = (
+        np.full((rows, slots), 1.1),
+        np.full((rows, slots), floor),
+        np.full((rows, slots), bound_scale),
+    )
+    together = job_efficiencies(busy, quotas, present, runnable, np.full(rows, 2.0), *terms)
+    for row in range(rows):
+        alone = job_efficiencies(
+            busy[row : row + 1], quotas[row : row + 1], present[row : row + 1],
+            runnable[row : row + 1], np.array([2.0]), *(term[row : row + 1] for term in terms),
+        )  # fmt: skip
+        np.testing.assert_array_equal(together[row], alone[0])
+
+
 def test_the_measured_sets_share_one_contention_model():
     files = [(PROFILES_DIR / name / "contention.json").read_text() for name in MEASURED_SETS]
     assert files[0] == files[1]

@@ -225,6 +225,48 @@ def test_batched_equals_single_envs_under_specon_migrations():
     assert coverage.migrations > 0
 
 
+@pytest.mark.parametrize(
+    ("name", "seeds"),
+    [
+        ("specon-20", (3, 13, 23, 33)),  # issue 44 item 8: one ulp of usage at steps 97, 113, 137
+        ("flowcon-cluster-60-homogeneous", (0, 1, 2)),  # eight workers, contention
+        ("docker-training-4-stock", (0, 5)),  # stock threading, one worker
+        ("dqoes-cluster-40", (1, 2, 3)),  # inference, many workers
+        ("train-training-mix", (4, 9)),
+    ],
+)
+def test_the_batched_engine_is_bit_identical_to_single_replay_envs(name, seeds):
+    """The single replay environment is the engine holding one episode: a batch of episodes
+    gives each what it alone gives, bit for bit (the conformance tests above hold the engine to
+    the reference within rounding). Random limits, so that some workers' jobs are throttled and
+    others' not, to each episode's end."""
+    scenario = load_scenario(name)
+    env_id = ENV_IDS[scenario.kind]
+    vec = gym.make_vec(
+        env_id, num_envs=len(seeds), vectorization_mode="vector_entry_point", scenario=scenario
+    )
+    singles = [gym.make(env_id, scenario=scenario) for _ in seeds]
+    observations, _ = vec.reset(seed=list(seeds))
+    for index, (env, seed) in enumerate(zip(singles, seeds, strict=True)):
+        np.testing.assert_array_equal(observations[index], env.reset(seed=seed)[0])
+    rng = np.random.default_rng(0)
+    running = set(range(len(seeds)))
+    step = 0
+    while running:
+        step += 1
+        actions = rng.uniform(0.0, 1.0, vec.action_space.shape).astype(np.float32)
+        observations, rewards, *_ = vec.step(actions)
+        for index in sorted(running):
+            observation, reward, ended, cut, info = singles[index].step(actions[index])
+            where = f"episode of seed {seeds[index]}, step {step}"
+            np.testing.assert_array_equal(observations[index], observation, err_msg=where)
+            assert rewards[index] == reward, where
+            assert vec.unwrapped.telemetry(index) == info["telemetry"], where
+            if ended or cut:
+                running.discard(index)
+    vec.close()
+
+
 def _without_race(source: Path, folder: Path) -> Path:
     """The profile set in ``source`` copied to ``folder`` without its races: the reference is
     the deterministic physics (the race's single and batched draws are held equal in

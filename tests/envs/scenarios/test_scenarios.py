@@ -1194,8 +1194,8 @@ def test_dump_refuses_a_value_the_format_cannot_carry() -> None:
     with pytest.raises(ScenarioError) as raised:
         dump_scenario(odd)
     message = str(raised.value)
-    assert "cannot be written as YAML that loads back equal" in message
-    assert "groups[0].arrival.every_s: 5 != 0.0" in message
+    assert "jobs[0].arrival.every_s: not used by arrival kind burst" in message
+    assert "remove it or change the kind" in message
 
 
 def test_dump_refuses_an_invalid_scenario() -> None:

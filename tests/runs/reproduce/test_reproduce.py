@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import resource
 import socket
 import statistics
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -214,10 +217,57 @@ def test_the_minimal_file_is_valid_and_yaml_errors_give_the_line(tmp_path):
     assert [c.id for c in load_claims(write(tmp_path, minimal_claims())).claims] == ["target20"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("format: 1\nclaims: [\n  - id: x\n")
-    with pytest.raises(ClaimsError, match=r"bad\.yaml is not valid YAML at line \d"):
+    with pytest.raises(ClaimsError, match=r"bad\.yaml: YAML syntax error: .* at line \d"):
         load_claims(bad)
     with pytest.raises(ClaimsError, match="cannot read claims file"):
         load_claims(tmp_path / "missing.yaml")
+
+
+def claims_bomb() -> str:
+    """A 400-byte claims file whose claims are aliases of aliases: 9 ** 9 strings expanded (on
+    6863cc0, 44 s and 3.85 GB, then a MemoryError traceback)."""
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for previous, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
+    head = "format: 1\nversion: 1\nunits: {n: {absolute: 1}}\n"
+    return head + "\n".join(lines) + "\nclaims: *i\n"
+
+
+CLAIMS_MEMORY_LIMIT_BYTES = 2 << 30
+"""Address space of the refusing process: the imports of ``dlsched reproduce`` with room to
+spare, and half what the bomb took before it was bounded."""
+
+
+def test_a_claims_file_is_bounded_as_a_scenario_file_is(tmp_path):
+    """An alias bomb is refused at once, in bounded memory, as the scenarios' reading refuses
+    one; and so are an oversized file and a duplicate key, which that reading also catches."""
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(claims_bomb())
+
+    def limit_memory() -> None:
+        resource.setrlimit(
+            resource.RLIMIT_AS, (CLAIMS_MEMORY_LIMIT_BYTES, CLAIMS_MEMORY_LIMIT_BYTES)
+        )
+
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys; from dlsched.runs.cli import main; "
+         "sys.exit(main(sys.argv[1:]))", "reproduce", "--claims", str(bomb), "--no-tracking"],
+        capture_output=True, text=True, timeout=120, preexec_fn=limit_memory, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"claims file {bomb}: the YAML holds more than 1,000,000 values" in result.stderr
+    assert "DLSCHED_MAX_YAML_VALUES" in result.stderr
+
+    huge = tmp_path / "huge.yaml"
+    huge.write_text(write(tmp_path, minimal_claims()).read_text() + "#" * (1 << 20))
+    with pytest.raises(ClaimsError, match=r"larger than 1,048,576 bytes.*DLSCHED_MAX_FILE_BYTES"):
+        load_claims(huge)
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(write(tmp_path, minimal_claims()).read_text() + "version: 2\n")
+    with pytest.raises(ClaimsError, match=r"version is given again \(first on line 2\)"):
+        load_claims(twice)
 
 
 def test_selecting_claims_by_id_pattern_or_paper():
