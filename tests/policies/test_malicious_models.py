@@ -14,6 +14,7 @@ import json
 import pickle
 import shutil
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from dlsched.envs.errors import ModelError
 from dlsched.envs.observation import FEATURES
 from dlsched.policies import pretrained
 from dlsched.policies.learned import CARD_FILE, MODEL_FILE, load_model
+from dlsched.policies.mlflow_model import MODEL_CODE_FILE, save_mlflow_model
 from dlsched.runs import resolve_policy
 from dlsched.runs.cli import main
 
@@ -97,15 +99,33 @@ def marker(tmp_path: Path) -> Path:
     return tmp_path / "the-payload-ran"
 
 
-@pytest.fixture
-def nothing_unpickled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail the test if SB3 unpickles an archive's entry or anything calls ``pickle.load``."""
+def forbid_unpickling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on, fail the test if SB3 unpickles an archive's entry or anything calls
+    ``pickle.load``."""
 
     def unpickled(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model's file was unpickled")
 
     monkeypatch.setattr(save_util.cloudpickle, "loads", unpickled)
     monkeypatch.setattr(pickle, "load", unpickled)
+
+
+@pytest.fixture
+def nothing_unpickled(monkeypatch: pytest.MonkeyPatch) -> None:
+    forbid_unpickling(monkeypatch)
+
+
+def refusal(load: Callable[[], object], marker: Path) -> str:
+    """The message of the :class:`ModelError` that ``load()`` raises; the test fails first, and
+    says so, if loading ran the payload."""
+    try:
+        load()
+    except Exception as error:
+        assert not marker.exists(), "loading the model ran its pickle"
+        assert isinstance(error, ModelError), repr(error)
+        return str(error)
+    assert not marker.exists(), "loading the model ran its pickle"
+    pytest.fail("the model was loaded, not refused")
 
 
 def same_actions(policy: Any, reference: Any) -> None:
@@ -124,13 +144,17 @@ def test_statistics_that_are_a_malicious_pickle_are_never_unpickled(tmp_path, ma
     folder = tampered(
         tmp_path, MODEL_V0_1_0, files={PICKLED_STATISTICS: pickle.dumps(Payload(marker))}
     )
-    with pytest.raises(ModelError) as refused:
-        load_model(folder)
-    message = str(refused.value)
+    message = refusal(lambda: load_model(folder), marker)
     assert "\n" not in message
     assert f"`dlsched models convert {folder} --trust-pickle`" in message
     assert "its statistics are a pickle, vec_normalize.pkl" in message
-    assert not marker.exists()
+
+
+@pytest.mark.parametrize("key", PICKLED_ENTRIES)
+def test_a_malicious_entry_of_an_earlier_model_is_never_unpickled(tmp_path, marker, key):
+    """The probe's clip_range, and every other entry SB3 pickles into a model of 0.1.0."""
+    folder = tampered(tmp_path, MODEL_V0_1_0, entries={key: pickled_entry(marker)})
+    assert "dlsched models convert" in refusal(lambda: load_model(folder), marker)
 
 
 def test_an_evaluation_refuses_a_malicious_clip_range_before_it_runs(tmp_path, marker, capsys):
@@ -138,10 +162,10 @@ def test_an_evaluation_refuses_a_malicious_clip_range_before_it_runs(tmp_path, m
     argv = ["evaluate", "--scenario", "dqoes-varied-burst", "--policy", str(folder)]
     code = main([*argv, "--episodes", "1", "--no-tracking", "--no-progress"])
     err = capsys.readouterr().err
+    assert not marker.exists(), "the evaluation ran the model's pickle"
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1, err
     assert "dlsched models convert" in err and "--trust-pickle" in err
-    assert not marker.exists()
 
 
 # --- a model folder of data --------------------------------------------------------------------
@@ -170,9 +194,8 @@ def test_the_card_s_values_stand_for_the_archive_s_pickles(tmp_path, marker, not
 @pytest.mark.parametrize("key", ["action_noise", "evil"])
 def test_a_pickled_entry_that_nothing_rebuilds_is_refused(tmp_path, marker, key):
     folder = tampered(tmp_path, MODEL_V0_1_0_CONVERTED, entries={key: pickled_entry(marker)})
-    with pytest.raises(ModelError, match=f"holds pickled '{key}', which dlsched never unpickles"):
-        load_model(folder)
-    assert not marker.exists()
+    message = refusal(lambda: load_model(folder), marker)
+    assert f"holds pickled '{key}', which dlsched never unpickles" in message
 
 
 def test_a_plain_environment_name_in_an_archive_is_not_made(tmp_path, nothing_unpickled):
@@ -198,9 +221,7 @@ def test_statistics_that_are_not_json_are_refused(tmp_path, marker, nothing_unpi
         MODEL_V0_1_0_CONVERTED,
         files={"normalizer.json": pickle.dumps(Payload(marker))},
     )
-    with pytest.raises(ModelError, match=r"normalizer\.json"):
-        load_model(folder)
-    assert not marker.exists()
+    assert "normalizer.json" in refusal(lambda: load_model(folder), marker)
 
 
 def test_weights_that_pickle_an_object_are_refused(tmp_path, marker):
@@ -210,9 +231,7 @@ def test_weights_that_pickle_an_object_are_refused(tmp_path, marker):
     folder = tampered(
         tmp_path, MODEL_V0_1_0_CONVERTED, members={"pytorch_variables.pth": weights.read_bytes()}
     )
-    with pytest.raises(ModelError, match="is not a dlsched model"):
-        load_model(folder)
-    assert not marker.exists()
+    assert "is not a dlsched model" in refusal(lambda: load_model(folder), marker)
 
 
 def test_every_weight_file_is_read_with_weights_only(monkeypatch):
@@ -240,7 +259,7 @@ def logged(client: MlflowClient, experiment: str, folder: Path) -> str:
 
 
 def test_a_model_from_an_mlflow_store_goes_through_the_same_loader(
-    tmp_path, marker, mlflow_store, nothing_unpickled
+    tmp_path, marker, mlflow_store, monkeypatch
 ):
     _, uri = mlflow_store
     client = MlflowClient(uri)
@@ -254,16 +273,11 @@ def test_a_model_from_an_mlflow_store_goes_through_the_same_loader(
         files={PICKLED_STATISTICS: pickle.dumps(Payload(marker))},
     )
     earlier_uri = logged(client, experiment, earlier)
-    with pytest.raises(ModelError) as refused:
-        resolve_policy(earlier_uri, tracking_uri=uri)
-    assert f"`dlsched models convert {earlier_uri} --trust-pickle --output DIR`" in str(
-        refused.value
-    )
-    assert not marker.exists()
+    message = refusal(lambda: resolve_policy(earlier_uri, tracking_uri=uri), marker)
+    assert f"`dlsched models convert {earlier_uri} --trust-pickle --output DIR`" in message
     # a model of data whose archive pickles a payload, beside MLflow's python_function code
     # changed to run one: dlsched reads the data and runs neither
-    from dlsched.policies.mlflow_model import MODEL_CODE_FILE, save_mlflow_model
-
+    forbid_unpickling(monkeypatch)
     folder = tampered(
         tmp_path / "data", MODEL_V0_1_0_CONVERTED, {"clip_range": pickled_entry(marker)}
     )
@@ -275,9 +289,7 @@ def test_a_model_from_an_mlflow_store_goes_through_the_same_loader(
     assert not marker.exists()
 
 
-def test_a_shipped_model_goes_through_the_same_loader(
-    tmp_path, marker, monkeypatch, nothing_unpickled
-):
+def test_a_shipped_model_goes_through_the_same_loader(tmp_path, marker, monkeypatch):
     folders = {
         "earlier": tampered(
             tmp_path / "earlier", MODEL_V0_1_0, entries={"clip_range": pickled_entry(marker)}
@@ -288,7 +300,7 @@ def test_a_shipped_model_goes_through_the_same_loader(
     }
     monkeypatch.setattr(pretrained, "pretrained_folder", lambda name: folders[name])
     monkeypatch.setattr(pretrained, "pretrained_names", lambda: sorted(folders))
-    with pytest.raises(ModelError, match="dlsched models convert"):
-        resolve_policy("pretrained:earlier")
+    assert "dlsched models convert" in refusal(lambda: resolve_policy("pretrained:earlier"), marker)
+    forbid_unpickling(monkeypatch)
     same_actions(resolve_policy("pretrained:data"), load_model(MODEL_V0_1_0_CONVERTED))
     assert not marker.exists()
