@@ -5,11 +5,17 @@ A trained model is a folder of three files, written by :func:`save_model` (``dls
 it as the MLflow artifact ``model``):
 
 - ``model.zip``: the SB3 model (``PPO.save`` and friends);
-- ``vec_normalize.pkl``: the observation statistics it was trained with
+- ``normalizer.json``: the observation statistics it was trained with
   (:mod:`dlsched.policies.normalization`);
 - ``dlsched-model.json``: the :class:`ModelCard`: algorithm, job kind, and the features the
   model reads (names and order), which are its contract with an environment, beside the layouts
-  it was trained on.
+  it was trained on; and the network and the values SB3 pickles into ``model.zip``, as data.
+
+Every file is data: :func:`load_model` unpickles nothing (:mod:`dlsched.policies.sb3_archive`
+gives SB3 each pickled entry's value from the card; weights are read with
+``weights_only=True``). A folder saved by dlsched 0.1.0 (``vec_normalize.pkl``, card format 3
+or earlier) is refused with the command that converts it once
+(:mod:`dlsched.policies.conversion`); see ``docs/security.md``.
 
 The agent acts in ``[-1, 1]`` per slot (SB3's convention for continuous actions);
 :class:`LearnedPolicy` turns that into limits by the card's
@@ -26,18 +32,19 @@ import json
 import pickle
 import zipfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 import numpy as np
 from stable_baselines3 import A2C, PPO, SAC, TD3
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import VecNormalize
 from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
 
-from dlsched.envs.errors import ModelError, PolicyError, UnknownNameError
+from dlsched.envs.errors import DlschedError, ModelError, PolicyError, UnknownNameError
 from dlsched.envs.observation import ObservationLayout, enclosing_layout
 from dlsched.envs.placement import PLACERS, Placer, placer_named
 from dlsched.envs.scenarios.model import JobKind, Scenario
@@ -45,14 +52,17 @@ from dlsched.policies.agent_actions import AGENT_HIGH, AGENT_LOW, ActionMapping
 from dlsched.policies.cards import card_data
 from dlsched.policies.model_files import (
     CARD_FILE,
+    DATA_CARD_FORMAT,
     MODEL_FILE,
     NORMALIZER_FILE,
     model_files,
     not_a_model,
+    refuse_pickled_model,
 )
 from dlsched.policies.normalization import load_normalizer, save_normalizer
 from dlsched.policies.policy import ParamValue, Policy
-from dlsched.policies.slot_network import SlotActorCriticPolicy, own_rows_first
+from dlsched.policies.sb3_archive import archive_objects, load_archive
+from dlsched.policies.slot_network import OwnSlotPolicy, SlotActorCriticPolicy, own_rows_first
 
 if TYPE_CHECKING:
     from dlsched.envs.backend import BackendCapabilities
@@ -60,11 +70,17 @@ if TYPE_CHECKING:
 #: Version of the model card's format; a reader refuses a newer one. Format 1 held the
 #: features inside its ``layout``; format 2 holds them on their own, and the layout the model was
 #: trained on as ``trained_on``; format 3 lists in ``trained_on`` every layout it was trained on;
-#: format 4 names the placer of arriving jobs the model was trained with (``placer``).
-CARD_FORMAT = 4
+#: format 4 (:data:`~dlsched.policies.model_files.DATA_CARD_FORMAT`) records the ``network`` and
+#: the values of ``model.zip``'s pickled entries (``sb3_objects``), and its folder keeps the
+#: statistics as JSON: the first whose folder loads without unpickling anything; it also
+#: names the placer of arriving jobs the model was trained with (``placer``).
+CARD_FORMAT = DATA_CARD_FORMAT
 
 #: The SB3 algorithms dlsched trains, by the name ``--algo`` takes.
 ALGORITHMS: Mapping[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "sac": SAC, "td3": TD3}
+#: The networks a model is built with (``--network``): ``slot``, the slot network of
+#: :mod:`dlsched.policies.slot_network`; ``mlp``, the algorithm's own ``MlpPolicy``.
+MODEL_NETWORKS: tuple[str, ...] = ("slot", "mlp")
 
 
 def algorithm_class(name: str) -> type[BaseAlgorithm]:
@@ -72,6 +88,42 @@ def algorithm_class(name: str) -> type[BaseAlgorithm]:
     if name not in ALGORITHMS:
         raise UnknownNameError("algorithm", name, ALGORITHMS)
     return ALGORITHMS[name]
+
+
+def policy_class(algo: str, network: str, slot_agents: bool) -> type[BasePolicy]:
+    """The SB3 policy class of a model: its algorithm's, of the network (one of
+    :data:`MODEL_NETWORKS`), for per-slot agents or not. A card names it so (rather than SB3's
+    pickle of the class) that a model loads without unpickling.
+
+    Raises:
+        UnknownNameError: an algorithm dlsched does not train.
+        ModelError: a network that is none of :data:`MODEL_NETWORKS`.
+    """
+    cls = algorithm_class(algo)
+    if network == "slot":
+        return OwnSlotPolicy if slot_agents else SlotActorCriticPolicy
+    if network == "mlp":
+        mlp: type[BasePolicy] = cls.policy_aliases["MlpPolicy"]
+        return mlp
+    raise ModelError(f"network {network!r} is not one of {', '.join(MODEL_NETWORKS)}")
+
+
+def network_of(model: BaseAlgorithm, card: ModelCard) -> str:
+    """The name (:data:`MODEL_NETWORKS`) of ``model``'s network, as :func:`policy_class` builds
+    it for ``card``'s algorithm and agents.
+
+    Raises:
+        ModelError: the model's policy is no class dlsched builds for such a card.
+    """
+    built = type(model.policy)
+    for network in MODEL_NETWORKS:
+        if policy_class(card.algo, network, card.slot_agents) is built:
+            return network
+    raise ModelError(
+        f"the model's policy is a {built.__module__}.{built.__qualname__}, which no network "
+        f"dlsched builds for a {card.algo} model{' of per-slot agents' if card.slot_agents else ''}"
+        f" ({', '.join(MODEL_NETWORKS)}); a model of another network cannot be saved as data"
+    )
 
 
 def describe_layout(layout: ObservationLayout) -> str:
@@ -109,6 +161,12 @@ class ModelCard:
         scenarios: the training scenarios, by name.
         run_id: the MLflow run that trained it, if tracked.
         dlsched_version: the dlsched version that trained it.
+        network: its network, one of :data:`MODEL_NETWORKS` (:func:`policy_class`); ``""`` in
+            a card of format 3 or earlier, which does not say. :func:`save_model` records it.
+        sb3_objects: the JSON value of each entry SB3 pickled into ``model.zip`` that the
+            layout does not determine (``policy_kwargs``, ``clip_range``, ...: the codecs of
+            :mod:`dlsched.policies.sb3_archive`), which loading gives SB3 instead of
+            unpickling it. :func:`save_model` records them.
         placer: the placer of arriving jobs it was trained with and brings where it runs
             (a name of :data:`~dlsched.envs.placement.PLACERS`).
     """
@@ -123,6 +181,8 @@ class ModelCard:
     scenarios: tuple[str, ...] = ()
     run_id: str | None = None
     dlsched_version: str = ""
+    network: str = ""
+    sb3_objects: Mapping[str, Any] = field(default_factory=dict)
     placer: str = "spread"
 
     @property
@@ -136,6 +196,26 @@ class ModelCard:
         on, or the one enclosing all of them (:func:`~dlsched.envs.observation.
         enclosing_layout`)."""
         return enclosing_layout(self.trained_on)
+
+    @property
+    def observation_shape(self) -> tuple[int, int]:
+        """The shape of what the network reads: a row per slot of :attr:`input_layout`, its
+        features for each of :attr:`frame_stack` frames."""
+        slots, features = self.input_layout.shape
+        return (slots, features * self.frame_stack)
+
+    @property
+    def action_shape(self) -> tuple[int]:
+        """The shape of the agent's action: one per slot, or one per-slot agent's own."""
+        return (1,) if self.slot_agents else (self.input_layout.shape[0],)
+
+    def spaces(self) -> tuple[gym.spaces.Box, gym.spaces.Box]:
+        """The model's observation and action spaces, as its training environment had them:
+        the environment's ``Box(0, 1)`` stacked over the frames (``VecFrameStack``), and the
+        agent's ``Box(-1, 1)`` (:class:`~dlsched.policies.agent_actions.AgentActions`)."""
+        observation = gym.spaces.Box(0.0, 1.0, self.observation_shape, dtype=np.float32)
+        action = gym.spaces.Box(AGENT_LOW, AGENT_HIGH, self.action_shape, dtype=np.float32)
+        return observation, action
 
     def to_json(self) -> str:
         return json.dumps(
@@ -155,9 +235,12 @@ class ModelCard:
                 "scenarios": list(self.scenarios),
                 "run_id": self.run_id,
                 "dlsched_version": self.dlsched_version,
+                "network": self.network,
+                "sb3_objects": dict(self.sb3_objects),
                 "placer": self.placer,
             },
             indent=2,
+            allow_nan=False,
         )
 
     @classmethod
@@ -178,6 +261,15 @@ class ModelCard:
             trained_on = data["layout"] if data["format"] == 1 else data["trained_on"]
             features = trained_on["features"] if data["format"] == 1 else data["features"]
             layouts = trained_on if data["format"] >= 3 else [trained_on]
+            # format 4 records the network and the archive's pickled values, earlier ones not
+            data_format = data["format"] >= DATA_CARD_FORMAT
+            network = data["network"] if data_format else ""
+            sb3_objects = data["sb3_objects"] if data_format else {}
+            if data_format and (network not in MODEL_NETWORKS or not isinstance(sb3_objects, dict)):
+                raise ValueError(
+                    f"network {network!r} (expected one of {', '.join(MODEL_NETWORKS)}) or "
+                    f"sb3_objects {sb3_objects!r} (expected an object)"
+                )
             card = cls(
                 algo=str(data["algo"]),
                 kind=JobKind(data["kind"]),
@@ -196,6 +288,8 @@ class ModelCard:
                 scenarios=tuple(str(name) for name in data.get("scenarios", ())),
                 run_id=data.get("run_id"),
                 dlsched_version=str(data.get("dlsched_version", "")),
+                network=network,
+                sb3_objects=sb3_objects,
                 placer=str(data.get("placer", "spread")),
             )
         except (KeyError, TypeError, ValueError) as error:
@@ -288,6 +382,14 @@ def _malformed(origin: str, error: Exception) -> ModelError:
     )
 
 
+class Normalizer(Protocol):
+    """What normalises a model's observations: a loaded model's
+    :class:`~dlsched.policies.normalization.ObservationNormalizer`, or in training the live
+    ``VecNormalize`` of its environments."""
+
+    def normalize_obs(self, obs: np.ndarray, /) -> np.ndarray | dict[str, np.ndarray]: ...
+
+
 class LearnedPolicy(Policy):
     """A trained SB3 model as a dlsched policy.
 
@@ -306,13 +408,11 @@ class LearnedPolicy(Policy):
         self,
         model: BaseAlgorithm,
         card: ModelCard,
-        normalizer: VecNormalize | None = None,
+        normalizer: Normalizer | None = None,
         source: str = "",
         name: str | None = None,
     ) -> None:
-        slots = card.input_layout.shape[0]
-        expected = (1,) if card.slot_agents else (slots,)
-        sees = (slots, len(card.features) * card.frame_stack)
+        expected, sees = card.action_shape, card.observation_shape
         space = model.action_space
         bounds = (AGENT_LOW, AGENT_HIGH)
         if space.shape != expected or model.observation_space.shape != sees:
@@ -473,21 +573,32 @@ def feature_columns(observed: Sequence[str], read: Sequence[str]) -> np.ndarray 
 def save_model(
     model: BaseAlgorithm, normalizer: VecNormalize | None, card: ModelCard, folder: Path
 ) -> Path:
-    """Write a model folder (:data:`MODEL_FILE`, :data:`NORMALIZER_FILE`, :data:`CARD_FILE`).
+    """Write a model folder (:data:`MODEL_FILE`, :data:`NORMALIZER_FILE`, :data:`CARD_FILE`),
+    every file of which loads without unpickling: the card written is ``card`` with what that
+    needs read off ``model``, its network and the values SB3 pickles into ``model.zip``
+    (:func:`~dlsched.policies.sb3_archive.archive_objects`).
 
     Returns:
         ``folder``.
+
+    Raises:
+        ModelError: the model holds something SB3 pickles that no card rebuilds (a network
+            dlsched does not build, a schedule that is not a number), so it could not be
+            loaded again.
     """
+    network = network_of(model, card)
     folder.mkdir(parents=True, exist_ok=True)
     model.save(str(folder / MODEL_FILE))
     if normalizer is not None:
         save_normalizer(normalizer, folder / NORMALIZER_FILE)
-    (folder / CARD_FILE).write_text(card.to_json() + "\n", encoding="utf-8")
+    saved = replace(card, network=network, sb3_objects=archive_objects(model, folder / MODEL_FILE))
+    (folder / CARD_FILE).write_text(saved.to_json() + "\n", encoding="utf-8")
     return folder
 
 
 def load_model(path: Path, source: str = "", name: str | None = None) -> LearnedPolicy:
-    """Load a model folder, or the ``model.zip`` inside one, as a :class:`LearnedPolicy`.
+    """Load a model folder, or the ``model.zip`` inside one, as a :class:`LearnedPolicy`,
+    unpickling nothing.
 
     Args:
         path: the folder :func:`save_model` wrote, its ``model.zip``, or the MLflow Model
@@ -497,39 +608,67 @@ def load_model(path: Path, source: str = "", name: str | None = None) -> Learned
 
     Raises:
         PolicyError: the model, its card or its statistics are missing or unreadable.
+        ModelError: a model saved by dlsched 0.1.0 (:func:`~dlsched.policies.model_files.
+            refuse_pickled_model`: the message names the command that converts it), or an
+            archive holding a pickle that nothing rebuilds
+            (:func:`~dlsched.policies.sb3_archive.load_archive`).
     """
     files = model_files(path)
-    try:
-        card_text = files.card.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ModelError(
-            f"cannot read the card {str(files.card)!r} ({error}); expected the {CARD_FILE} "
-            "that `dlsched train` writes (copy the whole model folder again)"
-        ) from None
-    card = ModelCard.from_json(card_text, str(files.card))
-    model = _load_sb3(card.algo, files.model)
-    normalizer = load_normalizer(files.normalizer) if files.normalizer is not None else None
+    refuse_pickled_model(files, source or str(path))
+    card = read_card(files.card)
+    model = _load_sb3(card, files.model)
+    width = card.observation_shape[-1]
+    normalizer = load_normalizer(files.normalizer, width) if files.normalizer is not None else None
     return LearnedPolicy(model, card, normalizer, source=source or str(path), name=name)
 
 
-def _load_sb3(algo: str, path: Path) -> BaseAlgorithm:
-    cls = algorithm_class(algo)
+def read_card(path: Path) -> ModelCard:
+    """The model card at ``path``, of any format this dlsched reads.
+
+    Raises:
+        ModelError: unreadable or malformed (:meth:`ModelCard.from_json`).
+    """
     try:
-        loaded: Any = cls.load(str(path), device="cpu")
-    # SB3 asserts what it finds in the zip and unpickles parts of it: whatever it raises on a
-    # damaged file means the file is not a model it can read
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ModelError(
+            f"cannot read the card {str(path)!r} ({error}); expected the {CARD_FILE} "
+            "that `dlsched train` writes (copy the whole model folder again)"
+        ) from None
+    return ModelCard.from_json(text, str(path))
+
+
+def _load_sb3(card: ModelCard, path: Path) -> BaseAlgorithm:
+    """The SB3 model at ``path`` (measured already), every entry it pickled given from
+    ``card`` (:func:`~dlsched.policies.sb3_archive.load_archive`).
+
+    Raises:
+        ModelError: a pickle that nothing rebuilds, or a file SB3 cannot read.
+    """
+    observation_space, action_space = card.spaces()
+    from_card = {
+        "policy_class": policy_class(card.algo, card.network, card.slot_agents),
+        "observation_space": observation_space,
+        "action_space": action_space,
+    }
+    try:
+        return load_archive(algorithm_class(card.algo), path, from_card, card.sb3_objects)
+    except DlschedError:
+        raise
+    # SB3 asserts what it finds in the zip and builds the model of it: whatever it raises on a
+    # damaged or tampered file means the file is not a model it can read
     except (
         OSError,
         ValueError,
         KeyError,
+        TypeError,
+        AttributeError,
         RuntimeError,
         AssertionError,
         EOFError,
-        pickle.UnpicklingError,
+        pickle.UnpicklingError,  # a .pth holding more than tensors (weights_only refuses it)
         zipfile.BadZipFile,
     ) as error:
         raise not_a_model(
-            path, f"{algo} cannot load it ({type(error).__name__}: {error})"
+            path, f"{card.algo} cannot load it ({type(error).__name__}: {error})"
         ) from error
-    assert isinstance(loaded, BaseAlgorithm)
-    return loaded

@@ -11,8 +11,8 @@ layout is MLflow's::
       dlsched_policy_model.py :class:`PolicyModel`, as MLflow's "models from code" (no pickle)
       artifacts/policy/       the folder :func:`~dlsched.policies.learned.save_model` wrote:
         model.zip             the SB3 model
-        vec_normalize.pkl     its observation statistics
-        dlsched-model.json    its card (layout, frame stack, action mapping)
+        normalizer.json       its observation statistics
+        dlsched-model.json    its card (layout, frame stack, action mapping, network)
       requirements.txt, python_env.yaml, conda.yaml
 
 The signature is the observation a model reads (``float32 (-1, slots, features)``, the
@@ -25,6 +25,13 @@ acts on any layout of its features (the slot network), the trained layout's for 
 observation stands for the frames before it too): a stateless service has no episode. To run a
 model through episodes, load it as a policy (:func:`dlsched.runs.resolve_policy`) and step an
 environment with it.
+
+Nothing in the folder is a pickle. The two loaders differ in what they run:
+``dlsched evaluate --policy runs:/...`` (:func:`dlsched.runs.resolve_policy`) downloads the
+files and reads ``artifacts/policy/`` as data (:func:`~dlsched.policies.learned.load_model`),
+never running ``dlsched_policy_model.py``; ``mlflow.pyfunc.load_model`` runs that script, as it
+runs the code of any model from code, so use it on models whose origin you trust
+(``docs/security.md``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The files of a saved model, found and measured before anything reads them.
+"""The files of a saved model, found and measured before anything reads them, and a model saved
+before models were data refused.
 
 A model folder (:mod:`dlsched.policies.learned`) is read into memory whole: SB3 unpacks the
 members of ``model.zip`` (its ``data`` JSON, every ``.pth``), and the card and the statistics
@@ -10,11 +11,18 @@ sizes with the other files' sizes, each against a
 is every member read once for its checksum, which unpacks no more than the member declares
 (:mod:`zipfile` stops there).
 
+A model folder of dlsched 0.1.0 kept its normalisation statistics as a pickle
+(:data:`PICKLED_NORMALIZER_FILE`) and its card (format 3 or earlier) did not record what the
+archive's pickled entries hold; loading one would run whatever code its pickles name.
+:func:`refuse_pickled_model` refuses it, naming the command that converts it once
+(``dlsched models convert``, :mod:`dlsched.policies.conversion`).
+
 This module imports neither torch nor SB3, so that a refusal comes before they are loaded.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import zipfile
@@ -25,8 +33,19 @@ from dlsched.envs.errors import DlschedError, ModelError, PolicyError
 from dlsched.envs.scenarios.limits import Limit
 
 MODEL_FILE = "model.zip"
-NORMALIZER_FILE = "vec_normalize.pkl"
+#: The observation statistics, JSON (:mod:`dlsched.policies.normalization`).
+NORMALIZER_FILE = "normalizer.json"
+#: Where dlsched 0.1.0 kept them, as SB3's ``VecNormalize`` pickle: never read but to convert.
+PICKLED_NORMALIZER_FILE = "vec_normalize.pkl"
 CARD_FILE = "dlsched-model.json"
+#: The first model card format whose folder loads without unpickling anything: it records the
+#: network and the values of the archive's pickled entries, beside statistics in JSON.
+DATA_CARD_FORMAT = 4
+#: The command that converts a model saved before :data:`DATA_CARD_FORMAT`.
+CONVERT_COMMAND = "dlsched models convert"
+#: The URIs of a model in an MLflow store (:mod:`dlsched.runs.tracking.model_uris`), which
+#: the command converts into a folder of its own.
+STORED_MODEL_SCHEMES: tuple[str, ...] = ("runs:/", "models:/")
 #: The file that makes a folder an MLflow Model (:mod:`dlsched.policies.mlflow_model`).
 MLMODEL_FILE = "MLmodel"
 #: The model folder's key among an MLflow Model's artifacts (``artifacts/policy/``).
@@ -60,11 +79,14 @@ class ModelFiles:
         model: the SB3 model (``model.zip``).
         card: its card, beside it.
         normalizer: its observation statistics, beside it (``None``: trained without).
+        pickled_normalizer: the statistics of a model saved by dlsched 0.1.0, beside it
+            (:data:`PICKLED_NORMALIZER_FILE`; ``None``: none), read only to convert it.
     """
 
     model: Path
     card: Path
     normalizer: Path | None
+    pickled_normalizer: Path | None = None
 
 
 def model_files(path: Path) -> ModelFiles:
@@ -95,11 +117,52 @@ def model_files(path: Path) -> ModelFiles:
             "observation layout the model was trained on, and a model is not used without it "
             "(copy the whole model folder that `dlsched train` wrote)"
         )
-    normalizer = folder / NORMALIZER_FILE
-    files = ModelFiles(model, card, normalizer if normalizer.exists() else None)
-    beside = [file for file in (files.card, files.normalizer) if file is not None]
+    normalizer, pickled = folder / NORMALIZER_FILE, folder / PICKLED_NORMALIZER_FILE
+    files = ModelFiles(
+        model,
+        card,
+        normalizer if normalizer.exists() else None,
+        pickled if pickled.exists() else None,
+    )
+    read = (files.card, files.normalizer, files.pickled_normalizer)
+    beside = [file for file in read if file is not None]
     _check_zip(model, [(file.name, file.stat().st_size) for file in beside])
     return files
+
+
+def refuse_pickled_model(files: ModelFiles, source: str) -> None:
+    """Refuse a model saved before models were data (its card's format is below
+    :data:`DATA_CARD_FORMAT`), in one line naming the command that converts it.
+
+    A card that is not a JSON object with a whole-number format is left to the card's reader
+    (:meth:`~dlsched.policies.learned.ModelCard.from_json`) to refuse, with its reason.
+
+    Args:
+        files: the model's files, measured.
+        source: the model as the user named it (a path, or a ``runs:/`` or ``models:/`` URI,
+            which the command converts into a folder of its own: ``--output``).
+
+    Raises:
+        ModelError: the model was saved before models were data.
+    """
+    try:
+        version = int(json.loads(files.card.read_text(encoding="utf-8"))["format"])
+    except (OSError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+        return
+    if version >= DATA_CARD_FORMAT:
+        return
+    pickled = (
+        f" and its statistics are a pickle, {PICKLED_NORMALIZER_FILE}"
+        if files.pickled_normalizer is not None
+        else ""
+    )
+    output = " --output DIR" if source.startswith(STORED_MODEL_SCHEMES) else ""
+    raise ModelError(
+        f"model {source!r} was saved by an earlier dlsched (card format {version}{pickled}); "
+        "loading it would unpickle its files, which can run any code, so dlsched no longer "
+        f"does: if you trust where it came from, convert it once with `{CONVERT_COMMAND} "
+        f"{source} --trust-pickle{output}`"
+    )
 
 
 def _check_zip(path: Path, beside: list[tuple[str, int]]) -> None:

@@ -11,23 +11,33 @@ The rows an observation padded to a larger layout than its environment's lacks a
 (:mod:`dlsched.envs.observation`): they enter no statistic, which are then those of the
 environments' own rows, and stay NaN when normalised, for the network to tell them apart.
 
-The normaliser is SB3's own ``VecNormalize`` with :class:`SlotPooledStatistics` in place of its
-``obs_rms``, so it saves, loads and synchronises (``sync_envs_normalization``) as usual.
+In training, the normaliser is SB3's own ``VecNormalize`` with :class:`SlotPooledStatistics` in
+place of its ``obs_rms``, so it updates and synchronises (``sync_envs_normalization``) as usual.
+A saved model keeps only what acting needs, the statistics and the settings, as JSON
+(:data:`NORMALIZER_FORMAT`), and loads them as an :class:`ObservationNormalizer`: SB3 would save
+and load the whole ``VecNormalize`` with :mod:`pickle`, which runs whatever code the file names,
+and a model folder is a file users hand each other (``docs/security.md``).
 """
 
 from __future__ import annotations
 
-import pickle
+import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from stable_baselines3.common.running_mean_std import RunningMeanStd
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from dlsched.envs.errors import PolicyError
+from dlsched.envs.errors import ModelError, PolicyError
+from dlsched.policies.cards import card_data
 
 #: Normalised observations are clipped to this absolute value (SB3's default).
 CLIP_OBSERVATION = 10.0
+#: Version of the statistics file's format; a reader refuses a newer one.
+NORMALIZER_FORMAT = 1
 
 
 class SlotPooledStatistics(RunningMeanStd):
@@ -77,37 +87,156 @@ def slot_normalizer(venv: VecEnv, gamma: float, normalize_reward: bool) -> VecNo
     return normalizer
 
 
+@dataclass(frozen=True, eq=False)
+class ObservationNormalizer:
+    """The observation statistics a model was trained with, frozen: what acting needs of SB3's
+    ``VecNormalize``, and nothing that could run code when it is read.
+
+    Attributes:
+        mean: the mean of each feature of the model's input (float64, ``(features,)``; with
+            frame stacking, of each feature of each frame).
+        var: the variance of each.
+        count: how many observations' rows the statistics pooled (SB3's pseudo-count included).
+        epsilon: added to the variance before its square root (``VecNormalize.epsilon``).
+        clip: normalised values are clipped to ``[-clip, clip]`` (``VecNormalize.clip_obs``).
+    """
+
+    mean: np.ndarray
+    var: np.ndarray
+    count: float
+    epsilon: float
+    clip: float
+
+    def normalize_obs(self, observation: np.ndarray) -> np.ndarray:
+        """``observation`` normalised, exactly as ``VecNormalize.normalize_obs`` computes it
+        (the same operations in the same order), so a loaded model acts bit for bit as it did
+        in training."""
+        scaled = (observation - self.mean) / np.sqrt(self.var + self.epsilon)
+        return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
+
+    @classmethod
+    def of(cls, normalizer: VecNormalize) -> ObservationNormalizer:
+        """The frozen statistics of a training normaliser (:func:`slot_normalizer`'s).
+
+        Raises:
+            PolicyError: it does not normalise observations with one statistic per feature.
+        """
+        statistics = normalizer.obs_rms
+        if not normalizer.norm_obs or not isinstance(statistics, RunningMeanStd):
+            raise PolicyError(
+                f"a VecNormalize with norm_obs={normalizer.norm_obs} and statistics "
+                f"{type(statistics).__name__} cannot be saved with a model; expected the "
+                "normaliser of slot_normalizer (observation statistics per feature)"
+            )
+        if statistics.mean.ndim != 1:
+            raise PolicyError(
+                f"observation statistics of shape {statistics.mean.shape} cannot be saved with a "
+                "model; expected one per feature (slot_normalizer's SlotPooledStatistics)"
+            )
+        return cls(
+            mean=np.array(statistics.mean, dtype=np.float64),
+            var=np.array(statistics.var, dtype=np.float64),
+            count=float(statistics.count),
+            epsilon=float(normalizer.epsilon),
+            clip=float(normalizer.clip_obs),
+        )
+
+    def to_json(self) -> str:
+        """The statistics as JSON; every float is written in full (Python's shortest repr that
+        reads back to the same double), so they load bit for bit."""
+        return json.dumps(
+            {
+                "format": NORMALIZER_FORMAT,
+                "mean": self.mean.tolist(),
+                "var": self.var.tolist(),
+                "count": self.count,
+                "epsilon": self.epsilon,
+                "clip": self.clip,
+            },
+            indent=2,
+            allow_nan=False,
+        )
+
+    @classmethod
+    def from_json(cls, text: str, origin: str, features: int) -> ObservationNormalizer:
+        """Parse statistics; ``origin`` (their path) is named in errors.
+
+        Args:
+            text: the file's text.
+            origin: where it was read from, for messages.
+            features: the width of the model's input (its features times its frames), which
+                the statistics must have.
+
+        Raises:
+            ModelError: not statistics of this format, of another width than ``features``, or
+                with a value no statistics have (a negative variance, an infinity, ...).
+        """
+        try:
+            data = card_data(text, "normalisation statistics", origin, NORMALIZER_FORMAT)
+            mean, var = _finite_floats(data["mean"]), _finite_floats(data["var"])
+            count, epsilon, clip = (
+                _finite_floats([data[key]])[0] for key in ("count", "epsilon", "clip")
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise ModelError(
+                f"normalisation statistics {origin} are malformed ({type(error).__name__}: "
+                f"{error}); expected the {Path(origin).name} that `dlsched train` writes "
+                "(copy the whole model folder again)"
+            ) from error
+        problems = []
+        if len(mean) != features or len(var) != features:
+            problems.append(
+                f"{len(mean)} means and {len(var)} variances for a model whose input has "
+                f"{features} features"
+            )
+        if min(var, default=0.0) < 0 or count <= 0 or epsilon <= 0 or clip <= 0:
+            problems.append(
+                f"a variance, the count ({count}), epsilon ({epsilon}) or clip ({clip}) is "
+                "negative or zero"
+            )
+        if problems:
+            raise ModelError(
+                f"normalisation statistics {origin}: {'; '.join(problems)}; they do not belong "
+                "to this model (copy the whole model folder that `dlsched train` wrote)"
+            )
+        return cls(np.array(mean), np.array(var), count, epsilon, clip)
+
+
+def _finite_floats(values: Any) -> list[float]:
+    """``values`` (a JSON list) as floats, each finite (``ValueError`` otherwise)."""
+    if not isinstance(values, list):
+        raise TypeError(f"expected a list of numbers, got {type(values).__name__}")
+    floats = [float(value) for value in values]
+    if not all(math.isfinite(value) for value in floats):
+        raise ValueError("a value is not a finite number")
+    return floats
+
+
 def save_normalizer(normalizer: VecNormalize, path: Path) -> None:
-    """Write the statistics and settings of ``normalizer`` (SB3's pickle format)."""
-    normalizer.save(str(path))
-
-
-def load_normalizer(path: Path) -> VecNormalize:
-    """Read a saved normaliser for inference: frozen statistics, rewards untouched.
-
-    The object has no environment attached; only :meth:`VecNormalize.normalize_obs` is used.
+    """Write the statistics and settings of ``normalizer`` as JSON (:class:`ObservationNormalizer`).
 
     Raises:
-        PolicyError: the file is missing or holds no ``VecNormalize``.
+        PolicyError: it is not a normaliser a model can be saved with
+            (:meth:`ObservationNormalizer.of`).
+    """
+    path.write_text(ObservationNormalizer.of(normalizer).to_json() + "\n", encoding="utf-8")
+
+
+def load_normalizer(path: Path, features: int) -> ObservationNormalizer:
+    """Read a model's normalisation statistics (JSON: nothing in them is code).
+
+    Args:
+        path: the statistics file beside the model.
+        features: the width of the model's input (its features times its frames).
+
+    Raises:
+        ModelError: the file is unreadable, malformed, or of another width than ``features``.
     """
     try:
-        with path.open("rb") as stream:
-            normalizer = pickle.load(stream)
-    except FileNotFoundError:
-        raise PolicyError(
-            f"normalisation statistics {str(path)!r} are missing; a model trained by "
-            "`dlsched train` keeps them beside model.zip, copy the whole model folder"
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ModelError(
+            f"cannot read normalisation statistics {str(path)!r} ({error}); expected the "
+            f"{path.name} that `dlsched train` writes (copy the whole model folder again)"
         ) from None
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as error:
-        raise PolicyError(
-            f"cannot read normalisation statistics {str(path)!r}: {error}; expected the "
-            "VecNormalize pickle `dlsched train` writes"
-        ) from error
-    if not isinstance(normalizer, VecNormalize):
-        raise PolicyError(
-            f"{str(path)!r} holds a {type(normalizer).__name__}, not a VecNormalize; expected "
-            "the normalisation statistics `dlsched train` writes"
-        )
-    normalizer.training = False
-    normalizer.norm_reward = False
-    return normalizer
+    return ObservationNormalizer.from_json(text, str(path), features)

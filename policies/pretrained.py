@@ -1,7 +1,7 @@
 """Pretrained schedulers shipped with dlsched: ``--policy pretrained:<name>``.
 
 A newcomer sees a learned scheduler at work without training one: each pretrained model is a
-model folder of :mod:`dlsched.policies.learned` (``model.zip``, ``vec_normalize.pkl``,
+model folder of :mod:`dlsched.policies.learned` (``model.zip``, ``normalizer.json``,
 ``dlsched-model.json``) shipped as package data under ``pretrained_models/<name>/``, beside a
 :class:`PretrainedCard` (``pretrained.json``) that says how it was trained: the exact command,
 the commit, the timesteps and seed, the validation score it was kept for, when, and how it did

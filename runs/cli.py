@@ -51,6 +51,7 @@ COMMANDS: dict[str, str] = {
     "validate": "hold the replay model against the real host on the same policies and seeds",
     "train": "train a learned scheduler (Stable-Baselines3) and log it to MLflow",
     "runs": "repair runs left RUNNING, upload episodes a store missed",
+    "models": "convert models saved by an earlier dlsched into files that are data",
     "reproduce": "run the papers' claims and report which dlsched reproduces",
 }
 COMMAND_MODULES: tuple[str, ...] = tuple(COMMANDS)

@@ -10,17 +10,22 @@ either.
   store, or a model the store does not hold is refused before MLflow and torch are imported
   (:mod:`dlsched.runs.tracking.model_uris`);
 - a model shipped with dlsched: ``pretrained:<name>`` (:mod:`dlsched.policies.pretrained`).
+
+Every model, whichever way it is named, is loaded by :func:`dlsched.policies.learned.load_model`,
+which unpickles nothing; a model saved by dlsched 0.1.0 is refused with the command that
+converts it (:mod:`dlsched.runs.model_conversion`).
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from dlsched.envs.errors import PolicyError
 from dlsched.envs.scenarios.model import Scenario
-from dlsched.policies.model_files import MODEL_FILE, model_files
+from dlsched.policies.model_files import MODEL_FILE, model_files, refuse_pickled_model
 from dlsched.policies.policy import ParamValue, Policy
 from dlsched.policies.pretrained import PRETRAINED_SCHEME, is_pretrained_spec, load_pretrained
 from dlsched.runs.tracking.model_uris import (
@@ -71,7 +76,28 @@ def resolve_policy(
     if is_pretrained_spec(spec):
         return load_pretrained(spec)
     if is_mlflow_uri(spec):
-        return _load_from_mlflow(parse_model_uri(spec), _model_store(tracking_uri))
+        model = parse_model_uri(spec)
+        with downloaded_model(model, model_store(tracking_uri)) as local:
+            return _load_model(local, model.uri)
+    return _load_model(model_path(spec), spec)
+
+
+def _load_model(path: Path, spec: str) -> Policy:
+    # checked here, and again as it is loaded, so that a file that is no model, too large, or
+    # saved before models were data is refused at once rather than after the seconds SB3 and
+    # torch take to import
+    refuse_pickled_model(model_files(path), spec)
+    from dlsched.policies.learned import load_model
+
+    return load_model(path, source=spec)
+
+
+def model_path(spec: str) -> Path:
+    """The path a model spec names, which must exist.
+
+    Raises:
+        PolicyError: nothing there.
+    """
     path = Path(spec).expanduser()
     if not path.exists():
         raise PolicyError(
@@ -79,15 +105,10 @@ def resolve_policy(
             "`dlsched train` wrote, a runs:/<run_id>/model URI, a pretrained:<name> "
             "(`dlsched baselines` lists them), or a baseline name"
         )
-    # checked here, and again as it is loaded, so that a file that is no model or too large
-    # is refused at once rather than after the seconds SB3 and torch take to import
-    model_files(path)
-    from dlsched.policies.learned import load_model
-
-    return load_model(path, source=spec)
+    return path
 
 
-def _model_store(tracking_uri: str | None) -> TrackingTarget:
+def model_store(tracking_uri: str | None) -> TrackingTarget:
     """The store of a ``runs:/`` or ``models:/`` model: ``tracking_uri``, else the one
     ``dlsched evaluate`` uses; named with where it came from."""
     resolved = resolve_tracking_uri(None)
@@ -96,17 +117,23 @@ def _model_store(tracking_uri: str | None) -> TrackingTarget:
     return TrackingTarget(absolute_sqlite_uri(tracking_uri), "--tracking-uri")
 
 
-def _load_from_mlflow(model: ModelUri, target: TrackingTarget) -> Policy:
+@contextmanager
+def downloaded_model(model: ModelUri, target: TrackingTarget) -> Iterator[Path]:
+    """The model's files downloaded from the store into a temporary folder, which goes when
+    the context ends (a loaded model is in memory by then). Only files are copied: nothing of
+    the MLflow Model is run (its ``python_function`` code is MLflow's to load, not dlsched's).
+
+    Raises:
+        PolicyError: the store does not hold the model, or cannot be read.
+    """
     # refused before MLflow (about 1 s) and torch are imported, and before any store is opened
     check_model_stored(model, target)
     from mlflow.artifacts import download_artifacts
     from mlflow.exceptions import MlflowException
 
-    from dlsched.policies.learned import load_model
     from dlsched.runs.tracking.store import connect
 
     connect(target, read_only=True)  # a missing, half-made or dead store is said at once
-    # The model is read into memory, so its download can go once it is loaded.
     with tempfile.TemporaryDirectory(prefix="dlsched-model-") as folder:
         try:
             source = model.uri
@@ -128,7 +155,7 @@ def _load_from_mlflow(model: ModelUri, target: TrackingTarget) -> Policy:
                 "the run id or the registered name and version (`mlflow ui` lists them) and "
                 "MLFLOW_TRACKING_URI or --tracking-uri"
             ) from error
-        return load_model(Path(local), source=model.uri)
+        yield Path(local)
 
 
 def build_policies(

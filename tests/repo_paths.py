@@ -16,7 +16,17 @@ README = REPOSITORY / "README.md"
 LIMITS_DOC = REPOSITORY / "docs" / "limits.md"
 #: Files the tests read: saved models, recorded episodes, scenario files.
 FIXTURES = TESTS / "fixtures"
-#: An inference model saved by dlsched 0.1.0, before the observation layout was recorded.
+#: An inference model saved by dlsched 0.1.0, before the observation layout was recorded and
+#: before models were data (its statistics a pickle): dlsched refuses to load it.
 MODEL_V0_1_0 = FIXTURES / "model-v0.1.0"
+#: The same model converted by ``dlsched models convert`` (statistics as JSON, card format 4,
+#: model.zip the same bytes): the tests' loadable model of that version.
+MODEL_V0_1_0_CONVERTED = FIXTURES / "model-v0.1.0-converted"
+#: Each shipped model's actions on the first 40 steps of one episode (seed 100, stepped through
+#: ``TelemetryFeed`` with the model's own deterministic actions), and the observations,
+#: recorded with the models as they shipped before models were data (their statistics a
+#: pickle; dlsched at 6863cc0, before ``dlsched models convert`` converted them):
+#: ``<name>.observations``, ``<name>.actions`` and ``<name>.scenario``.
+PRETRAINED_ACTIONS = FIXTURES / "pretrained-actions-pickled.npz"
 #: A small scenario file, ``big``: one 8-core worker, one resnet50 service with a 20 s target.
 SCENARIO_BIG = FIXTURES / "scenario-big.yaml"

@@ -183,13 +183,10 @@ class TrainingConfig:
 
     def policy_class(self) -> type[BasePolicy]:
         """The SB3 policy class the model is built with (``policy_kwargs`` are its keywords)."""
-        # imported here: they load SB3 and torch, which the command line's parser does not need
-        from dlsched.policies.learned import algorithm_class
-        from dlsched.policies.slot_network import OwnSlotPolicy, SlotActorCriticPolicy
+        # imported here: it loads SB3 and torch, which the command line's parser does not need
+        from dlsched.policies.learned import policy_class
 
-        if self.resolved_network == "slot":
-            return OwnSlotPolicy if self.slot_agents else SlotActorCriticPolicy
-        return algorithm_class(self.algo).policy_aliases["MlpPolicy"]
+        return policy_class(self.algo, self.resolved_network, self.slot_agents)
 
     def check(self) -> None:
         """Refuse a configuration that cannot run, naming the value and the fix.

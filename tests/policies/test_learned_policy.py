@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from repo_paths import MODEL_V0_1_0
+from repo_paths import MODEL_V0_1_0_CONVERTED
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecFrameStack
 
@@ -32,7 +32,11 @@ from dlsched.policies.learned import (
     load_model,
     save_model,
 )
-from dlsched.policies.normalization import SlotPooledStatistics, slot_normalizer
+from dlsched.policies.normalization import (
+    ObservationNormalizer,
+    SlotPooledStatistics,
+    slot_normalizer,
+)
 from dlsched.policies.slot_network import (
     OwnSlotPolicy,
     SlotActionHead,
@@ -251,8 +255,40 @@ def test_saved_model_reloads_with_identical_actions_and_statistics(saved_model: 
     by_zip = load_model(saved_model / MODEL_FILE)
     observation = np.random.default_rng(1).random((SLOTS, len(FEATURES)), dtype=np.float32)
     np.testing.assert_array_equal(by_folder.predict(observation)[0], by_zip.predict(observation)[0])
-    assert isinstance(by_folder.normalizer.obs_rms, SlotPooledStatistics)
-    assert not by_folder.normalizer.training
+    assert isinstance(by_folder.normalizer, ObservationNormalizer)
+    card = json.loads((saved_model / CARD_FILE).read_text())
+    assert card["network"] == "slot" and card["sb3_objects"] == {"clip_range": 0.2}
+
+
+def test_saved_statistics_normalise_as_the_training_normaliser_bit_for_bit(tmp_path: Path) -> None:
+    model, card = untrained_model()
+    training = model.get_vec_normalize_env()
+    assert training is not None
+    rng = np.random.default_rng(4)
+    training.obs_rms.update(rng.normal(3.0, 2.0, (64, SLOTS, len(FEATURES))))
+    folder = save_model(model, training, card, tmp_path / "model")
+    loaded = load_model(folder).normalizer
+    assert isinstance(loaded, ObservationNormalizer)
+    np.testing.assert_array_equal(loaded.mean, training.obs_rms.mean)
+    np.testing.assert_array_equal(loaded.var, training.obs_rms.var)
+    assert (loaded.count, loaded.epsilon, loaded.clip) == (
+        training.obs_rms.count,
+        training.epsilon,
+        training.clip_obs,
+    )
+    batch = rng.normal(3.0, 20.0, (5, SLOTS, len(FEATURES))).astype(np.float32)
+    batch[0, -1] = np.nan  # a padded row stays NaN
+    np.testing.assert_array_equal(loaded.normalize_obs(batch), training.normalize_obs(batch))
+
+
+def test_a_model_that_cannot_be_saved_as_data_is_refused(tmp_path: Path) -> None:
+    model, card = untrained_model()
+    model.clip_range = lambda progress: 0.1 + 0.1 * progress  # a schedule, not a number
+    with pytest.raises(ModelError, match="'clip_range' cannot be saved as data: the schedule"):
+        save_model(model, None, card, tmp_path / "schedule")
+    model, card = untrained_model()
+    with pytest.raises(ModelError, match="no network dlsched builds for a ppo model of per-slot"):
+        save_model(model, None, dataclasses.replace(card, slot_agents=True), tmp_path / "agents")
 
 
 def test_model_without_its_card_is_refused(saved_model: Path, tmp_path: Path) -> None:
@@ -281,6 +317,8 @@ def test_card_round_trips_through_json() -> None:
         scenarios=("a", "b"),
         run_id="abc123",
         dlsched_version="0.1.0",
+        network="mlp",
+        sb3_objects={"train_freq": [1, "step"]},
     )
     assert ModelCard.from_json(card.to_json(), "test") == card
 
@@ -294,13 +332,13 @@ def test_card_whose_layout_does_not_fit_the_model_is_refused() -> None:
 
 def test_a_card_that_no_model_has_is_refused(tmp_path):
     folder = tmp_path / "model"
-    shutil.copytree(MODEL_V0_1_0, folder)
+    shutil.copytree(MODEL_V0_1_0_CONVERTED, folder)
     card = json.loads((folder / CARD_FILE).read_text())
-    card["layout"]["workers"] = 0
+    card["trained_on"][0]["workers"] = 0
     (folder / CARD_FILE).write_text(json.dumps(card))
     with pytest.raises(ModelError, match="layout of 0 worker"):
         load_model(folder)
-    card["layout"]["workers"] = 2
+    card["trained_on"][0]["workers"] = 2
     (folder / CARD_FILE).write_text(json.dumps(card))
     with pytest.raises(ModelError, match="the card does not belong to this model"):
         load_model(folder)

@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from repo_paths import LIMITS_DOC, MODEL_V0_1_0
+from repo_paths import LIMITS_DOC, MODEL_V0_1_0_CONVERTED
 
 from dlsched.envs.errors import ModelError
 from dlsched.policies.model_files import (
@@ -40,8 +40,8 @@ def model_with(tmp_path: Path, members: dict[str, bytes] | None = None) -> Path:
     """A copy of the fixture model folder whose model.zip holds its members and ``members``
     (replacing those of the same name)."""
     folder = tmp_path / "model"
-    shutil.copytree(MODEL_V0_1_0, folder)
-    with zipfile.ZipFile(MODEL_V0_1_0 / MODEL_FILE) as source:
+    shutil.copytree(MODEL_V0_1_0_CONVERTED, folder)
+    with zipfile.ZipFile(MODEL_V0_1_0_CONVERTED / MODEL_FILE) as source:
         kept = {name: source.read(name) for name in source.namelist()}
     kept.update(members or {})
     with zipfile.ZipFile(folder / MODEL_FILE, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -54,7 +54,7 @@ def zip_bomb(tmp_path: Path, declared: int) -> Path:
     """The fixture model whose ``data`` member unpacks into ``declared`` bytes of zeros (a few
     hundred kilobytes of zip)."""
     folder = model_with(tmp_path)
-    with zipfile.ZipFile(MODEL_V0_1_0 / MODEL_FILE) as source:
+    with zipfile.ZipFile(MODEL_V0_1_0_CONVERTED / MODEL_FILE) as source:
         kept = {name: source.read(name) for name in source.namelist() if name != "data"}
     chunk = bytes(1 << 24)
     with zipfile.ZipFile(folder / MODEL_FILE, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as bomb:

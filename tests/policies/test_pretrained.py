@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+from repo_paths import PRETRAINED_ACTIONS
 
 from dlsched.baselines import make
 from dlsched.envs.errors import ModelError, PolicyError, UnknownNameError
+from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.policies.learned import CARD_FILE, LearnedPolicy
 from dlsched.policies.pretrained import (
@@ -40,6 +43,27 @@ def test_the_inference_model_is_shipped_with_a_card_of_its_training() -> None:
     model_card = json.loads((pretrained_folder(INFERENCE_MODEL) / CARD_FILE).read_text())
     assert model_card["run_id"] == card.training_run
     assert model_card["kind"] == "inference"
+
+
+@pytest.mark.parametrize("name", pretrained_names())
+def test_a_shipped_model_is_data_and_acts_as_it_did_when_its_files_were_pickles(name) -> None:
+    """Converted by `dlsched models convert --trust-pickle` (issue 44), each shipped model's
+    folder holds no pickle, and sets, bit for bit, the limits it set as it shipped before."""
+    folder = pretrained_folder(name)
+    assert sorted(path.name for path in folder.iterdir()) == [
+        CARD_FILE,
+        "model.zip",
+        "normalizer.json",
+        PRETRAINED_CARD_FILE,
+    ]
+    assert json.loads((folder / CARD_FILE).read_text())["format"] == 4
+    recorded = np.load(PRETRAINED_ACTIONS, allow_pickle=False)
+    scenario = load_scenario(str(recorded[f"{name}.scenario"]))
+    policy = resolve_policy(f"pretrained:{name}")
+    policy.use_layout(ObservationLayout(len(scenario.workers), scenario.slots_per_worker))
+    policy.reset()
+    actions = [policy.predict(observation)[0] for observation in recorded[f"{name}.observations"]]
+    np.testing.assert_array_equal(np.stack(actions), recorded[f"{name}.actions"])
 
 
 def test_resolve_policy_loads_it_under_its_name() -> None:

@@ -1,21 +1,25 @@
-"""Models saved by earlier versions of dlsched still load and act as they did."""
+"""Models saved by earlier versions of dlsched, once converted (``dlsched models convert``), still
+load and act as they did."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
-from repo_paths import MODEL_V0_1_0
+from repo_paths import MODEL_V0_1_0, MODEL_V0_1_0_CONVERTED
 
 from dlsched.envs.scenarios import load_scenario
+from dlsched.policies.conversion import convert_model
 from dlsched.policies.learned import load_model
 from dlsched.runs.evaluation import run_episode
 
+#: What the 0.1.0 model predicted and how its episode went, recorded when it was saved.
 BEFORE_LAYOUT = MODEL_V0_1_0
 
 
 def test_a_model_saved_before_the_layout_predicts_the_actions_it_predicted_then() -> None:
-    policy = load_model(BEFORE_LAYOUT)
+    policy = load_model(MODEL_V0_1_0_CONVERTED)
     recorded = np.load(BEFORE_LAYOUT / "expected-actions.npz")
     policy.reset()
     actions = [
@@ -28,7 +32,7 @@ def test_a_model_saved_before_the_layout_predicts_the_actions_it_predicted_then(
 def test_a_model_saved_before_the_layout_evaluates_to_the_same_episode() -> None:
     expected = json.loads((BEFORE_LAYOUT / "expected-episode.json").read_text())
     result = run_episode(
-        load_scenario(expected["scenario"]), load_model(BEFORE_LAYOUT), expected["seed"]
+        load_scenario(expected["scenario"]), load_model(MODEL_V0_1_0_CONVERTED), expected["seed"]
     )
     limits = [[container.limit for container in step.containers] for step in result.steps]
     assert len(limits) == len(expected["limits"])
@@ -36,3 +40,16 @@ def test_a_model_saved_before_the_layout_evaluates_to_the_same_episode() -> None
         np.testing.assert_allclose(got, want, atol=1e-5, err_msg=f"limits at step {step}")
     assert [step.satisfied for step in result.steps] == expected["satisfied"]
     assert result.metrics.satisfied_fraction_mean == expected["satisfied_fraction_mean"]
+
+
+def test_the_converted_fixture_is_what_the_conversion_makes(tmp_path: Path) -> None:
+    converted = convert_model(MODEL_V0_1_0, tmp_path / "converted", trust_pickle=True)
+    assert converted.destination == tmp_path / "converted"
+    for name in ("model.zip", "normalizer.json", "dlsched-model.json"):
+        made = (tmp_path / "converted" / name).read_bytes()
+        assert made == (MODEL_V0_1_0_CONVERTED / name).read_bytes(), name
+    assert sorted(path.name for path in MODEL_V0_1_0_CONVERTED.iterdir()) == [
+        "dlsched-model.json",
+        "model.zip",
+        "normalizer.json",
+    ]

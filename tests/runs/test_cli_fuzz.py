@@ -63,6 +63,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("baselines", "report"): ("--scenario", "tiny.yaml", "--policy", "default"),
     ("runs", "repair"): ("--dry-run",),
     ("runs", "sync"): ("dlsched-runs",),
+    ("models", "convert"): ("model.zip",),
 }  # fmt: skip
 
 VALUES = [
@@ -74,6 +75,7 @@ VALUES = [
     "learning_rate=abc", "n_steps=0", "batch_size=-1", "gamma=0.9", "lerning_rate=1", "a=b", "=",
     "dqoes.alpha=0.2", "dqoes.alpha=abc", "default.x=1", "log_std_init=-1", "64,64", "0,x",
     "sqlite:///fuzz.db", "runs:/nosuch/model", "model.zip", "all", "relative", "usage",
+    "--trust-pickle",
 ]  # fmt: skip
 
 

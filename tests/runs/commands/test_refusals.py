@@ -11,13 +11,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from repo_paths import MODEL_V0_1_0
+from repo_paths import MODEL_V0_1_0_CONVERTED
 
 from dlsched.envs.errors import ModelError
 from dlsched.runs.cli import main
 from dlsched.runs.tracking.target import ENV_VAR
 
-MODEL = MODEL_V0_1_0  # an inference model
+MODEL = MODEL_V0_1_0_CONVERTED  # an inference model
 
 
 @pytest.fixture

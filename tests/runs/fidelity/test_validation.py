@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
-from repo_paths import LIMITS_DOC, MODEL_V0_1_0
+from repo_paths import LIMITS_DOC, MODEL_V0_1_0_CONVERTED
 
 from dlsched.baselines import make
 from dlsched.envs.errors import BackendError
@@ -360,7 +360,7 @@ def test_a_recording_too_large_or_not_dlsched_s_is_refused_before_anything_runs(
 
 
 def test_a_model_is_held_out_by_the_path_that_names_it(capsys):
-    model = MODEL_V0_1_0
+    model = MODEL_V0_1_0_CONVERTED
     arguments = ["--scenario", "dqoes-varied-burst", "--policy", f"default,{model}"]
     options = ["--held-out", str(model), "--against", "replay:paper", "--episodes", "1"]
     code = cli_main(["validate", *arguments, *options, "--no-tracking", "--no-progress", "--json"])
