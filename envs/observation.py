@@ -58,6 +58,8 @@ FEATURES: tuple[str, ...] = (
 
 #: The features whose meaning does not depend on the worker's size or the layout's slots.
 WORKER_FREE: tuple[str, ...] = FEATURES[FEATURES.index("worker_cores") :]
+#: The features of the first models (all of the observation until the worker-free ones).
+ORIGINAL_FEATURES: tuple[str, ...] = FEATURES[: FEATURES.index("worker_cores")]
 
 LATENCY_RATIO_CAP = 4.0
 TARGET_SCALE_S = 100.0

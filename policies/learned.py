@@ -435,8 +435,13 @@ class LearnedPolicy(Policy):
         trained = card.input_layout
         #: the layout it acts on (:meth:`use_layout`): the environment's observations
         self.layout = ObservationLayout(trained.workers, trained.slots_per_worker)
-        #: the columns of that layout's observations the model reads (``None``: all of them)
-        self._columns = feature_columns(self.layout.features, card.features)
+        #: the columns of that layout's observations the model reads (``None``: all of them, or
+        #: features no environment observes, which :meth:`use_layout` refuses with both layouts)
+        self._columns = (
+            feature_columns(self.layout.features, card.features)
+            if set(card.features) <= set(self.layout.features)
+            else None
+        )
         self._frames: StackedObservations[np.ndarray] | None = None
         self._placer = placer_named(card.placer)
         suffix = f"-{card.run_id[:8]}" if card.run_id else ""
@@ -512,14 +517,10 @@ class LearnedPolicy(Policy):
         ``episode_start`` marks where an episode begins, as in SB3's ``evaluate_policy``.
         """
         raw = np.asarray(observation, dtype=np.float32)
-        shape = self.layout.shape
-        if raw.shape[-2:] != shape or raw.ndim not in (2, 3):
-            raise PolicyError(
-                f"observation of shape {raw.shape} does not match the layout the model acts on "
-                f"[{describe_layout(self.layout)}], shape {shape} (or a batch of them)"
-            )
+        observed = self._observed_layout(raw)
         batch = raw if raw.ndim == 3 else raw[None]
-        own = batch[..., self._columns] if self._columns is not None else batch
+        selects = self._columns is not None and observed is self.layout
+        own = batch[..., self._columns] if selects else batch
         model_input = self._stacked(own, episode_start) if self.card.frame_stack > 1 else own
         if self.normalizer is not None:
             normalized = self.normalizer.normalize_obs(model_input)
@@ -533,8 +534,27 @@ class LearnedPolicy(Policy):
             action, next_state = self.model.predict(
                 model_input, state, episode_start, deterministic
             )
-        limits = self.card.actions.to_limits(np.asarray(action), batch, self.layout)
+        limits = self.card.actions.to_limits(np.asarray(action), batch, observed)
         return (limits if raw.ndim == 3 else limits[0]), next_state
+
+    def _observed_layout(self, raw: np.ndarray) -> ObservationLayout:
+        """The layout of ``raw`` (one observation or a batch): the environment's, every feature
+        of :attr:`layout`, or the model's own features only (what its MLflow Model takes, and
+        what observations recorded before the environments observed more hold).
+
+        Raises:
+            PolicyError: neither.
+        """
+        own = ObservationLayout(
+            self.layout.workers, self.layout.slots_per_worker, self.card.features
+        )
+        for layout in (self.layout, own):
+            if raw.shape[-2:] == layout.shape and raw.ndim in (2, 3):
+                return layout
+        raise PolicyError(
+            f"observation of shape {raw.shape} does not match the layout the model acts on "
+            f"[{describe_layout(self.layout)}], shape {self.layout.shape} (or a batch of them)"
+        )
 
     def _stacked(self, batch: np.ndarray, episode_start: np.ndarray | None) -> np.ndarray:
         """``batch`` with the frames before it, exactly as ``VecFrameStack`` stacks them."""

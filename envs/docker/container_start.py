@@ -6,9 +6,9 @@ container with dlsched's labels (:mod:`dlsched.envs.docker.containers`), its quo
 privilege (:mod:`dlsched.envs.docker.sandbox`: the workload user, no capabilities, a read-only
 root filesystem, memory and pids limits), puts a migrated job's checkpoint into it, starts it
 and follows its output; it finds the container's cgroup files and process where the engine runs
-on this host, and takes the checkpoint a stopped training container saved. It also converts limits to CFS limits and back
-(:meth:`ContainerStarter.cfs_of`, :meth:`ContainerStarter.limit_of`), which the backend's limit
-updates and measurements use too.
+on this host, and takes the checkpoint a stopped training container saved. It also converts
+limits to CFS limits and back (:meth:`ContainerStarter.cfs_of`, :meth:`ContainerStarter.
+limit_of`), which the backend's limit updates and measurements use too.
 """
 
 from __future__ import annotations

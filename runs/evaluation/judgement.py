@@ -172,14 +172,13 @@ def verdict(rows: Sequence[HeldOutResult], kind: JobKind) -> Verdict:
         if paper is not None and worse(row.model, paper):
             below_paper.append(row.scenario)
         oracle = row.baselines.get(ORACLE)
-        gap = None if paper is None or oracle is None else (oracle - paper)
-        if gap is not None and not higher:
-            gap = -gap  # completion times: the oracle is better when lower
-        if gap is None or gap <= 0:
-            closed[row.scenario] = None
-        else:
+        closed[row.scenario] = None
+        if paper is not None and oracle is not None:
+            # completion times: the oracle is better when lower
+            gap = oracle - paper if higher else paper - oracle
             gained = row.model - paper if higher else paper - row.model
-            closed[row.scenario] = gained / gap
+            if gap > 0:
+                closed[row.scenario] = gained / gap
     shares = [share for share in closed.values() if share is not None]
     return Verdict(
         kind,

@@ -294,8 +294,9 @@ def _fit(
 
 def _mean_actions(policy: ActorCriticPolicy, observations: torch.Tensor) -> torch.Tensor:
     """The policy's mean action per slot for ``observations`` (normalised)."""
-    distribution = policy.get_distribution(observations)
-    return distribution.distribution.mean
+    distribution = policy.get_distribution(observations).distribution
+    assert isinstance(distribution, torch.distributions.Normal), "a Gaussian policy"
+    return distribution.mean
 
 
 def batched_under(venv: VecEnv) -> BatchedVecEnv:

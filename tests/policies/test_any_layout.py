@@ -15,7 +15,7 @@ from repo_paths import MODEL_V0_1_0
 from test_learned_policy import untrained_model
 
 from dlsched.envs.errors import ModelError
-from dlsched.envs.observation import FEATURES, ObservationLayout
+from dlsched.envs.observation import FEATURES, ORIGINAL_FEATURES, ObservationLayout
 from dlsched.envs.scenarios.file_format import parse_scenario
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.learned import (
@@ -154,8 +154,8 @@ def test_the_card_records_the_features_and_reads_the_older_layouts(
     assert "layout" not in card
     # older cards are read (to convert their models), though their models are not loaded
     old = read_card(MODEL_V0_1_0 / CARD_FILE)  # format 1: the features inside "layout"
-    assert old.features == FEATURES
-    assert old.trained_on == (ObservationLayout(1, 10),)
+    assert old.features == ORIGINAL_FEATURES
+    assert old.trained_on == (ObservationLayout(1, 10, ORIGINAL_FEATURES),)
     assert old.network == "" and old.sb3_objects == {}
     folder = tmp_path / "format-2"  # format 2: the features beside its one layout
     folder.mkdir()
@@ -168,10 +168,13 @@ def test_the_card_records_the_features_and_reads_the_older_layouts(
 def pyfunc_predictions(folder: Path, destination: Path, layouts: list[ObservationLayout]):
     """The pyfunc model of ``folder``'s predictions on each layout, and its policy's."""
     loaded = mlflow.pyfunc.load_model(str(save_mlflow_model(folder, destination)))
-    assert loaded.metadata.get_input_schema().inputs[0].shape == (-1, -1, len(FEATURES))
+    features = len(load_model(folder).card.features)  # the model's own, as its signature says
+    assert loaded.metadata.get_input_schema().inputs[0].shape == (-1, -1, features)
     assert loaded.metadata.get_output_schema().inputs[0].shape == (-1, -1)
     policy = load_model(folder)
-    for layout in layouts:
+    for shape in layouts:
+        # the MLflow Model takes the model's own features (its signature's)
+        layout = ObservationLayout(shape.workers, shape.slots_per_worker, policy.card.features)
         batch = observations(layout)
         limits = loaded.predict(batch, params={SLOTS_PER_WORKER: layout.slots_per_worker})
         policy.use_layout(layout)
@@ -206,7 +209,7 @@ def test_a_model_of_per_slot_log_stds_shares_their_mean_on_another_layout() -> N
 
     def stddev(layout: ObservationLayout) -> torch.Tensor:
         policy.use_layout(layout)
-        frames = np.zeros((1, layout.shape[0], 2 * len(FEATURES)), dtype=np.float32)
+        frames = np.zeros((1, layout.shape[0], 2 * len(policy.card.features)), dtype=np.float32)
         distribution = network.get_distribution(torch.as_tensor(frames)).distribution
         return distribution.stddev[0]
 

@@ -187,7 +187,7 @@ def test_the_card_s_values_stand_for_the_archive_s_pickles(tmp_path, marker, not
     model = load_model(folder).model
     card = json.loads((folder / CARD_FILE).read_text())
     assert model.clip_range(1.0) == card["sb3_objects"]["clip_range"] == 0.2
-    assert model.observation_space.shape == (10, 2 * len(FEATURES))
+    assert model.observation_space.shape == (10, 2 * len(card["features"]))
     assert not marker.exists()
 
 

@@ -89,8 +89,8 @@ def test_a_malformed_card_names_its_file() -> None:
 
 
 def test_a_card_of_a_newer_format_is_refused() -> None:
-    with pytest.raises(ModelError, match="has format 3, newer than this dlsched reads \\(2\\)"):
-        PretrainedCard.from_json('{"format": 3, "name": "x"}', f"x/{PRETRAINED_CARD_FILE}")
+    with pytest.raises(ModelError, match="has format 4, newer than this dlsched reads \\(3\\)"):
+        PretrainedCard.from_json('{"format": 4, "name": "x"}', f"x/{PRETRAINED_CARD_FILE}")
 
 
 def test_it_beats_dqoes_on_a_held_out_seed() -> None:

@@ -110,8 +110,15 @@ def _bounded(name: str) -> bool:
     return bound_refusal(load_scenario(name), "replay", {}) is None
 
 
+#: Shipped training distributions that draw more jobs than slots on purpose (a scheduler meets
+#: jobs waiting for a slot): the bound, which needs every job placed on arrival, is not given.
+MORE_JOBS_THAN_SLOTS = ("train-inference-large", "train-training-large")
+
+
 def test_every_shipped_scenario_has_a_bound_on_replay_and_none_elsewhere():
-    assert all(_bounded(name) for name in scenario_names())
+    assert all(_bounded(name) for name in scenario_names() if name not in MORE_JOBS_THAN_SLOTS)
+    for name in MORE_JOBS_THAN_SLOTS:
+        assert "jobs for" in str(bound_refusal(load_scenario(name), "replay", {}))
     scenario = load_scenario("flowcon-10-random")
     assert "does not run its jobs by the scenario's profiles" in str(
         bound_refusal(scenario, "docker", {})
@@ -123,7 +130,9 @@ def test_every_shipped_scenario_has_a_bound_on_replay_and_none_elsewhere():
         episode_bounds(waiting, SEEDS)
 
 
-@pytest.mark.parametrize("name", scenario_names())
+@pytest.mark.parametrize(
+    "name", [name for name in scenario_names() if name not in MORE_JOBS_THAN_SLOTS]
+)
 def test_no_baseline_beats_the_bound_on_a_shipped_scenario(name):
     scenario = load_scenario(name)
     bounds = {bound.seed: bound.value for bound in episode_bounds(scenario, SEEDS)}

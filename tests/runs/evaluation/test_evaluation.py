@@ -82,7 +82,10 @@ def test_a_training_episode_gives_completion_times_and_makespan_from_its_jobs():
 
 
 def test_an_episode_cut_before_its_jobs_finish_has_no_completion_time():
-    result = run_episode(shortened(TRAINING, 60), make("default"), seed=0)
+    cut = shortened(TRAINING, 60)
+    # the third job would arrive at 80 s, after the horizon: a scenario may not hold it
+    cut = dataclasses.replace(cut, groups=cut.groups[:2])
+    result = run_episode(cut, make("default"), seed=0)
 
     assert result.metrics.unfinished_jobs == 2  # VAE still trains, MNIST-PyTorch too
     assert result.metrics.mean_completion_s is None

@@ -395,7 +395,7 @@ def test_every_algorithm_trains_and_its_model_loads(tmp_path: Path, algo: str) -
     result = train(config, tmp_path, progress=False)
     policy = resolve_policy(str(result.model_folder))
     assert isinstance(policy, LearnedPolicy) and policy.card.algo == algo
-    limits, _ = policy.predict(np.zeros((4, 16), dtype=np.float32))
+    limits, _ = policy.predict(np.zeros((4, len(FEATURES)), dtype=np.float32))
     assert limits.shape == (4,) and np.all((limits >= 0) & (limits <= 1))
 
 
@@ -412,7 +412,7 @@ def test_per_slot_agents_train_validate_and_load(tmp_path: Path) -> None:
     assert [record.timesteps for record in result.validations] == [512, 1024]
     policy = resolve_policy(str(result.model_folder))
     assert isinstance(policy, LearnedPolicy) and policy.card.slot_agents
-    limits, _ = policy.predict(np.zeros((4, 16), dtype=np.float32))
+    limits, _ = policy.predict(np.zeros((4, len(FEATURES)), dtype=np.float32))
     assert limits.shape == (4,)
 
 
