@@ -1,7 +1,7 @@
 """How a learned agent's actions, one number in ``[-1, 1]`` per slot, become CPU limits.
 
 SB3's continuous-action agents act in ``[-1, 1]`` (SAC and TD3 squash to it, PPO and A2C are
-initialised around 0 with unit noise). Four mappings onto the environment's limits in ``[0, 1]``:
+initialised around 0 with unit noise). Five mappings onto the environment's limits in ``[0, 1]``:
 
 - ``absolute``: ``a`` maps linearly onto the limit range, ``-1`` to the lowest limit and ``1``
   to no cap; an untrained agent (``a`` near 0) gives every job half a worker.
@@ -18,17 +18,21 @@ initialised around 0 with unit noise). Four mappings onto the environment's limi
   agent caps every job at what it uses, which is Docker's default sharing without overcommit,
   and every move is relative to the CPU the latency was measured under.
 - ``share``: each active job of a worker gets the weight ``max_step ** a``, and its limit is its
-  weight over the sum of its worker's weights, or over 1 where they sum to less: the worker is
-  given away whole unless every job's weight is low, and then what their weights leave stays
-  idle (a service given more than its target needs is faster than its band, which is not
-  satisfied either). An untrained agent (``a`` near 0) gives every job an equal share; a single
-  job with ``a >= 0`` gets the whole worker. A limit is a fraction of the worker, so an action
-  means the same on 2 cores and on 16, and no step of the episode leaves a quarter of the
-  worker idle because limits were grown from small ones.
+  weight over the sum of its worker's weights: the worker is given away whole, always. An
+  untrained agent (``a`` near 0) gives every job an equal share, and a job alone gets the whole
+  worker whatever its action. A limit is a fraction of the worker, so an action means the same
+  on 2 cores and on 16, and no step of an episode leaves part of the worker idle because limits
+  were grown from small ones. Training jobs, which all use whatever CPU they get, are
+  scheduled so.
+- ``share-idle``: as ``share``, but where a worker's weights sum to less than 1 they are the
+  limits themselves, and what they leave stays idle: the worker is given away whole unless every
+  job's weight is low. A service given more than its target needs answers faster than its band,
+  which is not satisfied either, so an inference scheduler needs to hold CPU back.
 
-:class:`AgentActions` applies the mapping in the training environments, and
-:class:`~dlsched.policies.learned.LearnedPolicy` applies the same one when it acts, from the
-:class:`ActionMapping` saved in the model card.
+In both share modes a job's share is its weight over the others', so a teacher's limits are
+learned as weights (:meth:`ActionMapping.to_actions`): where the teacher cannot be told apart
+from telemetry (two training jobs, neither measured yet, one of them the shorter), ``share``
+splits the worker between them where ``share-idle`` would leave part of it idle.
 """
 
 from __future__ import annotations
@@ -54,6 +58,12 @@ class ActionMode(StrEnum):
     RELATIVE = "relative"
     USAGE = "usage"
     SHARE = "share"
+    SHARE_IDLE = "share-idle"
+
+    @property
+    def shares(self) -> bool:
+        """Whether actions are shares of a worker (``share``, ``share-idle``)."""
+        return self in (ActionMode.SHARE, ActionMode.SHARE_IDLE)
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,7 @@ class ActionMapping:
     Attributes:
         mode: see :class:`ActionMode`.
         max_step: the largest factor one relative action changes a limit by (``> 1``); in
-            ``share`` mode, the largest weight (the smallest is its inverse).
+            the share modes, the largest weight (the smallest is its inverse).
         low: the lowest limit produced (the environment raises it to its floor anyway).
         high: the highest limit produced (1: no cap).
     """
@@ -90,7 +100,7 @@ class ActionMapping:
         if self.mode is ActionMode.ABSOLUTE:
             share = (clipped - AGENT_LOW) / (AGENT_HIGH - AGENT_LOW)
             limits = self.low + share * (self.high - self.low)
-        elif self.mode is ActionMode.SHARE:
+        elif self.mode.shares:
             limits = self._shares(clipped, observation, layout)
         else:
             current = self._base(observation, layout)
@@ -103,13 +113,14 @@ class ActionMapping:
         """The actions in ``[-1, 1]`` that come closest to setting ``limits`` (``(...,
         slots)``) from the raw ``observation``: :meth:`to_limits`' inverse where it has one
         (a teacher's limits become the labels a student learns, :mod:`dlsched.runs.training.
-        imitation`). In ``share`` mode that is where a worker's limits sum to at most 1 (the
-        weights are then the limits), else the limits scaled to sum to 1."""
+        imitation`). In the share modes the weights are the limits: ``share-idle`` sets them
+        where a worker's limits sum to at most 1 (else their shares of the worker), ``share``
+        their shares of the worker."""
         wanted = np.clip(np.asarray(limits, dtype=np.float64), 1e-9, None)
         if self.mode is ActionMode.ABSOLUTE:
             share = (np.clip(wanted, self.low, self.high) - self.low) / (self.high - self.low)
             actions = AGENT_LOW + share * (AGENT_HIGH - AGENT_LOW)
-        elif self.mode is ActionMode.SHARE:
+        elif self.mode.shares:
             actions = np.log(wanted) / np.log(self.max_step)
         else:
             current = np.maximum(self._base(observation, layout), 1e-9)
@@ -124,13 +135,16 @@ class ActionMapping:
     def _shares(
         self, clipped: np.ndarray, observation: np.ndarray, layout: ObservationLayout
     ) -> np.ndarray:
-        """``share`` mode's limits: each active slot's weight over its worker's weights (or
-        over 1 where they sum to less); an empty slot's limit is its weight (ignored)."""
+        """The share modes' limits: each active slot's weight over its worker's weights (in
+        ``share-idle``, over 1 where they sum to less); an empty slot's limit is its weight
+        (ignored)."""
         weights = self.max_step**clipped
         active = np.asarray(observation)[..., layout.features.index("active")] > 0.5
         per_worker = (*weights.shape[:-1], layout.workers, layout.slots_per_worker)
         total = np.where(active, weights, 0.0).reshape(per_worker).sum(axis=-1, keepdims=True)
-        scale = np.broadcast_to(np.maximum(total, 1.0), per_worker).reshape(weights.shape)
+        if self.mode is ActionMode.SHARE_IDLE:
+            total = np.maximum(total, 1.0)
+        scale = np.broadcast_to(np.where(total > 0, total, 1.0), per_worker).reshape(weights.shape)
         return np.clip(weights / scale, self.low, self.high)
 
     def to_data(self) -> dict[str, object]:

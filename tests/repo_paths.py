@@ -28,5 +28,10 @@ MODEL_V0_1_0_CONVERTED = FIXTURES / "model-v0.1.0-converted"
 #: pickle; dlsched at 6863cc0, before ``dlsched models convert`` converted them):
 #: ``<name>.observations``, ``<name>.actions`` and ``<name>.scenario``.
 PRETRAINED_ACTIONS = FIXTURES / "pretrained-actions-pickled.npz"
+#: The inference model of the README's first recipe (PPO, usage-scaled actions, two stacked
+#: frames, a log standard deviation per slot, the sixteen original features), shipped as
+#: ``pretrained:ppo-inference-mix`` until the shipped models were retrained to be judged on every
+#: scenario of their kind (#43), converted to data.
+MODEL_FIRST_RECIPE = FIXTURES / "model-first-recipe"
 #: A small scenario file, ``big``: one 8-core worker, one resnet50 service with a 20 s target.
 SCENARIO_BIG = FIXTURES / "scenario-big.yaml"

@@ -235,10 +235,10 @@ class TrainingConfig:
         problems += _feature_problems(self.features)
         if self.placer not in PLACERS:
             problems.append(f"placer={self.placer!r} must be one of {', '.join(PLACERS)}")
-        if self.actions is ActionMode.SHARE and self.slot_agents:
+        if self.actions.shares and self.slot_agents:
             problems.append(
-                "actions 'share' split a worker among its jobs; per-slot agents each set their "
-                "own limit: use --actions usage with --slot-agents"
+                f"actions {self.actions.value!r} split a worker among its jobs; per-slot agents "
+                "each set their own limit: use --actions usage with --slot-agents"
             )
         if self.imitation is not None:
             problems += self.imitation.problems()

@@ -16,6 +16,7 @@ from dlsched.envs.observation import FEATURES, ObservationLayout
 from dlsched.policies.agent_actions import ActionMapping, ActionMode
 
 SHARE = ActionMapping(ActionMode.SHARE, max_step=64.0)
+SHARE_IDLE = ActionMapping(ActionMode.SHARE_IDLE, max_step=64.0)
 ACTIVE = FEATURES.index("active")
 
 
@@ -33,22 +34,27 @@ def _observation(active: np.ndarray) -> np.ndarray:
     data=st.data(),
 )
 def test_share_limits_give_each_worker_away_whole_or_leave_part_idle(workers, slots, data):
+    """``share`` gives every worker away whole; ``share-idle`` too, unless its weights sum to
+    less than 1, when they are the limits and the rest stays idle."""
     layout = ObservationLayout(workers, slots)
     active = data.draw(hnp.arrays(bool, (workers * slots,)))
     actions = data.draw(
         hnp.arrays(np.float32, (workers * slots,), elements=st.floats(-1, 1, width=32))
     )
-    limits = SHARE.to_limits(actions, _observation(active), layout)
+    whole = SHARE.to_limits(actions, _observation(active), layout)
+    idle = SHARE_IDLE.to_limits(actions, _observation(active), layout)
     weights = 64.0 ** actions.astype(np.float64)
     for worker in range(workers):
         rows = slice(worker * slots, (worker + 1) * slots)
         held = active[rows]
-        total = float(limits[rows][held].sum())
+        if not held.any():
+            continue
+        assert float(whole[rows][held].sum()) == pytest.approx(1.0, rel=1e-5)
         if weights[rows][held].sum() >= 1.0:
-            assert total == pytest.approx(1.0, rel=1e-5)  # the whole worker, given away
+            np.testing.assert_allclose(idle[rows][held], whole[rows][held], rtol=1e-6)
         else:
-            assert total <= 1.0 + 1e-6
-        assert (limits[rows][held] > 0).all()
+            np.testing.assert_allclose(idle[rows][held], weights[rows][held], rtol=1e-5)
+        assert (whole[rows][held] > 0).all() and (idle[rows][held] > 0).all()
 
 
 @pytest.mark.parametrize("scenario, cores", [("docker-inference-6", 2), ("dqoes-cluster-40", 8)])
@@ -78,12 +84,15 @@ def test_share_limits_in_force_add_up_to_the_worker_on_any_worker(scenario, core
 def test_to_actions_inverts_to_limits(mode):
     """Limits a teacher sets (a worker's summing to at most 1, within each mode's reach) come
     back from the actions that ``to_actions`` gives them."""
-    mapping = ActionMapping(mode, max_step=64.0 if mode is ActionMode.SHARE else 2.0)
+    mapping = ActionMapping(mode, max_step=64.0 if mode.shares else 2.0)
     layout = ObservationLayout(2, 3)
     active = np.array([[True, True, False, True, True, True]])
     observation = _observation(active)
     observation[..., FEATURES.index("limit")] = 0.3
     observation[..., FEATURES.index("cpu_usage")] = 0.3
-    wanted = np.array([[0.25, 0.5, 1.0, 0.2, 0.3, 0.35]])
+    # a worker's limits summing to 1 (every mode reaches them) and to less (share-idle's)
+    wanted = np.array([[0.45, 0.55, 1.0, 0.25, 0.35, 0.4]])
+    if mode is ActionMode.SHARE_IDLE:
+        wanted = np.array([[0.25, 0.5, 1.0, 0.2, 0.3, 0.35]])
     limits = mapping.to_limits(mapping.to_actions(wanted, observation, layout), observation, layout)
     assert limits[active] == pytest.approx(wanted[active], rel=1e-5)

@@ -11,7 +11,7 @@ import mlflow.pyfunc
 import numpy as np
 import pytest
 import torch
-from repo_paths import MODEL_V0_1_0
+from repo_paths import MODEL_FIRST_RECIPE, MODEL_V0_1_0
 from test_learned_policy import untrained_model
 
 from dlsched.envs.errors import ModelError
@@ -26,7 +26,7 @@ from dlsched.policies.learned import (
     save_model,
 )
 from dlsched.policies.mlflow_model import SLOTS_PER_WORKER, save_mlflow_model
-from dlsched.policies.pretrained import load_pretrained, pretrained_folder, pretrained_names
+from dlsched.policies.pretrained import pretrained_folder, pretrained_names
 from dlsched.policies.slot_network import SlotActionHead
 from dlsched.runs.evaluation import run_episode
 
@@ -202,7 +202,7 @@ def test_every_shipped_model_loads_through_mlflow_pyfunc_on_its_layout_and_clust
 
 
 def test_a_model_of_per_slot_log_stds_shares_their_mean_on_another_layout() -> None:
-    policy = load_pretrained("pretrained:ppo-inference-mix")
+    policy = load_model(MODEL_FIRST_RECIPE)
     network = policy.model.policy
     per_slot = network.log_std.detach().clone()
     assert per_slot.shape == (10,)  # saved before the shared log std

@@ -7,8 +7,14 @@ import json
 from pathlib import Path
 
 import numpy as np
-from repo_paths import MODEL_V0_1_0, MODEL_V0_1_0_CONVERTED
+from repo_paths import (
+    MODEL_FIRST_RECIPE,
+    MODEL_V0_1_0,
+    MODEL_V0_1_0_CONVERTED,
+    PRETRAINED_ACTIONS,
+)
 
+from dlsched.envs.observation import FEATURES, ORIGINAL_FEATURES, ObservationLayout
 from dlsched.envs.scenarios import load_scenario
 from dlsched.policies.conversion import convert_model
 from dlsched.policies.learned import load_model
@@ -53,3 +59,34 @@ def test_the_converted_fixture_is_what_the_conversion_makes(tmp_path: Path) -> N
         "model.zip",
         "normalizer.json",
     ]
+
+
+def test_the_first_recipe_s_model_acts_as_it_did_when_its_files_were_pickles() -> None:
+    """The model of the README's first recipe, shipped as ``pretrained:ppo-inference-mix`` until
+    #43 and converted by `dlsched models convert --trust-pickle` (#44), holds no pickle and sets,
+    bit for bit, the limits it set as it shipped; it reads the sixteen original features of
+    observations that now hold more, or of observations recorded with those sixteen only."""
+    assert sorted(path.name for path in MODEL_FIRST_RECIPE.iterdir()) == [
+        "dlsched-model.json",
+        "model.zip",
+        "normalizer.json",
+    ]
+    recorded = np.load(PRETRAINED_ACTIONS, allow_pickle=False)
+    scenario = load_scenario(str(recorded["ppo-inference-mix.scenario"]))
+    observations = recorded["ppo-inference-mix.observations"]
+    assert observations.shape[-1] == len(ORIGINAL_FEATURES)
+    policy = load_model(MODEL_FIRST_RECIPE)
+    assert policy.card.features == ORIGINAL_FEATURES
+    policy.use_layout(ObservationLayout(len(scenario.workers), scenario.slots_per_worker))
+    for given in (observations, _widened(observations)):
+        policy.reset()
+        actions = [policy.predict(observation)[0] for observation in given]
+        np.testing.assert_array_equal(np.stack(actions), recorded["ppo-inference-mix.actions"])
+
+
+def _widened(observations: np.ndarray) -> np.ndarray:
+    """``observations`` of the original features as today's environments give them, the other
+    features filled with noise the model must not read."""
+    wide = np.random.default_rng(0).random((*observations.shape[:-1], len(FEATURES)))
+    wide[..., : len(ORIGINAL_FEATURES)] = observations
+    return wide.astype(np.float32)

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 import pytest
+from repo_paths import MODEL_FIRST_RECIPE
 
 from dlsched.baselines import make as make_baseline
 from dlsched.baselines import names as baseline_names
@@ -162,7 +163,8 @@ def test_what_cannot_run_at_once_runs_one_episode_at_a_time_and_says_why():
     assert_same(results, [run_episode(scenario, Constant(), seed) for seed in (0, 1)], "constant")
 
 
-LEARNED = "pretrained:ppo-inference-mix"  # frame stacking, normalisation, usage-scaled actions
+#: frame stacking, normalisation, usage-scaled actions
+LEARNED = str(MODEL_FIRST_RECIPE)
 
 
 def test_a_learned_model_runs_batched_only_where_its_caller_accepts_a_batched_predict():

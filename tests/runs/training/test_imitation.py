@@ -30,7 +30,7 @@ def _config(**changes: object) -> TrainingConfig:
         "seed": 0,
         "eval_every": 0,
         "patience": 0,
-        "actions": ActionMode.SHARE,
+        "actions": ActionMode.SHARE_IDLE,
         "max_step": 64.0,
         "frame_stack": 2,
         "reward": "satisfied_closeness",
@@ -95,7 +95,7 @@ def test_ppo_from_imitation_scores_above_ppo_from_scratch(tmp_path: Path) -> Non
     )
     imitated_score = imitated.validations[-1].score
     scratch_score = scratch.validations[-1].score
-    assert imitated_score > scratch_score + 0.1, (imitated_score, scratch_score)
+    assert imitated_score > scratch_score + 0.05, (imitated_score, scratch_score)
     # the imitated student was validated before PPO too, and the record says so
     assert imitated.validations[0].timesteps == 0
     assert (imitated.folder / harness.IMITATION_FILE).is_file()

@@ -54,7 +54,7 @@ def training_folder(
     code = main([
         "train", "--scenario", f"{scenario_files['tiny-1x4']},{scenario_files['tiny-2x3']}",
         "--timesteps", "512", "--n-envs", "2", "--seed", "0", "--net-arch", "16",
-        "--actions", "share", "--max-step", "64", "--frame-stack", "2",
+        "--actions", "share-idle", "--max-step", "64", "--frame-stack", "2",
         "--hp", "n_steps=64", "--hp", "batch_size=64", "--hp", "n_epochs=2",
         "--eval-every", "256", "--eval-episodes", "2", "--patience", "0",
         "--out", str(out), "--no-tracking", "--no-progress",
