@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from gymnasium.error import ResetNeeded
+
 
 class DlschedError(Exception):
     """Base class of every error dlsched raises deliberately."""
@@ -48,6 +50,14 @@ class ArgumentError(DlschedError, ValueError):
 
     It is a :class:`ValueError` for wrong types too, so that ``gym.make`` passes it on as it is
     (it rewrites a :class:`TypeError` raised by an environment's constructor)."""
+
+
+class ResetNeededError(DlschedError, ResetNeeded):
+    """An environment was stepped, or its telemetry read, before its first ``reset()``.
+
+    Gymnasium's ``OrderEnforcing`` wrapper (what ``gym.make`` returns) says so in its own words;
+    ``env.unwrapped`` has no wrapper, and says it here. It is Gymnasium's ``ResetNeeded`` too, so
+    a caller written for Gymnasium catches it as it catches the wrapper's."""
 
 
 class ActionError(DlschedError, ValueError):

@@ -10,7 +10,7 @@ import pytest
 from repo_paths import SCENARIO_BIG
 
 import dlsched.envs  # registers the environments
-from dlsched.envs.errors import ArgumentError, UnknownNameError
+from dlsched.envs.errors import ArgumentError, ResetNeededError, UnknownNameError
 
 
 @pytest.mark.parametrize(
@@ -72,3 +72,18 @@ def test_a_batched_environment_beyond_the_slot_limit_is_refused_before_it_alloca
     message = str(caught.value)
     assert f"num_envs={num_envs:,} episodes x 10 slots" in message
     assert "MAX_BATCH_SLOTS" in message and "DLSCHED_MAX_BATCH_SLOTS=N" in message
+
+
+@pytest.mark.parametrize("kind", ["dlsched/Inference-v0", "dlsched/Training-v0"])
+def test_a_step_before_reset_says_the_environment_was_not_reset(kind):
+    env = gym.make(kind).unwrapped  # without Gymnasium's OrderEnforcing, which says it first
+    with pytest.raises(ResetNeededError) as caught:
+        env.step(env.action_space.sample())
+    assert isinstance(caught.value, gym.error.ResetNeeded)  # what Gymnasium's callers catch
+    message = str(caught.value)
+    assert "not reset" in message and "call reset() before step()" in message
+    with pytest.raises(ResetNeededError, match=r"call reset\(\) before reading telemetry"):
+        _ = env.telemetry
+    vector = gym.make_vec(kind, num_envs=2, vectorization_mode="vector_entry_point").unwrapped
+    with pytest.raises(ResetNeededError, match=r"not reset.*call reset\(\) before step\(\)"):
+        vector.step(vector.action_space.sample())
