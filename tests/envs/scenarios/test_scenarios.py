@@ -516,14 +516,24 @@ CASES = [
         INFERENCE,
         "horizon_s",
         "long",
-        "horizon_s = 'long': expected a number of seconds > 0",
+        "horizon_s: read the string 'long', not a number; horizon_s takes a number of seconds "
+        "> 0, written in digits (e.g. 10 or 2.5)",
     ),
     case(
         "horizon-exponent-string",
         INFERENCE,
         "horizon_s",
         "1e3",
-        "horizon_s = '1e3': expected a number of seconds > 0; write it without quotes",
+        "horizon_s: read the string '1e3', not a number; horizon_s takes a number of seconds > 0: "
+        "write it unquoted and with a dot before the exponent (1.0e+3, not 1e3)",
+    ),
+    case(
+        "interval-quoted",
+        INFERENCE,
+        "interval_s",
+        "10",
+        "interval_s: read the string '10', not a number; interval_s takes a number of seconds > "
+        "0: write it without quotes",
     ),
     case(
         "horizon-negative",
@@ -665,7 +675,8 @@ CASES = [
         TRAINING,
         "workers[1].cores",
         "many",
-        "workers[1].cores = 'many': expected a number of cores > 0",
+        "workers[1].cores: read the string 'many', not a number; workers[1].cores takes a "
+        "number of cores > 0",
     ),
     case(
         "worker-endpoint",
@@ -1251,6 +1262,19 @@ def test_cli_reports_a_bad_file_and_exits_2(
     error = capsys.readouterr().err
     assert error.startswith(f"dlsched scenarios: error: invalid scenario {path} (1 problem)")
     assert "horizon_s = -3: expected a number of seconds > 0" in error
+
+
+def test_a_word_for_a_number_is_named_as_the_string_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = yaml.safe_dump(INFERENCE, sort_keys=False) + "interval_s: ten\n"  # unquoted
+    assert main(["scenarios", str(write(tmp_path, text))]) == 2
+    error = capsys.readouterr().err
+    assert (
+        f"line {len(text.splitlines())}: interval_s: read the string 'ten', not a number; "
+        "interval_s takes a number of seconds > 0, written in digits (e.g. 10 or 2.5)"
+    ) in error
+    assert "quotes" not in error  # there were none to take off
 
 
 def test_cli_suggests_a_close_scenario_name(capsys: pytest.CaptureFixture[str]) -> None:
