@@ -1248,6 +1248,24 @@ def test_cli_shows_one_scenario_file_with_its_comments(capsys: pytest.CaptureFix
     assert parse_scenario(yaml.safe_load(shown), "shown") == load_scenario("flowcon-10-random")
 
 
+def test_cli_checks_a_scenario_file_with_its_verdict_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["scenarios", "specon-7"]) == 0
+    path = write(tmp_path, capsys.readouterr().out)  # the README's copy to edit
+    assert main(["scenarios", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        f"dlsched scenarios: {path} is valid: training scenario 'specon-7', 7 jobs on 4 x 4 "
+        "cores, at most 300 steps of 10 s"
+    ]
+    assert captured.err == ""
+    assert main(["scenarios", str(path), "--show"]) == 0  # on request: as dlsched reads it
+    captured = capsys.readouterr()
+    assert parse_scenario(yaml.safe_load(captured.out), "shown") == load_scenario("specon-7")
+    assert captured.err.startswith(f"dlsched scenarios: {path} is valid")
+
+
 def test_cli_shows_one_scenario_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scenarios", "specon-7", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
