@@ -1,7 +1,8 @@
 """``dlsched reproduce``: run the papers' claims, write the report, log it to MLflow.
 
 The work is :func:`dlsched.runs.reproduce.publish.reproduce_and_publish`; this parses the
-options, prints the claims table and says where the report and the MLflow run are.
+options, prints the claims table (:func:`~dlsched.runs.reproduce.report.render_claims_lines`)
+and says where the report and the MLflow run are.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # imported here, so that parsing, --help and --list do not wait for MLflow and matplotlib
     from dlsched.runs.reproduce.publish import reproduce_and_publish
-    from dlsched.runs.reproduce.report import format_estimate
+    from dlsched.runs.reproduce.report import render_claims_lines
     from dlsched.runs.tracking.target import resolve_tracking_uri
 
     readings = args.readings if args.readings is not None else args.backend == "replay"
@@ -113,21 +114,7 @@ def run(args: argparse.Namespace) -> int:
         experiment=args.experiment,
         progress=not args.no_progress,
     )
-    for result in published.reproduction.results:
-        outcome = result.outcome
-        ours = format_estimate(outcome.estimate, len(result.seeds))
-        reason = f"  ({outcome.judgement.reason})" if outcome.judgement.reason else ""
-        print(
-            f"{result.claim.id:44} paper {result.claim.paper_text():>8}  ours {ours:28} "
-            f"{outcome.judgement.verdict.value}{reason}"
-        )
-    skipped = published.reproduction.skipped
-    if skipped:
-        reasons = dict.fromkeys(s.reason for s in skipped)
-        print(
-            f"{len(skipped)} claims skipped ({'; '.join(reasons)}): "
-            f"{', '.join(s.claim.id for s in skipped)}"
-        )
+    print(render_claims_lines(published.reproduction))
     print(f"report: {published.markdown} and {published.html}", file=sys.stderr)
     if published.tracked is not None:
         tracked = published.tracked

@@ -31,6 +31,7 @@ from dlsched.envs.scenarios.file_format import (
 from dlsched.envs.scenarios.model import IntRange, Scenario
 from dlsched.envs.scenarios.schema import scenario_json_schema_text
 from dlsched.runs.commands.options import Subcommands
+from dlsched.runs.tables import Column, aligned, legend
 
 
 @dataclass(frozen=True)
@@ -165,18 +166,24 @@ def _list(*, as_json: bool) -> int:
     return 2 if failures else 0
 
 
+#: The listing's columns.
+LISTING_COLUMNS = (
+    Column("NAME", "what --scenario takes (dlsched scenarios NAME prints its file)", left=True),
+    Column("KIND", "inference (services with latency targets) or training jobs", left=True),
+    Column(
+        "WORKERS x CORES",
+        "how many workers (hosts) and the cores of each (low-high where they differ)",
+        left=True,
+    ),
+    Column("JOBS", "jobs per episode (low-high where the scenario draws the count)", left=True),
+    Column("SOURCE", "the paper, section and figures it reproduces", left=True),
+)
+
+
 def _table(summaries: list[ScenarioSummary]) -> str:
-    header = ("NAME", "KIND", "WORKERS x CORES", "JOBS", "SOURCE")
-    rows = [header] + [
-        (s.name, s.kind, s.workers_text(), s.jobs_text(), s.source) for s in summaries
-    ]
-    widths = [max(len(row[column]) for row in rows) for column in range(len(header) - 1)]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True))
-        + "  "
-        + row[-1]
-        for row in rows
-    )
+    """The listing, a line per scenario, then its legend after a blank line."""
+    rows = [[s.name, s.kind, s.workers_text(), s.jobs_text(), s.source] for s in summaries]
+    return aligned(LISTING_COLUMNS, rows) + "\n\n" + legend(LISTING_COLUMNS)
 
 
 def _check(name_or_path: str, *, as_json: bool, show: bool) -> int:

@@ -1220,7 +1220,7 @@ def test_dump_refuses_an_invalid_scenario() -> None:
 
 def test_cli_lists_every_shipped_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scenarios"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = capsys.readouterr().out.split("\n\n")[0].splitlines()  # the legend follows
     assert lines[0].split() == ["NAME", "KIND", "WORKERS", "x", "CORES", "JOBS", "SOURCE"]
     listed = {line.split()[0]: line for line in lines[1:]}
     assert sorted(listed) == scenario_names()
@@ -1312,5 +1312,6 @@ def test_cli_list_reports_an_invalid_shipped_scenario(
     monkeypatch.setattr(scenario_file, "SCENARIO_DIR", tmp_path)
     assert main(["scenarios"]) == 2
     captured = capsys.readouterr()
-    assert [line.split()[0] for line in captured.out.splitlines()] == ["NAME", "my-inference"]
+    listing = captured.out.split("\n\n")[0]
+    assert [line.split()[0] for line in listing.splitlines()] == ["NAME", "my-inference"]
     assert "kind = 'train': expected one of training, inference" in captured.err
