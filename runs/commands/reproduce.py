@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dlsched.runs.commands.argument_types import output_folder
+from dlsched.runs.commands.argument_types import output_folder, positive_int
 from dlsched.runs.commands.options import Subcommands, add_episodes, add_tracking_uri
 from dlsched.runs.parser import ListOption
 from dlsched.runs.reproduce.claims_loader import CLAIMS_FILE, load_claims
@@ -81,6 +81,13 @@ def register(subparsers: Subcommands) -> None:
         "--experiment", default=DEFAULT_EXPERIMENT, help=f"MLflow experiment ({DEFAULT_EXPERIMENT})"
     )
     parser.add_argument("--no-tracking", action="store_true", help="write the report only")
+    parser.add_argument(
+        "--processes",
+        type=positive_int,
+        default=None,
+        help="processes the replay episodes run in (default: one per core this process may "
+        "use; 1 runs them all in this one)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run)
 
@@ -101,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     from dlsched.runs.tracking.target import resolve_tracking_uri
 
     readings = args.readings if args.readings is not None else args.backend == "replay"
-    options = Options(args.backend, args.episodes, args.seed, readings)
+    options = Options(args.backend, args.episodes, args.seed, readings, args.processes)
     target = None
     if not args.no_tracking:
         target = resolve_tracking_uri(args.tracking_uri)
