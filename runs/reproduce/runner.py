@@ -429,8 +429,9 @@ def _group_cost(group: EpisodeGroup, scenario: Scenario) -> float:
 def _running_text(
     running: Sequence[EpisodeGroup], workers: int, describe: Callable[[EpisodeGroup], str]
 ) -> str:
-    """What runs now: the first ``workers`` groups not done (they are handed out in order)."""
-    return "; ".join(describe(group) for group in running[:workers])
+    """What runs now: the first ``workers`` groups not done (they are handed out in order),
+    each description once (two readings of one claim's policy run side by side)."""
+    return "; ".join(dict.fromkeys(describe(group) for group in running[:workers]))
 
 
 @contextlib.contextmanager
