@@ -33,6 +33,7 @@ class UnknownNameError(DlschedError, KeyError):
         if not hint:
             close = difflib.get_close_matches(name, known_sorted, n=1)
             hint = f"Did you mean {close[0]!r}?" if close else ""
+        self._arguments = (what, name, tuple(known_sorted), hint)
         self.message = (
             f"unknown {what} {name!r}."
             + (f" {hint}" if hint else "")
@@ -42,6 +43,11 @@ class UnknownNameError(DlschedError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return self.message
+
+    def __reduce__(self) -> tuple[type[UnknownNameError], tuple[str, str, tuple[str, ...], str]]:
+        """Built again from its arguments, as a process that ran the work hands it back
+        (``dlsched reproduce``'s workers): pickle would call it with the message alone."""
+        return type(self), self._arguments
 
 
 class ArgumentError(DlschedError, ValueError):

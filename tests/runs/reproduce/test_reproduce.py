@@ -18,6 +18,7 @@ import yaml
 from mlflow import MlflowClient
 
 from dlsched.baselines import make
+from dlsched.envs.errors import UnknownNameError
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.telemetry import JobState
@@ -466,6 +467,15 @@ def test_the_claims_episodes_run_batched_in_processes_as_each_runs_alone():
         alone = runner.run_key(key, load_scenario(key.scenario))
         assert (result.seed, result.policy) == (alone.seed, alone.policy)
         assert result.metrics == alone.metrics and result.steps == alone.steps, key
+
+
+def test_a_workers_error_comes_back_as_itself():
+    keys = [
+        runner.EpisodeKey("flowcon-poc-3", "flowcn", (), 0, "replay"),
+        runner.EpisodeKey("dqoes-resnet50-burst-target20", "dqoes", (), 0, "replay"),
+    ]
+    with pytest.raises(UnknownNameError, match="Did you mean 'flowcon'"):
+        runner.run_episodes(keys, progress=False, processes=2)
 
 
 def test_the_progress_bar_names_the_claims_being_run(capsys, tmp_path):
