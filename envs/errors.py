@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from gymnasium.error import ResetNeeded
+
 
 class DlschedError(Exception):
     """Base class of every error dlsched raises deliberately."""
@@ -31,6 +33,7 @@ class UnknownNameError(DlschedError, KeyError):
         if not hint:
             close = difflib.get_close_matches(name, known_sorted, n=1)
             hint = f"Did you mean {close[0]!r}?" if close else ""
+        self._arguments = (what, name, tuple(known_sorted), hint)
         self.message = (
             f"unknown {what} {name!r}."
             + (f" {hint}" if hint else "")
@@ -41,6 +44,11 @@ class UnknownNameError(DlschedError, KeyError):
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return self.message
 
+    def __reduce__(self) -> tuple[type[UnknownNameError], tuple[str, str, tuple[str, ...], str]]:
+        """Built again from its arguments, as a process that ran the work hands it back
+        (``dlsched reproduce``'s workers): pickle would call it with the message alone."""
+        return type(self), self._arguments
+
 
 class ArgumentError(DlschedError, ValueError):
     """An argument given to dlsched has the wrong name, type or value: a keyword argument of
@@ -48,6 +56,14 @@ class ArgumentError(DlschedError, ValueError):
 
     It is a :class:`ValueError` for wrong types too, so that ``gym.make`` passes it on as it is
     (it rewrites a :class:`TypeError` raised by an environment's constructor)."""
+
+
+class ResetNeededError(DlschedError, ResetNeeded):
+    """An environment was stepped, or its telemetry read, before its first ``reset()``.
+
+    Gymnasium's ``OrderEnforcing`` wrapper (what ``gym.make`` returns) says so in its own words;
+    ``env.unwrapped`` has no wrapper, and says it here. It is Gymnasium's ``ResetNeeded`` too, so
+    a caller written for Gymnasium catches it as it catches the wrapper's."""
 
 
 class ActionError(DlschedError, ValueError):

@@ -28,6 +28,7 @@ from dlsched.envs.decision_checks import (
     check_decision,
     decision_limits,
 )
+from dlsched.envs.errors import ResetNeededError
 from dlsched.envs.loop import SchedulingLoop
 from dlsched.envs.observation import encode
 from dlsched.envs.placement import Placer
@@ -109,6 +110,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         return self._observe(columns), self._info(columns, now)
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self._columns("step()")
         return self._step(
             action_limits(action, None, self.layout, self.limit_floor, self._clip_notice), None
         )
@@ -120,7 +122,10 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         migrations."""
         check_decision(decision)
         limits = decision_limits(
-            [decision], self._columns(), self.layout.slots_per_worker, self.limit_floor
+            [decision],
+            self._columns("step_decision()"),
+            self.layout.slots_per_worker,
+            self.limit_floor,
         )
         return self._step(limits, [decision.migrations])
 
@@ -152,7 +157,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     def telemetry(self) -> Telemetry:
         """The newest telemetry snapshot (what ``info["telemetry"]`` carried)."""
         if self._telemetry is None:
-            raise gym.error.ResetNeeded("call reset() before reading telemetry")
+            raise ResetNeededError(_not_reset("reading telemetry"))
         return self._telemetry
 
     def incidents(self) -> tuple[str, ...]:
@@ -171,7 +176,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         Raises:
             ActionError: a decision :meth:`step_decision` refuses for its limits.
         """
-        columns = self._columns()
+        columns = self._columns("decision_to_action()")
         limits = decision_limits([decision], columns, self.layout.slots_per_worker, 0.0)[0]
         held = np.zeros(self._setup.slots, dtype=bool)
         active = columns.active[0]
@@ -183,10 +188,11 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
 
     # ------------------------------------------------------------------ internals
 
-    def _columns(self) -> TelemetryColumns:
+    def _columns(self, call: str) -> TelemetryColumns:
+        """The newest measurement, for ``call`` (what the caller did, named if there is none)."""
         columns = self._loop.columns
         if columns is None:
-            raise gym.error.ResetNeeded("call reset() before step()")
+            raise ResetNeededError(_not_reset(call))
         return columns
 
     def _step(
@@ -225,3 +231,11 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
             "active": int(columns.active[0].sum()),
             "time_s": telemetry.time_s,
         }
+
+
+def _not_reset(call: str) -> str:
+    """The message of a ``call`` made before the environment's first ``reset()``."""
+    return (
+        f"{call} on an environment that was not reset: it has no episode yet; call "
+        f"reset() before {call}"
+    )

@@ -37,7 +37,6 @@ from collections.abc import Mapping, Sequence
 from os import PathLike
 from typing import Any, ClassVar
 
-import gymnasium as gym
 import numpy as np
 from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -52,7 +51,7 @@ from dlsched.envs.arguments import (
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Decision, Migration
 from dlsched.envs.decision_checks import ClipNotice, action_limits, decision_limits
-from dlsched.envs.errors import ActionError, ArgumentError, BackendError
+from dlsched.envs.errors import ActionError, ArgumentError, BackendError, ResetNeededError
 from dlsched.envs.loop import SchedulingLoop
 from dlsched.envs.observation import encode
 from dlsched.envs.placement import Placer
@@ -202,7 +201,7 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             ActionError: a wrong shape or a non-finite entry (naming the episode and the slot),
                 or a migration the single environment refuses.
         """
-        self._columns()
+        self._columns("step()")
         limits = action_limits(
             actions, self.num_envs, self.layout, self.limit_floor, self._clip_notice
         )
@@ -228,7 +227,10 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
                 "Decision per environment"
             )
         limits = decision_limits(
-            decisions, self._columns(), self.layout.slots_per_worker, self.limit_floor
+            decisions,
+            self._columns("step_decisions()"),
+            self.layout.slots_per_worker,
+            self.limit_floor,
         )
         return self._step(limits, [decision.migrations for decision in decisions])
 
@@ -255,22 +257,26 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     @property
     def columns(self) -> TelemetryColumns:
         """The newest telemetry of every episode, as arrays."""
-        return self._columns()
+        return self._columns("reading telemetry")
 
     def telemetry(self, index: int) -> Telemetry:
         """Episode ``index``'s newest telemetry as the single environment's ``info["telemetry"]``
         (built on each call; baselines read it)."""
-        columns = self._columns()
+        columns = self._columns("reading telemetry")
         if not 0 <= index < self.num_envs:
             raise IndexError(f"environment index {index}; expected 0..{self.num_envs - 1}")
         return columns.telemetry(index)
 
     # ------------------------------------------------------------------ internals
 
-    def _columns(self) -> TelemetryColumns:
+    def _columns(self, call: str) -> TelemetryColumns:
+        """The newest measurement, for ``call`` (what the caller did, named if there is none)."""
         columns = self._loop.columns
         if columns is None:
-            raise gym.error.ResetNeeded("call reset() before step()")
+            raise ResetNeededError(
+                f"{call} on environments that were not reset: they have no episodes yet; call "
+                f"reset() before {call}"
+            )
         return columns
 
     def _step(

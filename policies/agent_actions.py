@@ -44,7 +44,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from dlsched.envs.errors import PolicyError
+from dlsched.envs.errors import PolicyError, ResetNeededError
 from dlsched.envs.observation import ObservationLayout
 
 #: The interval the agent acts in.
@@ -197,7 +197,10 @@ class AgentActions(gym.Wrapper[np.ndarray, np.ndarray, np.ndarray, np.ndarray]):
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._observation is None:
-            raise gym.error.ResetNeeded("call reset() before step()")
+            raise ResetNeededError(
+                "step() on an environment that was not reset: it has no observation to map the "
+                "action from yet; call reset() before step()"
+            )
         limits = self.mapping.to_limits(action, self._observation, self.layout)
         observation, reward, terminated, truncated, info = self.env.step(limits)
         self._observation = observation

@@ -39,7 +39,7 @@ from dlsched.runs.parser import Parser, unrecognized
 #: no command module: a command's module, and torch, SB3, MLflow or matplotlib if it needs them,
 #: is imported only when that command runs.
 COMMANDS: dict[str, str] = {
-    "scenarios": "list the shipped scenarios, or show one",
+    "scenarios": "list the shipped scenarios, show one, or check a scenario file",
     "evaluate": "run policies on a scenario over seeds and track every episode in MLflow",
     "compare": "compare stored evaluations: scenario x policy, from MLflow",
     "docker": "manage the containers of the Docker backend",

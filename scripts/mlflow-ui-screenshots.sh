@@ -4,17 +4,20 @@
 #
 #   1-experiments.png   the experiments list (one experiment per scenario)
 #   2-runs.png          the scenario's runs table: the evaluation's run, its episodes under it
+#   2-scores.png        the link in the experiment's note: its runs with each policy's headline
 #   3-charts.png        the same runs as charts (MLflow's chart view)
 #   4-evaluation.png    the evaluation's run: its headline per policy, params, tags
 #   5-timeline.png      its timeline.png artifact: satisfied services over time, a line per policy
 #   6-episode.png       one episode's run: its metrics over the steps
 #
-# What they showed with MLflow 3.17 (2026-11): the list opens in the GenAI view, and clicking a
-# dlsched experiment switches to "Model training" (its mlflow.experimentKind tag); the runs table
-# shows the evaluation's run with its 6 episodes folded under it, and no metric column until
-# some are picked with "Columns" (MLflow sorts metric names by code point: `Satisfied fraction`
-# first); the chart view
-# opens on the section "Satisfied fraction", one bar chart per policy; the evaluation's run
+# What they showed with MLflow 3.17 (2026-12): the list opens in the GenAI view, its
+# Description column starting with each policy's score; the runs table shows the evaluation's
+# run with its 6 episodes open under it (their mlflow.runType tag), and no metric column until
+# some are picked with "Columns", or the note's link opens the shared view (2-scores.png: the
+# runs flat, a column per policy's headline); the chart view opens on the section "episode"
+# (MLflow orders sections by the metric names' prefix before "/", its own "Model metrics" last,
+# where the headlines are: one bar chart per policy and one of every episode's); the evaluation's
+# run
 # lists its child runs and, under Artifacts, timeline.png (satisfied services over time, a line
 # per policy); an episode's "Model metrics" tab opens on its `episode/...` scores (one bar each),
 # its `satisfied` line chart below them. MLflow's Assistant panel takes the right third until
@@ -88,6 +91,7 @@ shoot 1-experiments.png "#/experiments"
 # with this parameter in the address; a direct link without it shows the GenAI sidebar
 ML="workflowType=machine_learning"
 shoot 2-runs.png "#/experiments/$EXPERIMENT/runs?$ML"
+shoot 2-scores.png "#/experiments/$EXPERIMENT/runs?viewStateShareKey=dlsched-scores&$ML"
 shoot 3-charts.png "#/experiments/$EXPERIMENT/runs?compareRunsMode=CHART&$ML"
 shoot 4-evaluation.png "#/experiments/$EXPERIMENT/runs/$PARENT?$ML"
 shoot 5-timeline.png "#/experiments/$EXPERIMENT/runs/$PARENT/artifactPath/timeline.png?$ML"

@@ -96,7 +96,7 @@ def scenario_path(name_or_path: str | Path) -> Path:
         UnknownNameError: no shipped scenario has that name (the message suggests a close one).
         ScenarioError: the path does not name an existing file.
     """
-    if not _looks_like_path(name_or_path):
+    if not is_scenario_file(name_or_path):
         name = str(name_or_path)
         if name not in scenario_names():
             raise UnknownNameError("scenario", name, scenario_names())
@@ -205,7 +205,10 @@ def check_scenario(scenario: Scenario, origin: str | None = None) -> Scenario:
     return parse_scenario(scenario_to_data(scenario), origin)
 
 
-def _looks_like_path(name_or_path: str | Path) -> bool:
+def is_scenario_file(name_or_path: str | Path) -> bool:
+    """Whether ``name_or_path`` is a file's path rather than a shipped scenario's name: a
+    :class:`~pathlib.Path`, or a string containing a path separator or ending in
+    ``.yaml``/``.yml``."""
     if isinstance(name_or_path, Path):
         return True
     return "/" in name_or_path or "\\" in name_or_path or name_or_path.endswith(_SCENARIO_SUFFIXES)

@@ -268,6 +268,8 @@ def _report_one(details: ErrorDetails, report: Report) -> None:
         _report_bad_tag(node, value, report)
     elif kind == RULE_ERROR:
         report.bad(node.path, value, details["msg"])
+    elif kind in ("float_type", "int_type") and isinstance(value, str):
+        report.add(node.path, _text_for_a_number(node.path, value, node.expected, kind))
     else:
         report.bad(node.path, value, _expected_value(node, details, value))
 
@@ -281,10 +283,25 @@ def _expected_value(node: _Node, details: ErrorDetails, value: object) -> str:
         return expected.replace("a number", "a finite number", 1)
     if kind in ("enum", "literal_error"):
         return expected + suggest(value, _options(node.annotation))
-    if kind == "float_type" and isinstance(value, str):
-        # PyYAML reads 1e3 (no dot) as a string, a classic trap.
-        return expected + "; write it without quotes (and 1e3 as 1000 or 1.0e+3)"
     return expected
+
+
+def _text_for_a_number(path: str, text: str, expected: str, kind: str) -> str:
+    """The problem of a number field that YAML read as a string: what it read, what the field
+    takes, and how to write it.
+
+    A newcomer writes ``interval_s: ten``, or quotes a number, or writes ``1e3``, which PyYAML
+    (YAML 1.1) reads as text because its exponent has no dot; each gets its own fix.
+    """
+    read = f"{path}: read the string {show(text)}, not a number; {path} takes {expected}"
+    try:
+        float(text)
+    except ValueError:
+        example = "10" if kind == "int_type" else "10 or 2.5"
+        return f"{read}, written in digits (e.g. {example})"
+    if "e" in text.lower():
+        return f"{read}: write it unquoted and with a dot before the exponent (1.0e+3, not 1e3)"
+    return f"{read}: write it without quotes"
 
 
 def _report_unknown_field(mapping: _Node, key: str, report: Report) -> None:

@@ -1,7 +1,8 @@
 """``dlsched reproduce``: run the papers' claims, write the report, log it to MLflow.
 
 The work is :func:`dlsched.runs.reproduce.publish.reproduce_and_publish`; this parses the
-options, prints the claims table and says where the report and the MLflow run are.
+options, prints the claims table (:func:`~dlsched.runs.reproduce.report.render_claims_lines`)
+and says where the report and the MLflow run are.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dlsched.runs.commands.argument_types import output_folder
+from dlsched.runs.commands.argument_types import output_folder, positive_int
 from dlsched.runs.commands.options import Subcommands, add_episodes, add_tracking_uri
 from dlsched.runs.parser import ListOption
 from dlsched.runs.reproduce.claims_loader import CLAIMS_FILE, load_claims
@@ -80,6 +81,13 @@ def register(subparsers: Subcommands) -> None:
         "--experiment", default=DEFAULT_EXPERIMENT, help=f"MLflow experiment ({DEFAULT_EXPERIMENT})"
     )
     parser.add_argument("--no-tracking", action="store_true", help="write the report only")
+    parser.add_argument(
+        "--processes",
+        type=positive_int,
+        default=None,
+        help="processes the replay episodes run in (default: one per core this process may "
+        "use; 1 runs them all in this one)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run)
 
@@ -96,11 +104,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # imported here, so that parsing, --help and --list do not wait for MLflow and matplotlib
     from dlsched.runs.reproduce.publish import reproduce_and_publish
-    from dlsched.runs.reproduce.report import format_estimate
+    from dlsched.runs.reproduce.report import render_claims_lines
     from dlsched.runs.tracking.target import resolve_tracking_uri
 
     readings = args.readings if args.readings is not None else args.backend == "replay"
-    options = Options(args.backend, args.episodes, args.seed, readings)
+    options = Options(args.backend, args.episodes, args.seed, readings, args.processes)
     target = None
     if not args.no_tracking:
         target = resolve_tracking_uri(args.tracking_uri)
@@ -113,21 +121,7 @@ def run(args: argparse.Namespace) -> int:
         experiment=args.experiment,
         progress=not args.no_progress,
     )
-    for result in published.reproduction.results:
-        outcome = result.outcome
-        ours = format_estimate(outcome.estimate, len(result.seeds))
-        reason = f"  ({outcome.judgement.reason})" if outcome.judgement.reason else ""
-        print(
-            f"{result.claim.id:44} paper {result.claim.paper_text():>8}  ours {ours:28} "
-            f"{outcome.judgement.verdict.value}{reason}"
-        )
-    skipped = published.reproduction.skipped
-    if skipped:
-        reasons = dict.fromkeys(s.reason for s in skipped)
-        print(
-            f"{len(skipped)} claims skipped ({'; '.join(reasons)}): "
-            f"{', '.join(s.claim.id for s in skipped)}"
-        )
+    print(render_claims_lines(published.reproduction))
     print(f"report: {published.markdown} and {published.html}", file=sys.stderr)
     if published.tracked is not None:
         tracked = published.tracked

@@ -83,7 +83,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "satisfied_fraction_mean",
         "sat.frac mean",
-        "satisfied / active jobs, averaged over the steps with an active job",
+        "satisfied / active services (DQoES's set S: batch latency within (1 ± alpha) x "
+        "target, alpha the service's tolerance), averaged over the steps with an active service",
         _INFERENCE,
         True,
         3,
@@ -92,21 +93,41 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "satisfied_fraction_final",
         "sat.frac end",
-        "satisfied / active jobs at the end of the episode",
+        "satisfied / active services at the episode's end",
         _INFERENCE,
         True,
         3,
         high=1.0,
     ),
-    MetricSpec("satisfied_final", "|S| end", "jobs in S at the end", _INFERENCE, True, 1),
     MetricSpec(
-        "g_final", "|G| end", "jobs in G (faster than needed) at the end", _INFERENCE, False, 1
+        "satisfied_final",
+        "|S| end",
+        "services satisfied (in S) at the episode's end",
+        _INFERENCE,
+        True,
+        1,
     ),
-    MetricSpec("b_final", "|B| end", "jobs in B (too slow) at the end", _INFERENCE, False, 1),
+    MetricSpec(
+        "g_final",
+        "|G| end",
+        "services faster than needed (in G: latency below (1 - alpha) x target, CPU another "
+        "could use) at the episode's end",
+        _INFERENCE,
+        False,
+        1,
+    ),
+    MetricSpec(
+        "b_final",
+        "|B| end",
+        "services too slow (in B: latency above (1 + alpha) x target) at the episode's end",
+        _INFERENCE,
+        False,
+        1,
+    ),
     MetricSpec(
         "mean_completion_s",
         "mean compl. s",
-        "mean seconds from arrival to finish (undefined if a job did not finish)",
+        "mean seconds from a job's arrival to its finish (undefined if a job did not finish)",
         _TRAINING,
         False,
         1,
@@ -128,7 +149,13 @@ METRICS: tuple[MetricSpec, ...] = (
         1,
     ),
     MetricSpec(
-        "episode_return", "return", "sum of the environment's rewards", _BOTH, True, 2, low=None
+        "episode_return",
+        "return",
+        "the sum of the environment's rewards over the episode",
+        _BOTH,
+        True,
+        2,
+        low=None,
     ),
 )
 

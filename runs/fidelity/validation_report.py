@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ from dlsched.runs.fidelity.validation_statistics import (
     seed_agreement,
     timelines,
 )
+from dlsched.runs.tables import Column, aligned, legend
 
 
 @dataclass(frozen=True)
@@ -134,35 +136,34 @@ def build_report(
 
 
 def render_report(report: ValidationReport) -> str:
-    """The report as a plain-text table: per policy, then the summary, then the warnings."""
+    """The report as plain text: the table per policy and its legend, then the summary, then
+    the warnings."""
     model, reference = report.sides
     seeds = ", ".join(str(seed) for seed in report.seeds)
-    measure = "completion time" if report.kind is JobKind.TRAINING else "median batch latency"
-    inference = report.kind is JobKind.INFERENCE
-    over_time = "satisfied" if inference else "finished"
-    over_time_measure = "satisfied fraction" if inference else "jobs finished"
     gaps = {timeline.policy: timeline.mean_gap for timeline in report.timelines}
-    lines = [
-        f"{report.scenario}: {model} against {reference}, seeds {seeds}; per job, {measure}; "
-        f"error = ({model} - {reference}) / {reference}",
-        f"  {'policy':18} {'jobs':>4} {'median |err|':>12} {'max |err|':>10}  "
-        f"{'replay':>10} {'host':>10} {'err':>8}  {over_time + ' gap':>14}",
-    ]
+    rows = []
     for policy in report.policies:
         jobs = [job for job in report.jobs if job.policy == policy.policy]
         summary = ErrorSummary.of(jobs)
-        name = policy.policy + (" (held out)" if policy.held_out else "")
-        gap = gaps.get(policy.policy)
-        lines.append(
-            f"  {name:18} {summary.jobs:4d} {_percent(summary.median):>12} "
-            f"{_percent(summary.max):>10}  {_number(policy.replay):>10} {_number(policy.host):>10} "
-            f"{_percent(policy.relative_error, signed=True):>8}  {_number(gap):>14}"
+        rows.append(
+            [
+                policy.policy + (" (held out)" if policy.held_out else ""),
+                str(summary.jobs),
+                _percent(summary.median),
+                _percent(summary.max),
+                _number(policy.replay),
+                _number(policy.host),
+                _percent(policy.relative_error, signed=True),
+                _number(gaps.get(policy.policy)),
+            ]
         )
-    metric = report.policies[0].metric if report.policies else ""
-    lines.append(
-        f"  (replay, host: each policy's {metric}, mean over the seeds; {over_time} gap: mean "
-        f"|replay - host| of the {over_time_measure} over the steps)"
-    )
+    columns = _policy_columns(report)
+    lines = [
+        f"{report.scenario}: {model} against {reference}, seeds {seeds}; per job, "
+        f"{_job_measure(report.kind)}; error = ({model} - {reference}) / {reference}",
+        aligned(columns, rows, indent="  "),
+        textwrap.indent(legend(columns), "  "),
+    ]
     lines.append(
         f"all jobs: median |error| {_percent(report.all_jobs.median)}, max "
         f"{_percent(report.all_jobs.max)} over {report.all_jobs.jobs} jobs; replay / host "
@@ -222,6 +223,40 @@ def render_report(report: ValidationReport) -> str:
         )
     lines.extend(f"warning: {warning}" for warning in report.warnings)
     return "\n".join(lines)
+
+
+def _job_measure(kind: JobKind) -> str:
+    """What is compared of each job."""
+    return "completion time" if kind is JobKind.TRAINING else "median batch latency"
+
+
+def _policy_columns(report: ValidationReport) -> list[Column]:
+    """The columns of the table per policy, each with what it holds."""
+    model, reference = report.sides
+    metric = report.policies[0].metric if report.policies else "primary metric"
+    inference = report.kind is JobKind.INFERENCE
+    over_time = "satisfied fraction" if inference else "jobs finished"
+    return [
+        Column(
+            "policy",
+            "the policy; (held out): one the profiles were not calibrated with, whose errors "
+            "test the model where it was not fitted",
+            left=True,
+        ),
+        Column("jobs", "its jobs compared, over every seed"),
+        Column(
+            "median |err|",
+            f"the median over its jobs of |error| of each job's {_job_measure(report.kind)}",
+        ),
+        Column("max |err|", "the largest of those |error|s"),
+        Column("replay", f"the policy's {metric} on {model}, mean over the seeds"),
+        Column("host", f"the policy's {metric} on {reference}, mean over the seeds"),
+        Column("err", f"({model} - {reference}) / {reference} of those two means"),
+        Column(
+            ("satisfied" if inference else "finished") + " gap",
+            f"mean |{model} - {reference}| of the {over_time} over the steps",
+        ),
+    ]
 
 
 def _speed_noise_lines(noise: SpeedNoise) -> list[str]:

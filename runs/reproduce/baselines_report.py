@@ -21,6 +21,7 @@ from dlsched.runs.reproduce.claims import ClaimsFile
 from dlsched.runs.reproduce.claims_loader import load_claims
 from dlsched.runs.reproduce.runner import EpisodeKey, run_episodes, run_key
 from dlsched.runs.reproduce.statistics import STATISTICS, EpisodePair
+from dlsched.runs.tables import Column, aligned, legend
 
 #: The baselines compared on each kind of scenario, ``default`` first and ``oracle`` last.
 POLICIES: dict[JobKind, tuple[str, ...]] = {
@@ -30,7 +31,10 @@ POLICIES: dict[JobKind, tuple[str, ...]] = {
 
 #: The statistics shown for each kind, with their column headers.
 COLUMNS: dict[JobKind, tuple[tuple[str, str], ...]] = {
-    JobKind.INFERENCE: (("satisfied_final", "|S| end"), ("satisfied_fraction_mean", "S frac mean")),
+    JobKind.INFERENCE: (
+        ("satisfied_final", METRIC_SPECS["satisfied_final"].label),
+        ("satisfied_fraction_mean", METRIC_SPECS["satisfied_fraction_mean"].label),
+    ),
     JobKind.TRAINING: (
         ("unfinished_jobs", "unfinished"),
         ("mean_completion_s", "mean completion s"),
@@ -124,33 +128,54 @@ def report(
     return rows
 
 
+#: The columns every row starts with, before the statistics of its kind.
+_ROW_COLUMNS = (
+    Column("scenario", "the paper scenario (dlsched scenarios NAME shows it)", left=True),
+    Column(
+        "policy",
+        "the baseline, with its paper's parameters; oracle is privileged: it reads the profiles",
+        left=True,
+    ),
+    Column("seeds", "episodes run, one per seed from the first"),
+    Column("jobs", "jobs per episode, mean over the seeds"),
+)
+
+
 def format_report(rows: Sequence[ReportRow]) -> str:
-    """A plain-text table, one line per scenario and policy, the papers' values in brackets."""
-    lines = []
+    """A plain-text table per kind, one line per scenario and policy, the papers' values in
+    brackets, then the legend: a line per column."""
+    blocks = []
+    columns: list[Column] = []
     for kind in (JobKind.INFERENCE, JobKind.TRAINING):
         chosen = [row for row in rows if row.kind is kind]
         if not chosen:
             continue
-        headers = [label for _, label in COLUMNS[kind]]
-        header = f"{'scenario':34} {'policy':8} {'seeds':>5} {'jobs':>5}  " + "  ".join(
-            f"{label:>22}" for label in headers
-        )
-        lines += [header, "-" * len(header)]
-        for row in chosen:
-            cells = "  ".join(f"{_cell(cell):>22}" for cell in row.cells)
-            lines.append(
-                f"{row.scenario:34} {row.policy:8} {row.seeds:5d} {row.jobs:5.0f}  {cells}"
+        kind_columns = [
+            *_ROW_COLUMNS,
+            *(
+                Column(label, STATISTICS[statistic].description)
+                for statistic, label in COLUMNS[kind]
+            ),
+        ]
+        columns += kind_columns
+        blocks.append(
+            aligned(
+                kind_columns,
+                [
+                    [row.scenario, row.policy, str(row.seeds), f"{row.jobs:.0f}"]
+                    + [_cell(cell) for cell in row.cells]
+                    for row in chosen
+                ],
             )
-        lines.append("")
-    lines.append(
-        "mean across seeds ± 95% CI half-width, or mean [low, high] where the interval is "
-        "clipped to the range the statistic can take (none below 0); [paper: x] where a claim "
-        "of the claims file gives the paper's value (`dlsched reproduce` judges it). |S| end: "
-        "services in S at the end; S frac mean: satisfied fraction over the steps. mean "
-        "completion and makespan: '-' unless every job finished before the horizon. oracle "
-        "cheats."
-    )
-    return "\n".join(lines)
+        )
+    notes = [
+        "Each statistic: mean across seeds ± 95% CI half-width, or mean [low, high] where the "
+        "interval is clipped to the range the statistic can take (none below 0); [paper: x] "
+        "where a claim of the claims file gives the paper's value (`dlsched reproduce` judges "
+        "it); '-' where undefined (a completion time or makespan unless every job finished "
+        "before the horizon)"
+    ]
+    return "\n\n".join([*blocks, legend(columns, notes)])
 
 
 def _cell(cell: Cell) -> str:

@@ -25,6 +25,7 @@ from dlsched.runs.reproduce.figures import DrawnFigure
 from dlsched.runs.reproduce.runner import ClaimResult, Outcome, Reproduction, VariantRow
 from dlsched.runs.reproduce.statistics import STATISTICS
 from dlsched.runs.reproduce.verdict import RULE, Verdict, format_number
+from dlsched.runs.tables import Column, aligned, legend, markdown_legend
 
 MARKDOWN_FILE = "report.md"
 HTML_FILE = "report.html"
@@ -99,8 +100,61 @@ def evaluate_command(result: ClaimResult) -> str:
 
 @dataclass(frozen=True)
 class _Table:
-    header: tuple[str, ...]
+    """A table of the report: its columns (each with its legend line) and its rows."""
+
+    columns: tuple[Column, ...]
     rows: tuple[tuple[str, ...], ...]
+
+    @property
+    def header(self) -> tuple[str, ...]:
+        return tuple(column.header for column in self.columns)
+
+
+#: The claims table's columns before its policy's readings (and the printed table's, in part).
+_CLAIM = Column(
+    "claim", "the claim's id in the claims file (dlsched reproduce --list says each)", left=True
+)
+_PAPER_VALUE = Column("paper value", "the paper's number in the claim's unit, or its direction")
+_OURS = "our mean across seeds [its 95% CI]; (n=k/N) where only k of N seeds had a value"
+_VERDICT = (
+    "reproduced, direction only or not reproduced, by the verdict rule; (fitted): a number the "
+    "profiles were derived from, so agreement is by construction"
+)
+
+#: The columns of the table ``dlsched reproduce`` prints: a line per claim.
+PRINTED_COLUMNS = (
+    _CLAIM,
+    Column("paper", _PAPER_VALUE.meaning),
+    Column("ours", _OURS, left=True),
+    Column("verdict", _VERDICT + "; then, where not reproduced, why", left=True),
+)
+
+
+def render_claims_lines(reproduction: Reproduction) -> str:
+    """What ``dlsched reproduce`` prints: the claims table (a line per claim that ran), the
+    claims skipped, and the table's legend."""
+    rows = []
+    for result in reproduction.results:
+        outcome, claim = result.outcome, result.claim
+        verdict = outcome.judgement.verdict.value + (" (fitted)" if claim.fitted else "")
+        reason = f"  ({outcome.judgement.reason})" if outcome.judgement.reason else ""
+        rows.append(
+            [
+                claim.id,
+                claim.paper_text(),
+                format_estimate(outcome.estimate, len(result.seeds)),
+                verdict + reason,
+            ]
+        )
+    blocks = [aligned(PRINTED_COLUMNS, rows)]
+    skipped = reproduction.skipped
+    if skipped:
+        reasons = dict.fromkeys(s.reason for s in skipped)
+        blocks[0] += (
+            f"\n{len(skipped)} claims skipped ({'; '.join(reasons)}): "
+            f"{', '.join(s.claim.id for s in skipped)}"
+        )
+    return "\n\n".join([*blocks, legend(PRINTED_COLUMNS)])
 
 
 def _how_measured(reproduction: Reproduction) -> list[tuple[str, str, str, str]]:
@@ -117,16 +171,16 @@ def _how_measured(reproduction: Reproduction) -> list[tuple[str, str, str, str]]
 
 
 def _claims_table(reproduction: Reproduction) -> _Table:
-    header = (
-        "claim",
-        "paper",
-        "where",
-        "what the paper claims",
-        "paper value",
-        "ours (95% CI)",
-        "unit",
-        "verdict",
-        "reason",
+    columns = (
+        _CLAIM,
+        Column("paper", "the paper: DQoES, FlowCon, SpeCon or TRADL", left=True),
+        Column("where", "its section, and figure or table", left=True),
+        Column("what the paper claims", "the claim, in the paper's terms", left=True),
+        _PAPER_VALUE,
+        Column("ours (95% CI)", _OURS),
+        Column("unit", "the claim's unit, whose tolerance the verdict rule lists", left=True),
+        Column("verdict", _VERDICT, left=True),
+        Column("reason", "why a claim is not reproduced", left=True),
     )
     rows = []
     for result in reproduction.results:
@@ -146,16 +200,30 @@ def _claims_table(reproduction: Reproduction) -> _Table:
                 outcome.judgement.reason,
             )
         )
-    return _Table(header, tuple(rows))
+    return _Table(columns, tuple(rows))
 
 
-def _readings_tables(reproduction: Reproduction) -> list[tuple[str, _Table, list[str]]]:
-    """Per policy with readings: its table (claim x reading) and the readings' sources."""
+def _readings_tables(reproduction: Reproduction) -> list[tuple[str, _Table]]:
+    """Per policy with readings: its table (claim x reading), each reading's column explained
+    by its parameters and the lines of the paper that admit it."""
     tables = []
     for policy in dict.fromkeys(r.measure.policy for r in reproduction.results if r.readings):
         readings = reproduction.claims.readings_of(policy)
         results = [r for r in reproduction.results if r.measure.policy == policy and r.readings]
-        header = ("claim", "paper value", "default", *(reading.name for reading in readings))
+        cell = "ours: mean [95% CI]: verdict"
+        columns = (
+            _CLAIM,
+            _PAPER_VALUE,
+            Column("default", f"the baseline with its paper's parameters; {cell}"),
+            *(
+                Column(
+                    reading.name,
+                    f"{', '.join(f'{k}={v}' for k, v in reading.params)} ({reading.source}); "
+                    f"{cell}",
+                )
+                for reading in readings
+            ),
+        )
         rows = []
         for result in results:
             cells = [_reading_cell(result.outcome, len(result.seeds))]
@@ -165,11 +233,7 @@ def _readings_tables(reproduction: Reproduction) -> list[tuple[str, _Table, list
                 for r in readings
             ]
             rows.append((result.claim.id, result.claim.paper_text(), *cells))
-        sources = [
-            f"{reading.name}: {', '.join(f'{k}={v}' for k, v in reading.params)} ({reading.source})"
-            for reading in readings
-        ]
-        tables.append((policy, _Table(header, tuple(rows)), sources))
+        tables.append((policy, _Table(columns, tuple(rows))))
     return tables
 
 
@@ -181,11 +245,24 @@ def _investigation_tables(reproduction: Reproduction) -> list[tuple[str, str, _T
     found = []
     for result in reproduction.investigations:
         investigation = result.investigation
-        header = (
-            "variant",
-            "parameters",
-            *(d.label for d in investigation.diagnostics),
-            f"{result.claim.id}: verdict",
+        columns = (
+            Column(
+                "variant",
+                "default (the paper's parameters), a reading of the pseudocode, or a variant of "
+                "the investigation",
+                left=True,
+            ),
+            Column("parameters", "the parameters that differ from the paper's", left=True),
+            *(
+                Column(
+                    d.label,
+                    f"{STATISTICS[d.statistic].description}: mean across seeds [its 95% CI]",
+                )
+                for d in investigation.diagnostics
+            ),
+            Column(
+                f"{result.claim.id}: verdict", "the claim's verdict under the variant", left=True
+            ),
         )
         seeds = len(next(r for r in reproduction.results if r.claim.id == result.claim.id).seeds)
         rows = tuple(
@@ -215,7 +292,7 @@ def _investigation_tables(reproduction: Reproduction) -> list[tuple[str, str, _T
             (
                 investigation.id,
                 investigation.question,
-                _Table(header, rows),
+                _Table(columns, rows),
                 investigation.explanation,
                 finding,
             )
@@ -286,12 +363,13 @@ def _md_cell(text: str) -> str:
 
 
 def _md_table(table: _Table) -> list[str]:
+    """The table, then its legend (a list item per column) after a blank line."""
     lines = [
-        "| " + " | ".join(table.header) + " |",
+        "| " + " | ".join(_md_cell(cell) for cell in table.header) + " |",
         "|" + "---|" * len(table.header),
     ]
     lines += ["| " + " | ".join(_md_cell(cell) for cell in row) + " |" for row in table.rows]
-    return lines
+    return [*lines, "", markdown_legend(table.columns)]
 
 
 def render_markdown(
@@ -327,10 +405,8 @@ def render_markdown(
             "(the baseline's paper parameters) on the same seeds; the verdict of the claims "
             "above is the default's.",
         ]
-        for policy, table, sources in readings:
-            lines += ["", f"### {policy}", ""]
-            lines += [f"- {source}" for source in sources]
-            lines += ["", *_md_table(table)]
+        for policy, table in readings:
+            lines += ["", f"### {policy}", "", *_md_table(table)]
     investigations = _investigation_tables(reproduction)
     if investigations:
         lines += ["", "## Open gaps investigated"]
@@ -393,7 +469,13 @@ def _html_table(
             attribute = f' class="{cls}"' if cls else ""
             cells.append(f"<td{attribute}>{_inline(cell)}</td>")
         body.append(f"<tr{css}>{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    items = "".join(
+        f"<li>{_inline(f'{column.header}: {column.meaning}')}</li>" for column in table.columns
+    )
+    return (
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        f'<ul class="legend">{items}</ul>'
+    )
 
 
 def render_html(
@@ -442,10 +524,11 @@ def render_html(
             "(the baseline's paper parameters) on the same seeds; the verdict of the claims "
             "above is the default's.</p>",
         ]
-        for policy, table, sources in readings:
-            parts += [f"<h3>{html.escape(policy)}</h3><ul>"]
-            parts += [f"<li>{_inline(source)}</li>" for source in sources]
-            parts += ["</ul>", _html_table(table, numeric=range(1, len(table.header)))]
+        for policy, table in readings:
+            parts += [
+                f"<h3>{html.escape(policy)}</h3>",
+                _html_table(table, numeric=range(1, len(table.header))),
+            ]
     investigations = _investigation_tables(reproduction)
     if investigations:
         parts += ["<h2>Open gaps investigated</h2>"]

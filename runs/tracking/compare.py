@@ -19,14 +19,19 @@ it is computed again for their seeds from the scenario they ran, as ``evaluate``
 
 from __future__ import annotations
 
-import textwrap
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dlsched.envs.backends import BACKENDS
 from dlsched.envs.scenarios.model import JobKind, Scenario
-from dlsched.runs.evaluation.metrics import PRIMARY_METRIC, MetricSpec, metrics_for
+from dlsched.runs.evaluation.metrics import (
+    METRIC_SPECS,
+    PRIMARY_METRIC,
+    MetricSpec,
+    metrics_for,
+)
 from dlsched.runs.evaluation.records import DEFAULT_POLICY, ORACLE_POLICY
 from dlsched.runs.evaluation.summaries import (
     BoundSummary,
@@ -35,6 +40,7 @@ from dlsched.runs.evaluation.summaries import (
     summarise_policy,
     with_ratios,
 )
+from dlsched.runs.tables import Column, aligned, legend, markdown_legend
 
 FORMATS: tuple[str, ...] = ("table", "markdown", "json")
 #: How the tables name the bound's line: in parentheses, as no policy is named.
@@ -253,8 +259,44 @@ def _bound_row(comparison: ScenarioComparison, bound: BoundSummary) -> list[str]
 
 
 def _header(comparison: ScenarioComparison) -> list[str]:
-    ratios = ["x default", "x oracle", *(["x bound"] if comparison.bound is not None else [])]
-    return ["policy", *(spec.label for spec in comparison.metrics), *ratios]
+    return [column.header for column in _columns(comparison)]
+
+
+def _columns(comparison: ScenarioComparison) -> list[Column]:
+    """The table's columns, each with what it holds, for its legend."""
+    primary = METRIC_SPECS[PRIMARY_METRIC[comparison.kind]].label
+    labels = [summary.label for summary in comparison.summaries]
+    policy = "the policy evaluated"
+    if any("@" in label for label in labels):
+        policy += "; <policy>@<time>: one of its evaluations, by when it ran"
+    if any(re.search(r" x\d+$", label) for label in labels):
+        policy += "; <policy> xN: N evaluations whose episodes were identical, shown once"
+    if comparison.bound is not None:
+        policy += (
+            f"; {BOUND_LABEL}: the {comparison.bound.spec.label} no policy can beat on these "
+            "seeds, from each seed's jobs and their profiles (dlsched.runs.evaluation.bounds)"
+        )
+    ratios = [
+        Column(
+            "x default",
+            f"the policy's mean {primary} over default's (Docker's own sharing; - where default "
+            "was not evaluated, or its mean is 0)",
+        ),
+        Column(
+            "x oracle",
+            f"the policy's mean {primary} over the oracle's (the privileged policy that reads "
+            "the profiles; - where it was not evaluated, or its mean is 0)",
+        ),
+    ]
+    if comparison.bound is not None:
+        ratios.append(
+            Column("x bound", f"the policy's mean {primary} over the bound's on the same seeds")
+        )
+    return [
+        Column("policy", policy, left=True),
+        *(Column(spec.label, spec.description) for spec in comparison.metrics),
+        *ratios,
+    ]
 
 
 def _title(comparison: ScenarioComparison) -> str:
@@ -271,46 +313,46 @@ def _seed_list(seeds: Sequence[int]) -> str:
     return ",".join(map(str, seeds))
 
 
-def _footnote(comparisons: Sequence[ScenarioComparison]) -> str:
-    primaries = sorted({PRIMARY_METRIC[c.kind] for c in comparisons})
-    note = (
-        "mean ± half-width of the 95% Student-t confidence interval across seeds (n/a: one seed, "
-        "the interval is undefined); mean [low, high]: the interval clipped to the range the "
-        "metric can take (no fraction or count below 0, no fraction above 1); [n=k]: only k "
-        "episodes had a value; best marked with *; x default / x oracle: ratio of the means of "
-        f"{' / '.join(primaries)} to those policies' (- where not evaluated or zero)"
-    )
-    bounded = sorted({c.bound.spec.name for c in comparisons if c.bound is not None})
-    if bounded:
-        note += (
-            f"; {BOUND_LABEL}: the bound of {' / '.join(bounded)} that no policy can beat on "
-            "these seeds, from each seed's jobs and their profiles (dlsched.runs.evaluation."
-            "bounds); x bound: ratio of a policy's mean to the bound's over the same seeds"
-        )
-    return note
+def _legend_columns(comparisons: Sequence[ScenarioComparison]) -> list[Column]:
+    """Every column of the comparisons' tables, each once; a column whose meaning differs
+    between them (a policy's, a ratio's) joins its meanings."""
+    meanings: dict[str, list[str]] = {}
+    alignment: dict[str, bool] = {}
+    for comparison in comparisons:
+        for column in _columns(comparison):
+            said = meanings.setdefault(column.header, [])
+            if column.meaning not in said:
+                said.append(column.meaning)
+            alignment[column.header] = column.left
+    return [
+        Column(header, "; or ".join(said), alignment[header]) for header, said in meanings.items()
+    ]
+
+
+#: How a cell of the tables is written (the legend's last lines).
+CELL_NOTES = (
+    "Each cell: mean ± half-width of the 95% Student-t confidence interval across seeds (n/a: "
+    "one seed, the interval is undefined); mean [low, high]: the interval clipped to the range "
+    "the metric can take (no fraction or count below 0, no fraction above 1); [n=k]: only k "
+    "episodes had a value; the best of each metric marked {best}",
+)
 
 
 def render_table(comparisons: Sequence[ScenarioComparison]) -> str:
-    """Aligned plain-text tables, one per scenario."""
-    blocks = []
-    for comparison in comparisons:
-        rows = [_header(comparison), *_rows(comparison, ("*", ""))]
-        widths = [max(len(row[col]) for row in rows) for col in range(len(rows[0]))]
-        lines = [_title(comparison)]
-        for row in rows:
-            lines.append(
-                "  ".join(
-                    cell.ljust(width) if col == 0 else cell.rjust(width)
-                    for col, (cell, width) in enumerate(zip(row, widths, strict=True))
-                ).rstrip()
-            )
-        blocks.append("\n".join(lines))
-    footnote = textwrap.fill(_footnote(comparisons), width=100)
-    return "\n\n".join(blocks) + ("\n\n" + footnote if comparisons else "")
+    """Aligned plain-text tables, one per scenario, then their legend: a line per column."""
+    blocks = [
+        _title(comparison) + "\n" + aligned(_columns(comparison), _rows(comparison, ("*", "")))
+        for comparison in comparisons
+    ]
+    if not comparisons:
+        return ""
+    notes = [note.format(best="with *") for note in CELL_NOTES]
+    return "\n\n".join(blocks) + "\n\n" + legend(_legend_columns(comparisons), notes)
 
 
 def render_markdown(comparisons: Sequence[ScenarioComparison]) -> str:
-    """GitHub-flavoured Markdown tables, one per scenario; the best in bold."""
+    """GitHub-flavoured Markdown tables, one per scenario, then their legend (a list item per
+    column); the best in bold."""
     blocks = []
     for comparison in comparisons:
         header = _header(comparison)
@@ -322,8 +364,10 @@ def render_markdown(comparisons: Sequence[ScenarioComparison]) -> str:
         ]
         lines += [_markdown_row(row) for row in _rows(comparison, ("**", "**"))]
         blocks.append("\n".join(lines))
-    footnote = _footnote(comparisons).replace("marked with *", "in bold")
-    return "\n\n".join(blocks) + ("\n\n" + footnote if comparisons else "")
+    if not comparisons:
+        return ""
+    notes = [note.format(best="in bold") for note in CELL_NOTES]
+    return "\n\n".join(blocks) + "\n\n" + markdown_legend(_legend_columns(comparisons), notes)
 
 
 def _markdown_row(cells: Sequence[str]) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ from dlsched.runs.interruption import deferred
 from dlsched.runs.tracking.compare import ScenarioComparison, comparison_data, render_table
 from dlsched.runs.tracking.episode_run import HEADLINE_KEYS
 from dlsched.runs.tracking.owners import end_run, owner_tags
-from dlsched.runs.tracking.run_logging import TAG_KIND, log_in_batches
+from dlsched.runs.tracking.run_logging import TAG_KIND, log_in_batches, metric_name
 from dlsched.runs.tracking.store import STORE_ERRORS, experiment_id, first_line
 from dlsched.runs.tracking.target import TrackingTarget
 
@@ -42,8 +41,6 @@ from dlsched.runs.tracking.target import TrackingTarget
 COMPARE_EXPERIMENT = "dlsched-compare"
 #: MLflow's limit on a param's value.
 MAX_PARAM_CHARS = 6000
-#: What MLflow accepts in a metric name; anything else in a policy label becomes ``_``.
-_UNSAFE = re.compile(r"[^\w\-. /:]")
 
 
 def headline_metrics(comparisons: Sequence[ScenarioComparison]) -> list[Metric]:
@@ -57,7 +54,7 @@ def headline_metrics(comparisons: Sequence[ScenarioComparison]) -> list[Metric]:
             mean = summary.metric(primary).estimate.mean
             if mean is not None:
                 label = f"{HEADLINE_KEYS[primary]}/{comparison.scenario}/{summary.label}"
-                key = _UNSAFE.sub("_", label)
+                key = metric_name(label)
                 metrics.append(Metric(key, mean, now_ms, 0))
     return metrics
 

@@ -4,7 +4,8 @@
 trajectory`, written first) as a child run of the evaluation's parent run: params (the policy
 and every parameter, the scenario, the backend and its options, the seed, the dlsched version and
 commit), per-step metrics (the headline over time), per-episode metrics (:data:`HEADLINE_KEYS`
-for the headline, ``episode/<metric>`` for the others) and the folder's files as artifacts. The
+for the headline, also under the policy's name, ``episode/<metric>`` for the others) and the
+folder's files as artifacts. The
 evaluation's :class:`~dlsched.runs.tracking.episode_writer.EpisodeWriter` calls it beside the
 episodes, and ``dlsched runs sync`` for the episodes a store missed; :mod:`~dlsched.runs.
 tracking.stored_runs` reads these keys back.
@@ -28,7 +29,12 @@ from dlsched.runs.evaluation.metrics import PRIMARY_METRIC, EpisodeMetrics
 from dlsched.runs.evaluation.records import EpisodeResult, StepRecord
 from dlsched.runs.interruption import deferred
 from dlsched.runs.tracking.owners import end_run, owner_tags
-from dlsched.runs.tracking.run_logging import TAG_EVALUATION, TAG_KIND, log_in_batches
+from dlsched.runs.tracking.run_logging import (
+    TAG_EVALUATION,
+    TAG_KIND,
+    log_in_batches,
+    metric_name,
+)
 from dlsched.runs.tracking.store import STORE_ERRORS
 from dlsched.runs.tracking.trajectory import episode_name
 
@@ -38,7 +44,8 @@ TAG_INCIDENTS = "dlsched.incidents"  # what the backend reported that makes the 
 MAX_TAG_CHARS = 8000
 EPISODE_METRIC_PREFIX = "episode/"
 #: The MLflow names of the headline metrics (:data:`~dlsched.runs.evaluation.PRIMARY_METRIC`)
-#: of the episode runs, and the prefix of the parent's and the comparison's: capitalised and
+#: of the episode runs (in lower case, after the policy, :func:`policy_headline_key`, the
+#: parent's), and the prefix of the comparison's: capitalised and
 #: spelt out, because MLflow's run table orders metric columns by code point, capitals before
 #: lower case, and every other metric is lower case: so the headline is the first column. Episode
 #: runs logged by earlier versions hold it as ``episode/<name>``; ``compare`` reads both.
@@ -47,6 +54,24 @@ HEADLINE_KEYS: Mapping[str, str] = {
     PRIMARY_METRIC[JobKind.TRAINING]: "Mean completion s",
 }
 BACKEND_PARAM_PREFIX = "backend."  # one param per backend option: backend.workload_threading
+#: The tag MLflow 3.17's runs table reads to open a run's parent where the browser has no state
+#: of its own for the experiment: an evaluation's episodes are then listed under it, with no
+#: click on a collapsed parent row (MLflow's own evaluations are tagged so too).
+RUN_TYPE_TAG = "mlflow.runType"
+RUN_TYPE_EVALUATION = "evaluation"
+
+
+def policy_headline_key(kind: JobKind, policy: str) -> str:
+    """The metric of a policy's headline, ``<policy> <headline>`` (``dqoes satisfied
+    fraction``): its mean on the evaluation's run, each episode's own value on that policy's
+    episode runs, so that one column of the runs table lines a policy's mean up with its
+    episodes.
+
+    The policy comes first, as the runs table cuts a column's header to its first 15
+    characters or so; and no ``/``: MLflow's file store keeps a metric in a file named by its
+    key, so ``Satisfied fraction`` could not sit beside ``Satisfied fraction/<policy>``.
+    """
+    return metric_name(f"{policy} {HEADLINE_KEYS[PRIMARY_METRIC[kind]].lower()}")
 
 
 def backend_params(options: Mapping[str, str]) -> dict[str, str]:
@@ -104,9 +129,16 @@ def episode_metric_key(name: str) -> str:
     return HEADLINE_KEYS.get(name, EPISODE_METRIC_PREFIX + name)
 
 
-def episode_metrics_by_name(metrics: EpisodeMetrics) -> dict[str, float]:
-    """The per-episode metrics that have a value, by MLflow metric name."""
-    return {episode_metric_key(name): value for name, value in metrics.defined().items()}
+def episode_metrics_by_name(
+    metrics: EpisodeMetrics, kind: JobKind, policy: str
+) -> dict[str, float]:
+    """The per-episode metrics that have a value, by MLflow metric name; the headline also
+    under the policy's own name (:func:`policy_headline_key`)."""
+    values = {episode_metric_key(name): value for name, value in metrics.defined().items()}
+    headline = getattr(metrics, PRIMARY_METRIC[kind])
+    if headline is not None:
+        values[policy_headline_key(kind, policy)] = headline
+    return values
 
 
 def log_episode_run(
@@ -130,6 +162,7 @@ def log_episode_run(
         TAG_KIND: "episode",
         TAG_EVALUATION: evaluation_id,
         TAG_POLICY_PARAMS: json.dumps(dict(result.policy.params)),
+        RUN_TYPE_TAG: RUN_TYPE_EVALUATION,
         **owner_tags(),
         **(extra_tags or {}),
     }
@@ -169,7 +202,9 @@ def _log_episode(
         ]
         metrics += [
             Metric(key, value, now_ms, 0)
-            for key, value in episode_metrics_by_name(result.metrics).items()
+            for key, value in episode_metrics_by_name(
+                result.metrics, result.scenario.kind, result.policy.name
+            ).items()
         ]
         params = episode_params(result, evaluation_id, version, commit)
         log_in_batches(client, run_id, metrics, params)

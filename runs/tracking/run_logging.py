@@ -8,6 +8,7 @@ reproductions are all tagged :data:`TAG_KIND` and logged with :func:`log_in_batc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 from mlflow import MlflowClient
@@ -21,6 +22,14 @@ MAX_ENTITIES_PER_CALL = 1000
 TAG_KIND = "dlsched.kind"  # "evaluation" on parent runs, "episode" on child runs
 TAG_EVALUATION = "dlsched.evaluation"
 TAG_DEGRADED = "dlsched.degraded"  # "true" on a run whose tracking failed and was synced later
+#: What MLflow accepts in a metric name (on Linux); anything else becomes ``_``.
+_UNSAFE = re.compile(r"[^\w\-. /:]")
+
+
+def metric_name(text: str) -> str:
+    """``text`` as an MLflow metric name: a policy's label (a model's path, say) may hold
+    characters MLflow refuses in one."""
+    return _UNSAFE.sub("_", text)
 
 
 def log_in_batches(

@@ -52,7 +52,11 @@ from dlsched.runs.evaluation.records import EpisodeResult, PolicyIdentity
 from dlsched.runs.evaluation.summaries import PolicySummary
 from dlsched.runs.interruption import deferred
 from dlsched.runs.tracking.compare import ScenarioComparison, comparison_panels
-from dlsched.runs.tracking.episode_run import HEADLINE_KEYS, TAG_INCIDENTS, backend_params
+from dlsched.runs.tracking.episode_run import (
+    TAG_INCIDENTS,
+    backend_params,
+    policy_headline_key,
+)
 from dlsched.runs.tracking.episode_writer import (
     EpisodeHandled,
     EpisodeJob,
@@ -64,8 +68,11 @@ from dlsched.runs.tracking.episode_writer import (
 from dlsched.runs.tracking.evaluation_note import (
     NOTE_TAG,
     POLICIES_FILE,
+    SHARED_VIEW_KEY,
+    SHARED_VIEW_PREFIX,
     evaluation_note,
     experiment_note,
+    shared_view,
 )
 from dlsched.runs.tracking.owners import TAG_ENDED_BY, end_run, owner_tags
 from dlsched.runs.tracking.plots import (
@@ -439,6 +446,12 @@ class EvaluationTracker:
             set_experiment_tag(
                 self.client,
                 self.experiment_id,
+                SHARED_VIEW_PREFIX + SHARED_VIEW_KEY,
+                shared_view(comparison, self.evaluation_id),
+            )
+            set_experiment_tag(
+                self.client,
+                self.experiment_id,
                 NOTE_TAG,
                 experiment_note(comparison, self.experiment_id, self.parent_run_id, note),
             )
@@ -448,8 +461,8 @@ class EvaluationTracker:
 
 
 def summary_metrics(summaries: Sequence[PolicySummary], kind: JobKind) -> list[Metric]:
-    """The parent run's metrics: ``<headline>/<policy>`` (:data:`HEADLINE_KEYS`), each policy's
-    mean.
+    """The parent run's metrics: ``<headline>/<policy>`` (:func:`~dlsched.runs.tracking.
+    episode_run.policy_headline_key`), each policy's mean, exact (the notes round it for people).
 
     Only the headline (:data:`~dlsched.runs.evaluation.PRIMARY_METRIC`) is a metric, so the
     run table shows it as a column per policy and MLflow's chart view draws a few charts, not
@@ -459,7 +472,7 @@ def summary_metrics(summaries: Sequence[PolicySummary], kind: JobKind) -> list[M
     now_ms = int(time.time() * 1000)
     primary = PRIMARY_METRIC[kind]
     return [
-        Metric(f"{HEADLINE_KEYS[primary]}/{summary.label}", mean, now_ms, 0)
+        Metric(policy_headline_key(kind, summary.label), mean, now_ms, 0)
         for summary in summaries
         if (mean := summary.metric(primary).estimate.mean) is not None
     ]

@@ -33,6 +33,7 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
+from dlsched.envs.errors import ResetNeededError
 from dlsched.envs.observation import enclosing_layout
 from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 from dlsched.policies.agent_actions import AGENT_HIGH, AGENT_LOW, ActionMapping
@@ -110,10 +111,13 @@ class BatchedVecEnv(VecEnv):
         actions' mapping reads it.
 
         Raises:
-            ResetNeeded: before the first reset.
+            ResetNeededError: before the first reset.
         """
         if self._observations is None:
-            raise gym.error.ResetNeeded("call reset() before reading the observations")
+            raise ResetNeededError(
+                "BatchedVecEnv's observations read before it was reset: it has no episodes "
+                "yet; call reset() first"
+            )
         return self._observations
 
     def reset(self) -> np.ndarray:
@@ -135,7 +139,10 @@ class BatchedVecEnv(VecEnv):
 
     def step_wait(self) -> VecEnvStepReturn:
         if self._observations is None or self._actions is None:
-            raise gym.error.ResetNeeded("call reset() and step_async() before step_wait()")
+            raise ResetNeededError(
+                "step_wait() on environments that were not reset, or without step_async(): "
+                "call reset(), then step_async(actions), before step_wait()"
+            )
         observations, rewards, dones, per_env = [], [], [], []
         for part, before in zip(self.parts, self._observations, strict=True):
             actions = self._actions[part.envs][:, part.rows]

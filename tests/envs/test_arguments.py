@@ -13,7 +13,7 @@ import pytest
 from repo_paths import SCENARIO_BIG
 
 import dlsched.envs  # registers the environments
-from dlsched.envs.errors import ArgumentError, ScenarioError, UnknownNameError
+from dlsched.envs.errors import ArgumentError, ResetNeededError, ScenarioError, UnknownNameError
 from dlsched.envs.scenarios import JobKind, WorkerSpec, load_scenario
 
 
@@ -123,3 +123,18 @@ def test_a_scenario_object_runs_as_its_file_gives_it():
     checked = env.unwrapped.scenario
     assert checked == scenario and checked.kind is JobKind.INFERENCE
     assert type(checked.interval_s) is float and type(checked.slots_per_worker) is int
+
+
+@pytest.mark.parametrize("kind", ["dlsched/Inference-v0", "dlsched/Training-v0"])
+def test_a_step_before_reset_says_the_environment_was_not_reset(kind):
+    env = gym.make(kind).unwrapped  # without Gymnasium's OrderEnforcing, which says it first
+    with pytest.raises(ResetNeededError) as caught:
+        env.step(env.action_space.sample())
+    assert isinstance(caught.value, gym.error.ResetNeeded)  # what Gymnasium's callers catch
+    message = str(caught.value)
+    assert "not reset" in message and "call reset() before step()" in message
+    with pytest.raises(ResetNeededError, match=r"call reset\(\) before reading telemetry"):
+        _ = env.telemetry
+    vector = gym.make_vec(kind, num_envs=2, vectorization_mode="vector_entry_point").unwrapped
+    with pytest.raises(ResetNeededError, match=r"not reset.*call reset\(\) before step\(\)"):
+        vector.step(vector.action_space.sample())

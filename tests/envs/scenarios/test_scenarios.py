@@ -516,14 +516,24 @@ CASES = [
         INFERENCE,
         "horizon_s",
         "long",
-        "horizon_s = 'long': expected a number of seconds > 0",
+        "horizon_s: read the string 'long', not a number; horizon_s takes a number of seconds "
+        "> 0, written in digits (e.g. 10 or 2.5)",
     ),
     case(
         "horizon-exponent-string",
         INFERENCE,
         "horizon_s",
         "1e3",
-        "horizon_s = '1e3': expected a number of seconds > 0; write it without quotes",
+        "horizon_s: read the string '1e3', not a number; horizon_s takes a number of seconds > 0: "
+        "write it unquoted and with a dot before the exponent (1.0e+3, not 1e3)",
+    ),
+    case(
+        "interval-quoted",
+        INFERENCE,
+        "interval_s",
+        "10",
+        "interval_s: read the string '10', not a number; interval_s takes a number of seconds > "
+        "0: write it without quotes",
     ),
     case(
         "horizon-negative",
@@ -665,7 +675,8 @@ CASES = [
         TRAINING,
         "workers[1].cores",
         "many",
-        "workers[1].cores = 'many': expected a number of cores > 0",
+        "workers[1].cores: read the string 'many', not a number; workers[1].cores takes a "
+        "number of cores > 0",
     ),
     case(
         "worker-endpoint",
@@ -1209,7 +1220,7 @@ def test_dump_refuses_an_invalid_scenario() -> None:
 
 def test_cli_lists_every_shipped_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scenarios"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = capsys.readouterr().out.split("\n\n")[0].splitlines()  # the legend follows
     assert lines[0].split() == ["NAME", "KIND", "WORKERS", "x", "CORES", "JOBS", "SOURCE"]
     listed = {line.split()[0]: line for line in lines[1:]}
     assert sorted(listed) == scenario_names()
@@ -1237,6 +1248,24 @@ def test_cli_shows_one_scenario_file_with_its_comments(capsys: pytest.CaptureFix
     assert parse_scenario(yaml.safe_load(shown), "shown") == load_scenario("flowcon-10-random")
 
 
+def test_cli_checks_a_scenario_file_with_its_verdict_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["scenarios", "specon-7"]) == 0
+    path = write(tmp_path, capsys.readouterr().out)  # the README's copy to edit
+    assert main(["scenarios", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        f"dlsched scenarios: {path} is valid: training scenario 'specon-7', 7 jobs on 4 x 4 "
+        "cores, at most 300 steps of 10 s"
+    ]
+    assert captured.err == ""
+    assert main(["scenarios", str(path), "--show"]) == 0  # on request: as dlsched reads it
+    captured = capsys.readouterr()
+    assert parse_scenario(yaml.safe_load(captured.out), "shown") == load_scenario("specon-7")
+    assert captured.err.startswith(f"dlsched scenarios: {path} is valid")
+
+
 def test_cli_shows_one_scenario_as_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scenarios", "specon-7", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -1251,6 +1280,19 @@ def test_cli_reports_a_bad_file_and_exits_2(
     error = capsys.readouterr().err
     assert error.startswith(f"dlsched scenarios: error: invalid scenario {path} (1 problem)")
     assert "horizon_s = -3: expected a number of seconds > 0" in error
+
+
+def test_a_word_for_a_number_is_named_as_the_string_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = yaml.safe_dump(INFERENCE, sort_keys=False) + "interval_s: ten\n"  # unquoted
+    assert main(["scenarios", str(write(tmp_path, text))]) == 2
+    error = capsys.readouterr().err
+    assert (
+        f"line {len(text.splitlines())}: interval_s: read the string 'ten', not a number; "
+        "interval_s takes a number of seconds > 0, written in digits (e.g. 10 or 2.5)"
+    ) in error
+    assert "quotes" not in error  # there were none to take off
 
 
 def test_cli_suggests_a_close_scenario_name(capsys: pytest.CaptureFixture[str]) -> None:
@@ -1270,5 +1312,6 @@ def test_cli_list_reports_an_invalid_shipped_scenario(
     monkeypatch.setattr(scenario_file, "SCENARIO_DIR", tmp_path)
     assert main(["scenarios"]) == 2
     captured = capsys.readouterr()
-    assert [line.split()[0] for line in captured.out.splitlines()] == ["NAME", "my-inference"]
+    listing = captured.out.split("\n\n")[0]
+    assert [line.split()[0] for line in listing.splitlines()] == ["NAME", "my-inference"]
     assert "kind = 'train': expected one of training, inference" in captured.err

@@ -270,7 +270,7 @@ def test_the_table_shows_each_policy_against_the_bound(tmp_path, capsys):
     assert len(rows["(bound)"]) == 4  # its mean ± half-width, nothing else
     x_oracle, x_bound = (float(cell) for cell in rows["oracle"][-2:])
     assert x_oracle == 1.0 and 0 < x_bound <= 1.0
-    assert "x bound: ratio of a policy's mean to the bound's" in " ".join(lines)
+    assert "x bound: the policy's mean sat.frac mean over the bound's" in "\n".join(lines)
     assert main([*args, "--json"]) == 0
     (data,) = json.loads(capsys.readouterr().out)["scenarios"]
     assert data["bound"]["metric"] == "satisfied_fraction_mean"

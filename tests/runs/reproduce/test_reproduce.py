@@ -6,18 +6,22 @@ import dataclasses
 import json
 import re
 import resource
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from mlflow import MlflowClient
 
 from dlsched.baselines import make
+from dlsched.envs.errors import UnknownNameError
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.telemetry import JobState
@@ -494,6 +498,76 @@ def test_reproduce_two_claims_end_to_end(capsys, monkeypatch, tmp_path, mlflow_s
     assert {"report.md", "report.html", "results.json", "claims.yaml", "figures"} <= logged
 
 
+def test_the_claims_episodes_run_batched_in_processes_as_each_runs_alone():
+    """The episodes of a scenario, policy and parameters run at once, the groups in two
+    processes: each episode is still the one its seed gives, as `dlsched evaluate` runs it."""
+    keys = [
+        runner.EpisodeKey(scenario, policy, params, seed, "replay")
+        for scenario, policy, params in (
+            ("flowcon-poc-3", "flowcon", ()),
+            ("flowcon-poc-3", "flowcon", (("nl_limit", "uncapped"),)),
+            ("flowcon-poc-3", "default", ()),
+            ("dqoes-resnet50-burst-target20", "dqoes", ()),
+        )
+        for seed in (0, 1, 2)
+    ]
+    together = runner.run_episodes(keys, progress=False, processes=2)
+    assert list(together) == keys
+    for key, result in together.items():
+        alone = runner.run_key(key, load_scenario(key.scenario))
+        assert (result.seed, result.policy) == (alone.seed, alone.policy)
+        assert result.metrics == alone.metrics and result.steps == alone.steps, key
+
+
+def test_a_workers_error_comes_back_as_itself():
+    keys = [
+        runner.EpisodeKey("flowcon-poc-3", "flowcn", (), 0, "replay"),
+        runner.EpisodeKey("dqoes-resnet50-burst-target20", "dqoes", (), 0, "replay"),
+    ]
+    with pytest.raises(UnknownNameError, match="Did you mean 'flowcon'"):
+        runner.run_episodes(keys, progress=False, processes=2)
+
+
+def test_the_progress_bar_names_the_claims_being_run(capsys, tmp_path):
+    code = main(
+        ["reproduce", "--only", TWO_CHEAP[0], "--episodes", "1", "--no-tracking",
+         "--out", str(tmp_path)]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "reproduce:" in err and TWO_CHEAP[0] in err.split("report:")[0]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stopped_reproduction_leaves_no_worker_running(
+    tmp_path, dlsched_process, default_sigint, signum
+):
+    """Ctrl-C reaches the whole process group, SIGTERM (``timeout``) the command alone: either
+    way the workers end with it, and it exits as a stopped command does."""
+    process = dlsched_process(
+        ["reproduce", "--only", "flowcon", "--no-tracking", "--no-progress", "--processes", "2",
+         "--out", str(tmp_path)],
+        cwd=tmp_path,
+    )  # fmt: skip
+    parent = psutil.Process(process.pid)
+    deadline = time.monotonic() + 120
+    while len(parent.children()) < 2:
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.2)
+    workers = parent.children()
+    time.sleep(1.0)  # under way
+    if signum == signal.SIGINT:
+        for each in (parent, *workers):  # a terminal's Ctrl-C
+            each.send_signal(signum)
+    else:
+        parent.send_signal(signum)
+    code = process.wait(timeout=60)
+    err = process.communicate()[1]
+    assert code == 128 + signum and "Traceback" not in err, err
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    assert alive == []
+
+
 def test_reproduce_refuses_a_bad_claims_file_before_running_anything(capsys, tmp_path):
     data = minimal_claims()
     data["claims"][0]["measure"]["scenario"] = "dqoes-nowhere"
@@ -507,7 +581,7 @@ def test_an_unusable_store_is_reported_before_any_episode_runs(
     capsys, monkeypatch, tmp_path, no_env_uri
 ):
     ran = []
-    monkeypatch.setattr(runner, "run_key", lambda *args: ran.append(args))
+    monkeypatch.setattr(runner, "run_episodes", lambda *args, **kwargs: ran.append(args))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # closed once the probe is

@@ -11,6 +11,7 @@ import base64
 import dataclasses
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -197,6 +198,14 @@ def _images_loaded(names: tuple[str, ...]) -> str:
     return f"({checks})"
 
 
+#: The page's text, as a script reads it.
+_TEXT = "document.body.innerText"
+
+
+#: A table row of the note's code block: a value, two spaces at least, the next value.
+_SPACED_CELLS = r"\d ± \d+\.\d+ {2,}\*?\d"
+
+
 def test_an_evaluation_shows_its_headlines_and_charts_one_click_from_the_experiments(
     capsys, monkeypatch, tmp_path, mlflow_ui, browser
 ):
@@ -225,6 +234,13 @@ def test_an_evaluation_shows_its_headlines_and_charts_one_click_from_the_experim
 
     browser.goto(base + "#/experiments")
     browser.wait_for(f"!!{_link(scenario.name)}")
+    # the experiments list: the description's first 40 characters carry the scores
+    description = browser.js(
+        f"{_link(scenario.name)}.closest('[role=row], tr').innerText.split('\\n')"
+        ".find(t => t.includes(': satisfied fraction'))"
+    )
+    assert re.match(r"(dqoes|default|equal) \d\.\d{3}, (dqoes|default|equal) \d\.\d{3}, ",
+                    description[:40]), description  # fmt: skip
     # MLflow 3.17 opens an experiment in the view of the browser's switch (GenAI until a
     # person picks "Model training" once; the experiment's kind tag no longer decides)
     browser.click(
@@ -233,8 +249,10 @@ def test_an_evaluation_shows_its_headlines_and_charts_one_click_from_the_experim
     )
     browser.click(_link(scenario.name))
     browser.wait_for("location.hash.includes('/runs')")
+    # the episodes are listed under their evaluation, its row open without a click
+    browser.wait_for(f"{_TEXT}.includes('dqoes-seed2') && {_TEXT}.includes('equal-seed0')")
     # the experiment's note, above the runs: the newest evaluation's headline per policy
-    browser.wait_for("document.body.innerText.includes('Newest evaluation: satisfied')")
+    browser.wait_for(f"{_TEXT}.includes(': satisfied fraction')")
     browser.click(
         "document.querySelector('[data-component-id=\"mlflow.assistant.chat_panel.close\"]')"
     )
@@ -242,16 +260,40 @@ def test_an_evaluation_shows_its_headlines_and_charts_one_click_from_the_experim
         "document.querySelector('[data-component-id=\"mlflow.experiment.metadata_editor.expand_button\"]')"
     )
     browser.wait_for(_images_loaded(("policies.png", "timeline.png")))
-    for label in ("default", "dqoes", "equal"):
-        assert f"| {label} |" not in browser.js("document.body.innerText")  # a rendered table
-        assert label in browser.js("document.body.innerText")
+    # the table of every metric reads: its cells keep their spaces (a code block)
+    table = browser.js(
+        "[...document.querySelectorAll('pre')].map(p => p.innerText)"
+        ".find(t => t.includes('|B| end'))"
+    )
+    assert re.search(_SPACED_CELLS, table), table
+    assert "|G| end: services faster than needed" in table  # the legend
+    spacing = browser.js(
+        "getComputedStyle([...document.querySelectorAll('pre')].find(p => "
+        "p.innerText.includes('|B| end'))).whiteSpace"
+    )
+    assert spacing.startswith("pre"), spacing
     browser.screenshot(shots / "mlflow-evaluation.png")
+
+    # one link shows the evaluation's runs, flat, each policy's headline beside them, with no
+    # column picked (MLflow opens a note's links in a new tab: this page loads it afresh)
+    link = browser.js(
+        "[...document.querySelectorAll('a')].find(a => a.innerText.startsWith('Its episodes'))"
+        ".getAttribute('href')"
+    )
+    assert link.startswith("#/") and "viewStateShareKey=" in link, link
+    browser.goto("about:blank")
+    browser.goto(base + link)
+    for label in ("default", "dqoes", "equal"):
+        browser.wait_for(f"{_TEXT}.includes('{label} satisfied fraction')")
+    browser.wait_for(f"{_TEXT}.includes('dqoes-seed2')")
+    browser.screenshot(shots / "mlflow-runs-scores.png")
 
     browser.goto(
         base + f"#/experiments/{location['experiment_id']}/runs/{location['parent_run_id']}"
     )
-    # the run's own page renders the same note, once the experiment's page is gone
-    browser.wait_for("!document.body.innerText.includes('Newest evaluation')")
-    browser.wait_for(f"document.body.innerText.includes({location['id']!r})")
+    # the run's own page: its headlines with their intervals first, above the fold
+    browser.wait_for(f"{_TEXT}.includes({location['id']!r})")
+    first = browser.js(f"{_TEXT}.split('\\n').find(line => line.includes({location['id']!r}))")
+    assert re.match(r"(dqoes|default|equal) \d\.\d{3} (±|\[)", first), first
     browser.wait_for(_images_loaded(("policies.png", "timeline.png")))
     browser.screenshot(shots / "mlflow-evaluation-run.png")

@@ -199,27 +199,42 @@ def check_store_matches_printed(
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     # the parent holds the headline per policy (a column each in the run table), not one
     # single-bar chart per policy, metric and interval end; the rest is in its summary files
-    # named so that MLflow's run table, which orders metric columns by code point, shows the
-    # headline first (capitals before lower case): the episodes' and each policy's on the parent
+    # named by the policy first, as the run table cuts a column's header to its first 15
+    # characters or so; the episodes hold the same key, each its own value
     assert parent.data.metrics == {
-        f"Satisfied fraction/{entry['label']}": entry["metrics"]["satisfied_fraction_mean"]["mean"]
+        f"{entry['label']} satisfied fraction": entry["metrics"]["satisfied_fraction_mean"]["mean"]
         for entry in table["policies"]
     }
     parent_files = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"timeline.png", "policies.png", "summary.json", "summary.txt"} <= parent_files
     # MLflow's UI renders these notes as Markdown: the run's on its page, the experiment's
-    # above its runs table; both show every policy's headline and draw the two charts
+    # above its runs table; both give every policy's headline, rounded, on their first line,
+    # then the table evaluate printed (a code block: MLflow's tables have no cell padding)
     note = parent.data.tags["mlflow.note.content"]
+    first = note.splitlines()[0]
     for entry in table["policies"]:
-        assert f"| {entry['label']} |" in note
+        mean = entry["metrics"]["satisfied_fraction_mean"]["mean"]
+        assert f"{entry['label']} {mean:.3f}" in first
+        assert re.search(rf"^{entry['label']} +\*?{mean:.3f} ± ", note, re.MULTILINE)
+    assert "\n```\n" in note and "|S| end: services satisfied" in note
     for image in ("policies.png", "timeline.png"):
         assert f"get-artifact?path={image}&run_uuid={parent.info.run_id}" in note
     experiment_note = experiment.tags["mlflow.note.content"]
-    assert experiment_note.startswith("Newest evaluation: satisfied / active jobs")
+    # the experiments list shows its first 25-40 characters: the scores, the best first
+    best = max(table["policies"], key=lambda e: e["metrics"]["satisfied_fraction_mean"]["mean"])
+    assert experiment_note.startswith(f"{best['label']} 0.")
     assert (
         f"(#/experiments/{experiment.experiment_id}/runs/{parent.info.run_id})" in experiment_note
     )
     assert note in experiment_note
+    # the link to the runs table with every policy's headline column, as MLflow shares a view
+    view = json.loads(experiment.tags["mlflow.sharedViewState.dlsched-scores"])
+    assert view["selectedColumns"] == view["columnOrder"]
+    assert {f"metrics.`{e['label']} satisfied fraction`" for e in table["policies"]} <= set(
+        view["selectedColumns"]
+    )
+    link = f"#/experiments/{experiment.experiment_id}/runs?viewStateShareKey=dlsched-scores"
+    assert link in experiment_note.splitlines()[0]
     children = client.search_runs(
         [location["experiment_id"]],
         f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'",
@@ -250,8 +265,14 @@ def check_store_matches_printed(
             ]  # MLflow's step is the simulated second: the chart's x-axis reads seconds
             for name, value in expected.metrics.defined().items():
                 assert run.data.metrics[episode_metric_key(name)] == value
+            # its headline first, and under its policy's name: one column of the runs table
+            # holds the policy's mean (the parent) and each of its episodes'
             keys = sorted(run.data.metrics)
             assert keys[0] == "Satisfied fraction" and all(k == k.lower() for k in keys[1:])
+            headline = run.data.metrics["Satisfied fraction"]
+            assert run.data.metrics[f"{policy} satisfied fraction"] == headline
+            # MLflow's runs table opens the parent of runs so tagged, in a browser without state
+            assert run.data.tags["mlflow.runType"] == "evaluation"
             episode_metrics[seed] = run.data.metrics
             artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
             assert {"trajectory.csv", "episode.json", "scenario.yaml"} <= artifacts
