@@ -766,8 +766,10 @@ def _endpoints(scenario: Scenario) -> tuple[str | None, ...]:
 
 
 def _exited(error: docker.errors.APIError) -> bool:
-    """Whether the engine refused a call because the container is not running."""
-    return error.status_code == 409 or "is not running" in str(error)
+    """Whether the engine refused a call because the container is not running: a 409 (``is not
+    running``), or, from Docker 20.10's update of a container whose process just ended, a 500
+    whose runc message says ``container not running``."""
+    return error.status_code == 409 or "not running" in str(error)
 
 
 def _episode_threading(option: str | None, scenario: Scenario) -> Threading:

@@ -25,6 +25,7 @@ from docker_helpers import (
 )
 
 from dlsched.envs.decision import Decision, Placement
+from dlsched.envs.docker import backend as docker_backend
 from dlsched.envs.docker import container_output, interruption
 from dlsched.envs.docker import engine as docker_engine
 from dlsched.envs.docker.backend import DockerBackend
@@ -929,3 +930,30 @@ def test_missing_image_names_the_build_command(docker_engine):
     with pytest.raises(ImageMissingError, match="dlsched image build --offline"):
         backend.reset(scenario, scenario.realise(np.random.default_rng(0)), np.random.default_rng())
     backend.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "explanation"),
+    [
+        (409, "Container abc is not running"),
+        # Docker 20.10 updating a container whose process has just ended: runc's refusal, a 500
+        (
+            500,
+            "Cannot update container abc: runc did not terminate successfully: exit status 1: "
+            "container not running\n: unknown",
+        ),
+    ],
+)
+def test_a_limit_update_refused_because_the_job_just_ended_is_not_an_error(status, explanation):
+    """A training that ends between a measurement and the next decision's update is the next
+    measurement's to report; the update's refusal is no error of the episode (a validation on
+    main stopped with a BackendError at one)."""
+    response = type("Response", (), {"status_code": status, "reason": "", "url": ""})()
+    error = docker.errors.APIError("update", response=response, explanation=explanation)
+    assert docker_backend._exited(error)
+    refused = docker.errors.APIError(
+        "update",
+        response=type("R", (), {"status_code": 500, "reason": "", "url": ""})(),
+        explanation="invalid quota",
+    )
+    assert not docker_backend._exited(refused)
