@@ -13,7 +13,12 @@ of ``dlsched evaluate`` (its distance on the papers' scenarios: ``docs/papers/RE
   ``aim`` times its target; services are admitted from the cheapest up while their needs fit in
   the worker (for a count of satisfied services, cheapest-first is optimal), each capped at its
   need, and the services left out share what remains equally. Services whose target is beyond
-  their profile (faster than uncapped) are never admitted.
+  their profile (faster than uncapped) are never admitted. Where an equal share of the worker
+  would keep every service of it within its band (``equal_when_all_fit``), the worker is shared
+  equally instead: as many are satisfied, and none is held at the exact edge of its need, which
+  the run-to-run noise and a capped stock service's throttling push it over (on
+  ``docker-inference-3-stock`` the exact needs satisfied 0.851 of the services, equal shares
+  0.883; nothing changed on the other shipped inference scenarios).
 - **Training**: shortest remaining work first. On each worker, jobs ordered by the time they
   would still need alone (remaining iterations over their uncapped throughput) get their CPU
   demand in that order until the worker is full; the rest get the environment's floor.
@@ -34,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dlsched.baselines.base import Baseline
-from dlsched.baselines.parameters import check_number
+from dlsched.baselines.parameters import check_flag, check_number
 from dlsched.envs.decision import Decision
 from dlsched.envs.errors import PolicyError
 from dlsched.envs.placement import Placer
@@ -116,6 +121,15 @@ def satisfy_most(needs: Sequence[ServiceNeed], capacity: float) -> dict[str, flo
     return cores
 
 
+def equal_share_satisfies(need: ServiceNeed, share: float, tolerance: float) -> bool:
+    """Whether ``share`` cores keep a service of ``need`` within its band: neither fewer than
+    its need over ``1 + tolerance`` nor more than over ``1 - tolerance`` (a latency inversely
+    proportional to the cores around the need)."""
+    if need.cores is None:
+        return False
+    return need.cores / (1 + tolerance) <= share <= need.cores / (1 - tolerance)
+
+
 def shortest_first(works: Sequence[TrainingWork], capacity: float) -> dict[str, float]:
     """Cores per job: their demand, shortest remaining time first, until ``capacity`` is used."""
     cores: dict[str, float] = {}
@@ -134,13 +148,16 @@ class CheatingOracle(Baseline):
     Args:
         aim: the batch latency it plans for, as a fraction of each service's target; 1 aims at
             the middle of the satisfied band, which leaves room for the run-to-run noise.
+        equal_when_all_fit: share a worker equally where an equal share keeps each of its
+            services within its band (see the module docstring).
     """
 
     name = "oracle"
 
-    def __init__(self, aim: float = 1.0) -> None:
+    def __init__(self, aim: float = 1.0, equal_when_all_fit: bool = True) -> None:
         super().__init__()
         self.aim = check_number(self.name, "aim", aim, low=0.0, low_open=True)
+        self.equal_when_all_fit = check_flag(self.name, "equal_when_all_fit", equal_when_all_fit)
         self._placer = CheatingPlacer(self)
         self._cores_known: dict[tuple[int, float], tuple[WorkloadProfile, float | None]] = {}
 
@@ -159,7 +176,14 @@ class CheatingOracle(Baseline):
                 needs = [
                     self.need(job.job_id, job.workload, job.target_s, profiles) for job in jobs
                 ]
-                cores = satisfy_most(needs, worker.cores)
+                share = worker.cores / len(jobs)
+                if self.equal_when_all_fit and all(
+                    equal_share_satisfies(need, share, job.tolerance)
+                    for need, job in zip(needs, jobs, strict=True)
+                ):
+                    cores = {job.job_id: share for job in jobs}
+                else:
+                    cores = satisfy_most(needs, worker.cores)
             else:
                 works = [self.work(job.job_id, job.workload, _left(job), profiles) for job in jobs]
                 cores = shortest_first(works, worker.cores)

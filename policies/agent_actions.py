@@ -113,14 +113,21 @@ class ActionMapping:
         """The actions in ``[-1, 1]`` that come closest to setting ``limits`` (``(...,
         slots)``) from the raw ``observation``: :meth:`to_limits`' inverse where it has one
         (a teacher's limits become the labels a student learns, :mod:`dlsched.runs.training.
-        imitation`). In the share modes the weights are the limits: ``share-idle`` sets them
-        where a worker's limits sum to at most 1 (else their shares of the worker), ``share``
-        their shares of the worker."""
+        imitation`). In the share modes the weights are the limits, but for a worker
+        ``share-idle`` gives away whole (its limits sum to 1): twice its limits, whose shares
+        they are, away from the edge where lower weights leave part of it idle."""
         wanted = np.clip(np.asarray(limits, dtype=np.float64), 1e-9, None)
         if self.mode is ActionMode.ABSOLUTE:
             share = (np.clip(wanted, self.low, self.high) - self.low) / (self.high - self.low)
             actions = AGENT_LOW + share * (AGENT_HIGH - AGENT_LOW)
-        elif self.mode.shares:
+        elif self.mode is ActionMode.SHARE_IDLE:
+            # A worker given away whole is given so by any weights summing to at least 1: set
+            # them to twice its limits, so that an action a little low still gives it away whole
+            # (the limits themselves sit on the edge, where the same action leaves part idle).
+            whole = self._worker_totals(wanted, observation, layout) >= 1.0 - 1e-6
+            weights = np.where(whole, 2.0 * wanted, wanted)
+            actions = np.log(weights) / np.log(self.max_step)
+        elif self.mode is ActionMode.SHARE:
             actions = np.log(wanted) / np.log(self.max_step)
         else:
             current = np.maximum(self._base(observation, layout), 1e-9)
@@ -132,6 +139,16 @@ class ActionMapping:
         base = "limit" if self.mode is ActionMode.RELATIVE else "cpu_usage"
         return np.asarray(observation)[..., layout.features.index(base)].astype(np.float64)
 
+    @staticmethod
+    def _worker_totals(
+        values: np.ndarray, observation: np.ndarray, layout: ObservationLayout
+    ) -> np.ndarray:
+        """Per slot, the sum of ``values`` over the active slots of its worker."""
+        active = np.asarray(observation)[..., layout.features.index("active")] > 0.5
+        per_worker = (*values.shape[:-1], layout.workers, layout.slots_per_worker)
+        total = np.where(active, values, 0.0).reshape(per_worker).sum(axis=-1, keepdims=True)
+        return np.broadcast_to(total, per_worker).reshape(values.shape)
+
     def _shares(
         self, clipped: np.ndarray, observation: np.ndarray, layout: ObservationLayout
     ) -> np.ndarray:
@@ -139,13 +156,10 @@ class ActionMapping:
         ``share-idle``, over 1 where they sum to less); an empty slot's limit is its weight
         (ignored)."""
         weights = self.max_step**clipped
-        active = np.asarray(observation)[..., layout.features.index("active")] > 0.5
-        per_worker = (*weights.shape[:-1], layout.workers, layout.slots_per_worker)
-        total = np.where(active, weights, 0.0).reshape(per_worker).sum(axis=-1, keepdims=True)
+        total = self._worker_totals(weights, observation, layout)
         if self.mode is ActionMode.SHARE_IDLE:
             total = np.maximum(total, 1.0)
-        scale = np.broadcast_to(np.where(total > 0, total, 1.0), per_worker).reshape(weights.shape)
-        return np.clip(weights / scale, self.low, self.high)
+        return np.clip(weights / np.where(total > 0, total, 1.0), self.low, self.high)
 
     def to_data(self) -> dict[str, object]:
         return {

@@ -96,3 +96,14 @@ def test_to_actions_inverts_to_limits(mode):
         wanted = np.array([[0.25, 0.5, 1.0, 0.2, 0.3, 0.35]])
     limits = mapping.to_limits(mapping.to_actions(wanted, observation, layout), observation, layout)
     assert limits[active] == pytest.approx(wanted[active], rel=1e-5)
+
+
+def test_share_idle_labels_a_worker_given_away_whole_away_from_the_edge():
+    """Limits that give a worker away whole come back from actions whose weights sum to twice
+    the worker: a student a little below them still gives it away whole."""
+    layout = ObservationLayout(1, 3)
+    observation = _observation(np.array([True, True, True]))
+    wanted = np.array([1 / 3, 1 / 3, 1 / 3])
+    actions = SHARE_IDLE.to_actions(wanted, observation, layout)
+    assert (64.0 ** actions.astype(np.float64)).sum() == pytest.approx(2.0, rel=1e-5)
+    np.testing.assert_allclose(SHARE_IDLE.to_limits(actions - 0.05, observation, layout), wanted)
