@@ -22,7 +22,7 @@ def test_the_python_example_shows_a_scheduler_beat_docker_s_default() -> None:
         exec(compile(python_example(), str(README), "exec"), {"__name__": "readme"})
     text = printed.getvalue()
     fractions = dict(re.findall(r"^([\w:-]+): satisfied fraction (\d\.\d{3})$", text, re.MULTILINE))
-    learned = "pretrained:ppo-inference-mix"
+    learned = "pretrained:ppo-inference"
     assert set(fractions) == {"default", "dqoes", learned}, text
     assert float(fractions["dqoes"]) > float(fractions["default"])  # it teaches a difference
     assert float(fractions[learned]) > float(fractions["dqoes"])  # and a learned scheduler

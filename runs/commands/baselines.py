@@ -96,12 +96,17 @@ def _summary(card: PretrainedCard) -> str:
     kind = next(kind for kind, metric in PRIMARY_METRIC.items() if metric == rows[0].metric)
     result = verdict(rows, kind)
     parts = [
-        f"on {len(rows)} scenarios: worse than default on {len(result.below_default)}",
-        f"worse than {' or '.join(HELD_TO[kind])} on {len(result.below_paper)}",
+        f"on {len(rows)} scenarios: worse than default on {_count(result.below_default)}",
+        f"worse than {' or '.join(HELD_TO[kind])} on {_count(result.below_paper)}",
     ]
     if result.mean_gap_closed is not None:
         parts.append(f"{result.mean_gap_closed:.0%} of the gap from them to the oracle closed")
     return "; ".join(parts)
+
+
+def _count(scenarios: tuple[str, ...]) -> str:
+    """How many scenarios, and which where there are any: ``0``, ``1 (docker-smoke-training)``."""
+    return f"{len(scenarios)} ({', '.join(scenarios)})" if scenarios else "0"
 
 
 def run_report(args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ def register(subparsers: Subcommands) -> None:
             "or a baseline) on every shipped scenario of its job kind on replay, beside "
             "default, the papers' baselines and the oracle, and print per scenario the means of "
             "the primary metric and the bound, then the verdict: where it is worse than default "
-            "(by more than 0.01 of a satisfied fraction or 2%% of a mean completion time) or "
+            "(by more than 0.01 of a satisfied fraction or 2% of a mean completion time) or "
             "than the better paper baseline, and how much of the gap from that baseline to the "
             "oracle it closes. Use seeds the model never trained or validated on."
         ),

@@ -25,6 +25,8 @@ from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 from dlsched.runs.training.config import (
     ALGORITHM_NAMES,
     NETWORKS,
+    RELATIVE_MAX_STEP,
+    SHARE_MAX_STEP,
     HyperValue,
     ImitationConfig,
     RllibConfig,
@@ -53,7 +55,7 @@ SB3_ONLY: Mapping[str, object] = {
     "backend": _SB3_DEFAULTS.backend,
     "network": _SB3_DEFAULTS.network,
     "actions": _SB3_DEFAULTS.actions.value,
-    "max_step": _SB3_DEFAULTS.max_step,
+    "max_step": None,
     "frame_stack": _SB3_DEFAULTS.frame_stack,
     "speed_spread": _SB3_DEFAULTS.speed_spread,
     "slot_agents": False,
@@ -145,10 +147,18 @@ def register(subparsers: Subcommands) -> None:
         "--actions",
         "how an action becomes a limit: absolute sets the limit; relative scales the limit in "
         "force by up to --max-step per interval; usage scales the job's last CPU usage by up to "
-        "--max-step, as DQoES moves limits",
+        "--max-step, as DQoES moves limits; share gives each worker away whole, its jobs' "
+        "shares in proportion to weights from 1/--max-step to --max-step; share-idle the same, "
+        "but holds part of the worker back where the weights add up to less than 1",
         choices=[mode.value for mode in ActionMode],
     )
-    sb3_option("--max-step", "largest factor of one relative action", type=float)
+    parser.add_argument(
+        "--max-step",
+        type=float,
+        help="largest factor of one relative action; in the share modes the weights span "
+        f"1/MAX_STEP to MAX_STEP ({RELATIVE_MAX_STEP}; {SHARE_MAX_STEP:g} for share and "
+        "share-idle)",
+    )
     sb3_option("--frame-stack", "consecutive observations the agent sees at once", type=int)
     sb3_option(
         "--speed-spread",

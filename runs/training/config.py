@@ -41,6 +41,14 @@ MAX_ENVS = Limit("MAX_ENVS", 256, "environments stepped side by side")
 256 replay environments of a shipped scenario take about 1.2 GB with PPO's defaults."""
 
 
+#: The default ``max_step`` of relative and usage actions: a limit at most doubled or halved a step.
+RELATIVE_MAX_STEP = 2.0
+#: The default ``max_step`` of the share modes: weights from 1/64 to 64, so that one job's share of
+#: its worker runs from almost none to almost all, and ``share-idle`` can hold most of a worker
+#: back (at 2, three services' weights of at least 0.5 each always gave their worker away whole).
+SHARE_MAX_STEP = 64.0
+
+
 @dataclass(frozen=True)
 class ImitationConfig:
     """Learning a teacher's decisions before reinforcement learning
@@ -109,7 +117,9 @@ class TrainingConfig:
         net_arch: hidden layer widths of the network.
         actions: how the agent's actions become limits (see
             :mod:`dlsched.policies.agent_actions`).
-        max_step: the largest factor one relative action changes a limit by.
+        max_step: the largest factor one relative action changes a limit by; in the share
+            modes, the weights span ``1 / max_step`` to ``max_step``. ``None``:
+            :data:`SHARE_MAX_STEP` for the share modes, 2 for the others.
         speed_spread: on replay, the coefficient of variation of each workload's speed per
             training episode (:class:`~dlsched.envs.replay.backend.ReplayBackend`), so that the
             agent meets many host speeds; validation runs the profiles as measured.
@@ -145,7 +155,7 @@ class TrainingConfig:
     network: str = "auto"
     net_arch: tuple[int, ...] = (64, 64)
     actions: ActionMode = ActionMode.RELATIVE
-    max_step: float = 2.0
+    max_step: float | None = None
     frame_stack: int = 1
     speed_spread: float = 0.0
     slot_agents: bool = False
@@ -172,7 +182,14 @@ class TrainingConfig:
     @property
     def action_mapping(self) -> ActionMapping:
         """The map from the agent's actions to limits."""
-        return ActionMapping(self.actions, self.max_step)
+        return ActionMapping(self.actions, self.resolved_max_step)
+
+    @property
+    def resolved_max_step(self) -> float:
+        """``max_step``, or its default for the action mode."""
+        if self.max_step is not None:
+            return self.max_step
+        return SHARE_MAX_STEP if self.actions.shares else RELATIVE_MAX_STEP
 
     @property
     def resolved_network(self) -> str:
@@ -219,7 +236,7 @@ class TrainingConfig:
             )
         if not self.net_arch or any(width < 1 for width in self.net_arch):
             problems.append(f"net_arch={list(self.net_arch)} must be positive widths, e.g. 64,64")
-        if self.actions is ActionMode.RELATIVE and not self.max_step > 1:
+        if self.actions is not ActionMode.ABSOLUTE and not self.resolved_max_step > 1:
             problems.append(f"max_step={self.max_step} must be > 1")
         if not 0.0 <= self.own_weight <= 1.0:
             problems.append(f"own_weight={self.own_weight} must be in [0, 1]")

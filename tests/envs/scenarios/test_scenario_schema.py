@@ -343,7 +343,6 @@ def test_container_limits_are_read_written_and_hashed_only_when_set(tmp_path: Pa
     ("field", "value", "expected"),
     [
         ("container_memory_mb", 32, "expected a whole number of MiB from 64 to 1048576 (1 TiB)"),
-        ("container_memory_mb", "2g", "expected a whole number of MiB from 64 to 1048576"),
         ("container_pids", 0, "expected a whole number of processes from 8 to 4194304"),
     ],
 )
@@ -351,6 +350,15 @@ def test_container_limits_out_of_range_are_refused(field: str, value: object, ex
     with pytest.raises(ScenarioError) as raised:
         parse_scenario({**FULL_TRAINING, field: value}, "test")
     assert f"{field} = {value!r}: {expected}" in str(raised.value)
+
+
+def test_a_container_limit_written_with_a_unit_is_named_as_the_string_read():
+    with pytest.raises(ScenarioError) as raised:
+        parse_scenario({**FULL_TRAINING, "container_memory_mb": "2g"}, "test")
+    assert (
+        "container_memory_mb: read the string '2g', not a number; container_memory_mb takes a "
+        "whole number of MiB from 64 to 1048576 (1 TiB), written in digits"
+    ) in str(raised.value)
 
 
 # --- YAML the reader must survive -------------------------------------------------------------

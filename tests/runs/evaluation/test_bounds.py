@@ -284,7 +284,7 @@ def test_the_table_shows_each_policy_against_the_bound(tmp_path, capsys):
 
 def test_a_learned_policy_is_set_against_the_oracle_and_the_bound(tmp_path, capsys):
     scenario = _short(tmp_path, "dqoes-varied-burst", 100.0)
-    args = ["evaluate", "--scenario", scenario, "--policy", "pretrained:ppo-inference-mix,oracle"]
+    args = ["evaluate", "--scenario", scenario, "--policy", "pretrained:ppo-inference,oracle"]
     assert main([*args, "--episodes", "2", "--no-tracking", "--no-progress", "--json"]) == 0
     (data,) = json.loads(capsys.readouterr().out)["scenarios"]
     learned = next(e for e in data["policies"] if e["policy"] != "oracle")

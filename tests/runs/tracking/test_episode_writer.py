@@ -10,6 +10,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -258,6 +259,16 @@ def test_a_writer_that_only_draws_after_the_store_failed_is_not_taken_for_stuck(
     assert _no_writer_left()
 
 
+@pytest.fixture
+def sigint_delivered() -> Iterator[None]:
+    """SIGINT handled as a terminal's Ctrl-C is: a command whose SIGINT is ignored (started in
+    the background by a script, or under nohup) rightly keeps ignoring it, whatever ran pytest."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("sigint_delivered")
 def test_a_close_cut_short_by_a_signal_is_resumed_and_leaves_no_writer(
     monkeypatch, tmp_path: Path, mlflow_store
 ) -> None:

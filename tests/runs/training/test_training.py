@@ -24,7 +24,7 @@ from dlsched.envs.rewards import telemetry_reward
 from dlsched.envs.scenarios.file_format import load_scenario, parse_scenario
 from dlsched.envs.scenarios.model import ArrivalKind, JobKind
 from dlsched.envs.telemetry import JobTelemetry, Telemetry, WorkerTelemetry
-from dlsched.policies.agent_actions import ActionMapping
+from dlsched.policies.agent_actions import ActionMapping, ActionMode
 from dlsched.policies.learned import CARD_FILE, MODEL_FILE, NORMALIZER_FILE, LearnedPolicy
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation import evaluate, summarise
@@ -222,6 +222,22 @@ def test_registering_without_tracking_is_refused_before_training(tmp_path: Path)
     with pytest.raises(TrackingError, match="--register-as"):
         train(tiny_config(scenario), tmp_path / "out", register_as="nowhere", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("actions", "max_step"),
+    [("relative", 2.0), ("usage", 2.0), ("share", 64.0), ("share-idle", 64.0)],
+)
+def test_max_step_defaults_to_a_range_that_lets_a_share_hold_a_worker_back(
+    actions: str, max_step: float
+) -> None:
+    """At 2, a share-idle worker of three services (weights of at least 0.5 each) was always given
+    away whole: the share modes default to weights from 1/64 to 64."""
+    mode = ActionMode(actions)
+    config = TrainingConfig(algo="ppo", scenarios=("s",), timesteps=1, actions=mode)
+    assert config.action_mapping.max_step == max_step
+    explicit = dataclasses.replace(config, max_step=3.0)
+    assert explicit.action_mapping.max_step == 3.0
 
 
 def test_training_metrics_reach_mlflow_in_batches(
