@@ -37,6 +37,7 @@ from gymnasium.vector import AutoresetMode
 from dlsched.envs.backend import Backend
 from dlsched.envs.backends import backend_class, make_backend
 from dlsched.envs.errors import ArgumentError, ScenarioError
+from dlsched.envs.extras import require_extra
 from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.placement import Placer
 from dlsched.envs.rendering import RENDER_MODES
@@ -121,6 +122,7 @@ def environment_setup(
         ArgumentError: an unknown keyword, or a value of the wrong type or range.
         UnknownNameError: an unknown backend, scenario or reward name.
         ScenarioError: the scenario is malformed, too large, or of the other kind.
+        MissingExtraError: a part whose extra is not installed (:mod:`dlsched.envs.extras`).
     """
     arguments: dict[str, Any] = {name: given.get(name) for name in ENV_ARGUMENTS}
     check_env_arguments(env_id, **arguments, unknown=given["unknown"])
@@ -209,6 +211,8 @@ def check_env_arguments(
     Raises:
         ArgumentError: an unknown keyword, or a value of the wrong type or range.
         UnknownNameError: an unknown backend name.
+        MissingExtraError: ``rgb_array`` frames without the render extra, or the Docker
+            backend without the docker extra.
     """
     for name in unknown:
         raise ArgumentError(
@@ -238,6 +242,8 @@ def check_env_arguments(
             f"render_mode={render_mode!r}: expected one of {', '.join(RENDER_MODES)}, or "
             "None to render nothing"
         )
+    if render_mode == "rgb_array":  # said at gym.make, not at the first frame
+        require_extra("render", "render_mode='rgb_array'")
 
 
 def check_vector_arguments(num_envs: object, autoreset_mode: object) -> AutoresetMode:

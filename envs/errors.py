@@ -109,7 +109,9 @@ class TrackingError(DlschedError, RuntimeError):
 
 
 class MissingExtraError(DlschedError, ImportError):
-    """An optional part of dlsched is used without its extra installed (``dlsched[ray]``)."""
+    """An optional part of dlsched is used without its extra installed (``dlsched[docker]``,
+    ``dlsched[train]``, ...); the message names the extra to install
+    (:func:`dlsched.envs.extras.require_extra`)."""
 
 
 class HostBusyError(BackendError):
