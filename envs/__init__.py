@@ -33,6 +33,7 @@ from dlsched.envs.errors import (
     ResetNeededError,
     ScenarioError,
     TrackingError,
+    UnexpectedArgumentError,
     UnknownNameError,
 )
 from dlsched.envs.inference_env import InferenceEnv, InferenceVectorEnv
@@ -101,6 +102,7 @@ __all__ = [
     "TrackingError",
     "TrainingEnv",
     "TrainingVectorEnv",
+    "UnexpectedArgumentError",
     "UnknownNameError",
     "WorkerTelemetry",
     "backend_class",
