@@ -25,6 +25,7 @@ from dlsched.envs.errors import (
     DlschedError,
     DockerUnavailableError,
     ImageMissingError,
+    MissingExtraError,
     ModelError,
     OutputError,
     PolicyError,
@@ -32,6 +33,7 @@ from dlsched.envs.errors import (
     ResetNeededError,
     ScenarioError,
     TrackingError,
+    UnexpectedArgumentError,
     UnknownNameError,
 )
 from dlsched.envs.inference_env import InferenceEnv, InferenceVectorEnv
@@ -81,6 +83,7 @@ __all__ = [
     "JobTelemetry",
     "LeastWorkPlacer",
     "Migration",
+    "MissingExtraError",
     "ModelError",
     "ObservationLayout",
     "OutputError",
@@ -99,6 +102,7 @@ __all__ = [
     "TrackingError",
     "TrainingEnv",
     "TrainingVectorEnv",
+    "UnexpectedArgumentError",
     "UnknownNameError",
     "WorkerTelemetry",
     "backend_class",

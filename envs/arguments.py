@@ -7,7 +7,8 @@ gets the closest one, a value of the wrong type or range names what was expected
 ``backend_options`` are held against the backend's own constructor. ``reset(seed=)`` is checked
 here too. Each refusal is an :class:`~dlsched.envs.errors.ArgumentError` (or an
 :class:`~dlsched.envs.errors.UnknownNameError` for an unknown backend or reward), never a
-``TypeError`` or ``AttributeError`` from inside.
+``TypeError`` or ``AttributeError`` from inside; a keyword the environments do not take is an
+:class:`~dlsched.envs.errors.UnexpectedArgumentError`, a ``TypeError`` as Python's own is.
 
 :func:`check_value` holds a value against a simple type annotation (numbers, strings, paths,
 ``X | None``); the options of a backend and the hyperparameters of an SB3 algorithm are checked
@@ -36,7 +37,8 @@ from gymnasium.vector import AutoresetMode
 
 from dlsched.envs.backend import Backend
 from dlsched.envs.backends import backend_class, make_backend
-from dlsched.envs.errors import ArgumentError, ScenarioError
+from dlsched.envs.errors import ArgumentError, ScenarioError, UnexpectedArgumentError
+from dlsched.envs.extras import require_extra
 from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.placement import Placer
 from dlsched.envs.rendering import RENDER_MODES
@@ -118,9 +120,11 @@ def environment_setup(
             :class:`~dlsched.envs.InferenceEnv`) and ``unknown``, any other keyword arguments.
 
     Raises:
-        ArgumentError: an unknown keyword, or a value of the wrong type or range.
+        UnexpectedArgumentError: an unknown keyword.
+        ArgumentError: a value of the wrong type or range.
         UnknownNameError: an unknown backend, scenario or reward name.
         ScenarioError: the scenario is malformed, too large, or of the other kind.
+        MissingExtraError: a part whose extra is not installed (:mod:`dlsched.envs.extras`).
     """
     arguments: dict[str, Any] = {name: given.get(name) for name in ENV_ARGUMENTS}
     check_env_arguments(env_id, **arguments, unknown=given["unknown"])
@@ -207,13 +211,17 @@ def check_env_arguments(
         unknown: any other keyword arguments it was given.
 
     Raises:
-        ArgumentError: an unknown keyword, or a value of the wrong type or range.
+        UnexpectedArgumentError: an unknown keyword.
+        ArgumentError: a value of the wrong type or range.
         UnknownNameError: an unknown backend name.
+        MissingExtraError: ``rgb_array`` frames without the render extra, or the Docker
+            backend without the docker extra.
     """
     for name in unknown:
-        raise ArgumentError(
-            f"{env_id} takes no keyword argument {name!r}{did_you_mean(name, ENV_ARGUMENTS)}; "
-            f"its keyword arguments are {', '.join(ENV_ARGUMENTS)}"
+        raise UnexpectedArgumentError(
+            f"{env_id} got an unexpected keyword argument {name!r}"
+            f"{did_you_mean(name, ENV_ARGUMENTS)}; its keyword arguments are "
+            f"{', '.join(ENV_ARGUMENTS)}"
         )
     if scenario is not None and not isinstance(scenario, str | os.PathLike | Scenario):
         _refuse(
@@ -238,6 +246,8 @@ def check_env_arguments(
             f"render_mode={render_mode!r}: expected one of {', '.join(RENDER_MODES)}, or "
             "None to render nothing"
         )
+    if render_mode == "rgb_array":  # said at gym.make, not at the first frame
+        require_extra("render", "render_mode='rgb_array'")
 
 
 def check_vector_arguments(num_envs: object, autoreset_mode: object) -> AutoresetMode:

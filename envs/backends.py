@@ -1,7 +1,8 @@
 """The backends by name: what ``backend=`` of the environments accepts.
 
 The interface (:mod:`dlsched.envs.backend`) knows no implementation; this module does, and
-imports each only when it is asked for, so that the replay backend never loads docker-py.
+imports each only when it is asked for, so that the replay backend never loads docker-py, and
+the Docker backend only once the docker extra is known to be installed.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 from dlsched.envs.backend import Backend
 from dlsched.envs.errors import UnknownNameError
+from dlsched.envs.extras import require_extra
 
 #: The registered backend names.
 BACKENDS: tuple[str, ...] = ("replay", "docker")
@@ -20,12 +22,14 @@ def backend_class(name: str) -> type[Backend]:
 
     Raises:
         UnknownNameError: no backend has that name.
+        MissingExtraError: ``docker`` without the docker extra.
     """
     if name == "replay":
         from dlsched.envs.replay.backend import ReplayBackend
 
         return ReplayBackend
     if name == "docker":
+        require_extra("docker", "the Docker backend")
         from dlsched.envs.docker.backend import DockerBackend
 
         return DockerBackend

@@ -55,7 +55,18 @@ class ArgumentError(DlschedError, ValueError):
     ``gym.make``, a ``reset`` seed, a command-line option such as ``--hp``.
 
     It is a :class:`ValueError` for wrong types too, so that ``gym.make`` passes it on as it is
-    (it rewrites a :class:`TypeError` raised by an environment's constructor)."""
+    (it rewrites a :class:`TypeError` raised by an environment's constructor). An unknown
+    keyword is the exception: :class:`UnexpectedArgumentError`."""
+
+
+class UnexpectedArgumentError(ArgumentError, TypeError):
+    """An environment was given a keyword argument it does not take.
+
+    It is a :class:`TypeError`, as Python's own is for an unexpected keyword argument, and is
+    worded as Python words it (``... got an unexpected keyword argument 'frameskip'``) before
+    dlsched's part (the name meant, the keywords taken): RL libraries that try an optional
+    keyword and drop it on that error (TorchRL's ``GymEnv`` passes ``frameskip``) build the
+    environments without it. ``gym.make`` re-raises it with the keyword arguments appended."""
 
 
 class ResetNeededError(DlschedError, ResetNeeded):
@@ -109,7 +120,9 @@ class TrackingError(DlschedError, RuntimeError):
 
 
 class MissingExtraError(DlschedError, ImportError):
-    """An optional part of dlsched is used without its extra installed (``dlsched[ray]``)."""
+    """An optional part of dlsched is used without its extra installed (``dlsched[docker]``,
+    ``dlsched[train]``, ...); the message names the extra to install
+    (:func:`dlsched.envs.extras.require_extra`)."""
 
 
 class HostBusyError(BackendError):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlsched.envs.errors import ModelError, UnknownNameError
+from dlsched.envs.extras import require_extra
 from dlsched.policies.cards import card_data
 
 if TYPE_CHECKING:
@@ -245,9 +246,12 @@ def load_pretrained(spec: str) -> LearnedPolicy:
 
     Raises:
         UnknownNameError: no shipped model has that name.
+        MissingExtraError: the train extra (SB3, torch) is not installed.
     """
+    name = spec.removeprefix(PRETRAINED_SCHEME)
+    folder = pretrained_folder(name)
+    require_extra("train", f"the shipped model {PRETRAINED_SCHEME + name}")
     # imported here: it loads SB3 and torch, which listing the cards does not need
     from dlsched.policies.learned import load_model
 
-    name = spec.removeprefix(PRETRAINED_SCHEME)
-    return load_model(pretrained_folder(name), source=PRETRAINED_SCHEME + name, name=name)
+    return load_model(folder, source=PRETRAINED_SCHEME + name, name=name)

@@ -14,9 +14,13 @@ The entry points a Python user needs are importable from here::
     print(evaluate_untracked(request).summaries)
 
 They are imported on first use, so that ``dlsched --help`` does not load MLflow, torch or
-Stable-Baselines3. Subpackages: :mod:`.tracking` (MLflow), :mod:`.training` (SB3),
-:mod:`.fidelity` (calibration), :mod:`.reproduce` (the papers' claims), :mod:`.bench`
-(benchmarks) and :mod:`.commands` (the command line).
+Stable-Baselines3. :func:`resolve_policy` and :func:`build_policies` work on ``pip install
+dlsched`` alone (a trained model needs the train extra); the others are the lab's, and say so
+on first use without the lab extra (``pip install "dlsched[lab]"``).
+
+Subpackages: :mod:`.tracking` (MLflow), :mod:`.training` (SB3), :mod:`.fidelity`
+(calibration), :mod:`.reproduce` (the papers' claims), :mod:`.bench` (benchmarks) and
+:mod:`.commands` (the command line).
 """
 
 from __future__ import annotations
@@ -37,19 +41,20 @@ if TYPE_CHECKING:
     from dlsched.runs.training.config import TrainingConfig
     from dlsched.runs.training.harness import train
 
-#: Each public name and the module that defines it.
-_EXPORTS: dict[str, str] = {
-    "EpisodeResult": "dlsched.runs.evaluation.records",
-    "evaluate": "dlsched.runs.evaluation.runners",
-    "run_episode": "dlsched.runs.evaluation.runners",
-    "summarise": "dlsched.runs.evaluation.summaries",
-    "build_policies": "dlsched.runs.policy_specs",
-    "resolve_policy": "dlsched.runs.policy_specs",
-    "EvaluationRequest": "dlsched.runs.tracking.tracked_evaluation",
-    "evaluate_tracked": "dlsched.runs.tracking.tracked_evaluation",
-    "evaluate_untracked": "dlsched.runs.tracking.tracked_evaluation",
-    "TrainingConfig": "dlsched.runs.training.config",
-    "train": "dlsched.runs.training.harness",
+#: Each public name, the module that defines it, and the extra that module needs (``None``: the
+#: core's packages only).
+_EXPORTS: dict[str, tuple[str, str | None]] = {
+    "EpisodeResult": ("dlsched.runs.evaluation.records", None),
+    "evaluate": ("dlsched.runs.evaluation.runners", "lab"),
+    "run_episode": ("dlsched.runs.evaluation.runners", "lab"),
+    "summarise": ("dlsched.runs.evaluation.summaries", "lab"),
+    "build_policies": ("dlsched.runs.policy_specs", None),
+    "resolve_policy": ("dlsched.runs.policy_specs", None),
+    "EvaluationRequest": ("dlsched.runs.tracking.tracked_evaluation", "lab"),
+    "evaluate_tracked": ("dlsched.runs.tracking.tracked_evaluation", "lab"),
+    "evaluate_untracked": ("dlsched.runs.tracking.tracked_evaluation", "lab"),
+    "TrainingConfig": ("dlsched.runs.training.config", "lab"),
+    "train": ("dlsched.runs.training.harness", "lab"),
 }
 
 __all__ = [
@@ -69,5 +74,10 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        module, extra = _EXPORTS[name]
+        if extra is not None:
+            from dlsched.envs.extras import require_extra
+
+            require_extra(extra, f"dlsched.runs.{name}")
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,6 +11,9 @@ MLflow and Docker's client go to that file too (:mod:`dlsched.runs.command_log`)
 that use them take ``--verbose``, which shows those messages, and a bug's traceback, in the
 terminal.
 
+``scenarios`` runs on ``pip install dlsched`` alone; every other command is the lab's and needs
+the lab extra, said in one line (exit 2) before its module is imported.
+
 SIGINT and SIGTERM stop a command the same way (:mod:`dlsched.runs.interruption`), from its
 first moment: containers are removed and runs ended ``KILLED``, repeated signals do not cut that
 cleanup short, one line says what the stop undid, and the exit code is 130 or 143.
@@ -55,6 +58,8 @@ COMMANDS: dict[str, str] = {
     "reproduce": "run the papers' claims and report which dlsched reproduces",
 }
 COMMAND_MODULES: tuple[str, ...] = tuple(COMMANDS)
+#: The commands that run on the core install alone; every other one needs the lab extra.
+CORE_COMMANDS: frozenset[str] = frozenset({"scenarios"})
 #: The commands that use neither MLflow nor Docker's client: no library of theirs logs, so they
 #: take no ``--verbose``.
 QUIET_COMMANDS: frozenset[str] = frozenset({"scenarios", "baselines"})
@@ -96,11 +101,31 @@ def _command_of(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
+def _missing_extra(command: str | None) -> str | None:
+    """Why ``command`` cannot run (the lab extra is not installed), or ``None``."""
+    if command not in COMMANDS or command in CORE_COMMANDS:
+        return None
+    # imported here: it loads the environments (numpy, Gymnasium), which --help does not need
+    from dlsched.envs.errors import MissingExtraError
+    from dlsched.envs.extras import require_extra
+
+    try:
+        require_extra("lab", "this command")
+    except MissingExtraError as error:
+        return str(error)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else [str(word) for word in argv]
     # from the start: loading a command takes a second or more, and a stop then is one line too
     with interruptible():
         try:
+            command = _command_of(argv)
+            refused = _missing_extra(command)
+            if refused is not None:
+                print(f"dlsched {command}: error: {refused}", file=sys.stderr)
+                return 2
             parser = build_parser(argv)
             args, extra = parser.parse_known_args(argv)
             raise_if_stopped()

@@ -11,6 +11,10 @@ either.
   (:mod:`dlsched.runs.tracking.model_uris`);
 - a model shipped with dlsched: ``pretrained:<name>`` (:mod:`dlsched.policies.pretrained`).
 
+A baseline needs nothing beyond ``pip install dlsched``; a trained model needs the train extra,
+and one in MLflow the track extra too, each said before any file is read
+(:func:`dlsched.envs.extras.require_extra`).
+
 Every model, whichever way it is named, is loaded by :func:`dlsched.policies.learned.load_model`,
 which unpickles nothing; a model saved by dlsched 0.1.0 is refused with the command that
 converts it (:mod:`dlsched.runs.model_conversion`).
@@ -24,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dlsched.envs.errors import PolicyError
+from dlsched.envs.extras import require_extra
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.model_files import MODEL_FILE, model_files, refuse_pickled_model
 from dlsched.policies.policy import ParamValue, Policy
@@ -63,6 +68,8 @@ def resolve_policy(
         UnknownNameError: an unknown baseline or pretrained model name.
         PolicyError: a bad parameter, parameters for a trained model, or a model that cannot
             be found or loaded.
+        MissingExtraError: a trained model without the train extra, or one in MLflow without
+            the track extra.
     """
     if not is_model_spec(spec):
         from dlsched.baselines import make
@@ -75,6 +82,7 @@ def resolve_policy(
         )
     if is_pretrained_spec(spec):
         return load_pretrained(spec)
+    require_extra("train", f"the trained model {spec!r}")
     if is_mlflow_uri(spec):
         model = parse_model_uri(spec)
         with downloaded_model(model, model_store(tracking_uri)) as local:
@@ -125,9 +133,11 @@ def downloaded_model(model: ModelUri, target: TrackingTarget) -> Iterator[Path]:
 
     Raises:
         PolicyError: the store does not hold the model, or cannot be read.
+        MissingExtraError: the track extra (MLflow) is not installed.
     """
     # refused before MLflow (about 1 s) and torch are imported, and before any store is opened
     check_model_stored(model, target)
+    require_extra("track", f"the MLflow model {model.uri!r}")
     from mlflow.artifacts import download_artifacts
     from mlflow.exceptions import MlflowException
 

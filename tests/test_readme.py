@@ -1,4 +1,4 @@
-"""The README's Python example runs as printed and teaches what it says."""
+"""The README's Python example runs as printed and teaches what it says; CI sets up as it says."""
 
 from __future__ import annotations
 
@@ -45,3 +45,13 @@ def test_every_doc_link_resolves() -> None:
             if not (doc.parent / link).exists():
                 missing.append(f"{doc.name}: {link}")
     assert not missing, missing
+
+
+def test_ci_installs_dlsched_with_the_readme_s_setup_commands() -> None:
+    section = README.read_text(encoding="utf-8").split("## Set up", 1)[1]
+    (block,) = re.findall(r"```bash\n(.*?)```", section, re.DOTALL)[:1]
+    printed = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
+    (body,) = re.findall(r"^install_project\(\) \{\n(.*?)^\}", ci, re.DOTALL | re.MULTILINE)
+    run = [line.strip().replace('"$PYTHON" -m pip', "pip") for line in body.splitlines()]
+    assert printed == run == ["pip install torch==2.13.0", 'pip install -e ".[all,test]"']

@@ -49,12 +49,12 @@ from mlflow.entities import Metric
 
 from dlsched.envs.errors import (
     BackendError,
-    MissingExtraError,
     ModelError,
     PolicyError,
     ScenarioError,
     TrackingError,
 )
+from dlsched.envs.extras import missing_extra, require_extra
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.agent_actions import ActionMapping, ActionMode
@@ -87,8 +87,6 @@ if TYPE_CHECKING:
     from ray.rllib.connectors.connector_v2 import ConnectorV2
     from stable_baselines3 import PPO
 
-#: How to install what this module needs.
-INSTALL_HINT = 'pip install "dlsched[ray]" (from a checkout: pip install -e ".[ray]")'
 #: The RLlib checkpoint's folder, locally and among the run's artifacts.
 CHECKPOINT_DIR = "rllib-checkpoint"
 #: The largest difference allowed between RLlib's and the exported network's actions.
@@ -132,14 +130,13 @@ def require_ray(local: bool = False) -> None:
     """
     if local and "ray" not in sys.modules:
         os.environ.setdefault(LOOPBACK_SWITCH, "0")
+    user = "training with --engine rllib"
+    require_extra("ray", user)
     try:
         import ray  # noqa: F401
         from ray.rllib.algorithms.ppo import PPOConfig  # noqa: F401
-    except ImportError as error:
-        raise MissingExtraError(
-            f"training with --engine rllib needs Ray RLlib, which is not installed "
-            f"({error.name or error}); install the extra: {INSTALL_HINT}"
-        ) from error
+    except ImportError as error:  # one of the packages of ray[tune] that RLlib imports
+        raise missing_extra("ray", user, [error.name or str(error)]) from error
 
 
 def train_rllib(

@@ -13,7 +13,14 @@ import pytest
 from repo_paths import SCENARIO_BIG
 
 import dlsched.envs  # registers the environments
-from dlsched.envs.errors import ArgumentError, ResetNeededError, ScenarioError, UnknownNameError
+from dlsched.envs.errors import (
+    ArgumentError,
+    DlschedError,
+    ResetNeededError,
+    ScenarioError,
+    UnexpectedArgumentError,
+    UnknownNameError,
+)
 from dlsched.envs.scenarios import JobKind, WorkerSpec, load_scenario
 
 
@@ -38,6 +45,29 @@ def test_gym_make_refuses_bad_keyword_arguments(arguments, named):
     with pytest.raises(ArgumentError) as caught:
         gym.make("dlsched/Inference-v0", **arguments)
     assert named in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **kwargs: gym.make("dlsched/Inference-v0", **kwargs),
+        lambda **kwargs: gym.make("dlsched/Training-v0", **kwargs),
+        lambda **kwargs: gym.make_vec(
+            "dlsched/Inference-v0", 2, vectorization_mode="vector_entry_point", **kwargs
+        ),
+        lambda **kwargs: gym.make_vec(
+            "dlsched/Training-v0", 2, vectorization_mode="sync", **kwargs
+        ),
+    ],
+    ids=["single", "single-training", "vector", "sync-vector"],
+)
+def test_an_unknown_keyword_is_a_type_error_worded_as_python_words_it(make):
+    # TorchRL's GymEnv passes frameskip, and drops it on a TypeError that says this
+    with pytest.raises(TypeError, match="got an unexpected keyword argument 'frameskip'") as caught:
+        make(frameskip=1)
+    assert isinstance(caught.value, UnexpectedArgumentError)
+    assert isinstance(caught.value, ArgumentError) and isinstance(caught.value, DlschedError)
+    assert "its keyword arguments are scenario, backend, reward" in str(caught.value)
 
 
 def test_gym_make_names_an_unknown_backend():
