@@ -54,6 +54,16 @@ def _of_episode(client, episode: str) -> list:
     )
 
 
+def _started(client, pid: int, count: int) -> list:
+    """The ``count`` containers ``pid`` owns once each has said it started (its first event on
+    stdout), so that the backend is past starting them: a removal while it starts one is a
+    failure to start, not the vanished container the episode reports."""
+    containers = _owned_by(client, pid)
+    if len(containers) == count and all(c.logs(stdout=True, stderr=False) for c in containers):
+        return containers
+    return []
+
+
 def _wait_for(predicate, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     while not (found := predicate()):
@@ -202,7 +212,9 @@ def test_cleanup_from_another_process_spares_a_live_episode(
     scenario = _scenario_file(tmp_path, docker_engine, 2, horizon_s=16.0)
     process = _evaluate(dlsched_process, tmp_path, scenario, episodes=1)
     try:
-        containers = _wait_for(lambda: _owned_by(docker_engine, process.pid), 120, "containers")
+        containers = _wait_for(
+            lambda: _started(docker_engine, process.pid, 2), 120, "both containers started"
+        )
         episode = containers[0].labels[LABEL_EPISODE]
         assert main(["docker", "cleanup", "--episode", episode]) == 0
         out = capsys.readouterr().out
