@@ -58,6 +58,9 @@ class JobTelemetry:
         loss: the last loss the job reported; ``None`` before its first iteration.
         completed_s: when a training job finished (seconds since the episode start).
         loss_targets: TRADL's two-tier loss targets, if the scenario sets them.
+        throttle_ratio: the fraction of the CPU quota's periods (CFS periods) in the last
+            interval in which the job used its whole quota and waited; ``None`` where it was not
+            measured (no quota in force, or a backend that does not measure it).
     """
 
     job_id: str
@@ -80,6 +83,7 @@ class JobTelemetry:
     loss: float | None = None
     completed_s: float | None = None
     loss_targets: tuple[float, float] | None = None
+    throttle_ratio: float | None = None
 
     @property
     def active(self) -> bool:
@@ -212,6 +216,7 @@ def measurement_template(job: JobSpec) -> dict[str, Any]:
         "loss": None,
         "completed_s": None,
         "loss_targets": job.loss_targets,
+        "throttle_ratio": None,
     }
 
 
