@@ -117,10 +117,11 @@ def connect(target: TrackingTarget, read_only: bool = False) -> MlflowClient:
 def open_store(
     target: TrackingTarget, notify: Callable[[str], None], read_only: bool = False
 ) -> MlflowClient:
-    """The store a command tracks in, as every command that tracks opens it: where it is said
-    to ``notify`` (:meth:`~dlsched.runs.tracking.target.TrackingTarget.describe`), the store
-    checked and connected (:func:`connect`, ``read_only`` as there), then the runs of this host
-    whose process died without ending them marked ``KILLED``
+    """The store a command tracks in, as ``dlsched evaluate``, ``compare`` and ``train`` open
+    it: where it is said to ``notify``
+    (:meth:`~dlsched.runs.tracking.target.TrackingTarget.describe`), the store checked and
+    connected (:func:`connect`, ``read_only`` as there), then the runs of this host whose process
+    died without ending them marked ``KILLED``
     (:func:`~dlsched.runs.tracking.owners.end_orphaned_runs`, which says how many to
     ``notify``).
 
