@@ -10,11 +10,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from dlsched.envs.backends import make_backend
 from dlsched.envs.decision import Migration
 from dlsched.envs.errors import ActionError
 from dlsched.envs.loop import SchedulingLoop, episode_generators
 from dlsched.envs.placement import Placer
-from dlsched.envs.replay.backend import ReplayBackend
 from dlsched.envs.scenarios.model import (
     ArrivalKind,
     ArrivalPattern,
@@ -71,7 +71,7 @@ def started(
     scenario: Scenario, episodes: int = 1, placer: Placer | None = None
 ) -> tuple[SchedulingLoop, TelemetryColumns]:
     """A loop of ``episodes`` replay episodes of ``scenario``, reset on seeds 0, 1, ..."""
-    loop = SchedulingLoop(ReplayBackend().episode_batch(scenario, episodes), placer)
+    loop = SchedulingLoop(make_backend("replay").episode_batch(scenario, episodes), placer)
     every = np.ones(episodes, dtype=bool)
     columns = loop.reset(every, [np.random.default_rng(seed) for seed in range(episodes)])
     return loop, columns
@@ -372,7 +372,7 @@ def test_a_training_job_arriving_later_keeps_the_episode_going():
 
 
 def test_reading_telemetry_before_a_reset_is_an_error():
-    loop = SchedulingLoop(ReplayBackend().episode_batch(CROWDED, 1))
+    loop = SchedulingLoop(make_backend("replay").episode_batch(CROWDED, 1))
     assert loop.columns is None
     with pytest.raises((RuntimeError, gym.error.ResetNeeded)):
         loop.telemetry(0)
