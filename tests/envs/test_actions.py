@@ -169,6 +169,22 @@ def test_a_random_action_steps_or_is_an_action_error(stepped_env, action):
     event("stepped" if step_or_refuse(stepped_env, action) else "refused: ActionError")
 
 
+def assert_the_decision_is_honoured(env, decision, before: Telemetry, result) -> None:
+    """The step of a typed ``decision`` from ``before`` gave an observation in the observation
+    space; every job it names that held a slot runs at its limit raised to the floor and clipped
+    to 1, the other jobs that held one keep theirs, and no active job is outside ``[floor, 1]``."""
+    observation, _, _, _, info = result
+    assert env.observation_space.contains(observation), "observation outside its space"
+    floor = env.unwrapped.limit_floor
+    held = {job.job_id: job.limit for job in before.active_jobs}
+    for job in info["telemetry"].active_jobs:
+        assert floor <= job.limit <= 1.0, (job.job_id, job.limit)
+        if job.job_id in decision.limits and job.job_id in held:
+            assert job.limit == min(max(float(decision.limits[job.job_id]), floor), 1.0)
+        elif job.job_id in held:
+            assert job.limit == held[job.job_id], job.job_id
+
+
 def crowded_scenario(name: str, slots: int):
     """Shipped scenario ``name`` with ``slots`` per worker, so few that arrivals wait."""
     return dataclasses.replace(load_scenario(name), slots_per_worker=slots)
@@ -177,7 +193,8 @@ def crowded_scenario(name: str, slots: int):
 @pytest.fixture(scope="module")
 def oracle_states() -> list[bytes]:
     """Environments (pickled) every 10 steps of episodes the oracle drives on crowded clusters
-    of services and of trainings, with its own placer and a floor of :data:`FLOOR`."""
+    of services and of trainings, with its own placer and a floor of :data:`FLOOR`; each of its
+    steps is checked as an action's is."""
     states = []
     for env_id, name, slots in (
         ("dlsched/Inference-v0", "dqoes-cluster-40", 5),
@@ -192,9 +209,11 @@ def oracle_states() -> list[bytes]:
         oracle.reset()
         seen: set[JobState] = set()
         for step in range(1, 10_000):
-            _, _, terminated, truncated, info = unwrapped.step_decision(
-                oracle.act(info["telemetry"])
-            )
+            before = info["telemetry"]
+            decision = oracle.act(before)
+            result = unwrapped.step_decision(decision)
+            assert_the_decision_is_honoured(env, decision, before, result)
+            _, _, terminated, truncated, info = result
             seen |= {job.state for job in info["telemetry"].jobs}
             if terminated or truncated:
                 break
