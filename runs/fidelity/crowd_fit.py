@@ -2,9 +2,8 @@
 
 A workload's own contention curve (:mod:`.contention_fit`, ``f + (1 - f) R ** -a`` of its solo
 progress per CPU-second at the oversubscription ``R``; :mod:`dlsched.envs.replay.contention`) is
-measured on copies of that one workload. In a *mix* of stock trainings the host gives far less:
-on the calibration host (issue #32), a gru-digits and a vae-digits job crowding two cores kept a
-seventh of what the copies' curves say, three different jobs half, six about all of it. So the
+measured on copies of that one workload. In a *mix* of stock trainings the host gives far less
+(``docs/replay-model.md``, 'Crowded in a mix'). So the
 curve of a stock training is fitted again to the steps of recorded host episodes in which stock
 jobs crowded a worker, every job running whenever it can (no quota; :func:`crowded_steps`):
 

@@ -1,7 +1,7 @@
 """Replay against the host as distributions: many outcomes of one job on each side.
 
 Where co-located thread pools race, one seeded episode rerun on an idle host finishes each job
-at very different times (1.7-9x apart over four replicas of one stock training mix), so a model
+at very different times (``docs/fidelity.md``), so a model
 can only be held to the host's *spread*, not to one run. Here a job's (or a policy's) outcome is
 a sample on each side: the host's reruns of one seeded episode, and replay's episodes over many
 seeds (or one seed's, where replay is deterministic). :class:`SampleComparison` holds the two

@@ -25,7 +25,7 @@ then finds the levels and the chain between them:
    never left gets the others' chances, evenly).
 
 Steps are the resolution: switches within a step are averaged into its ratio, so holding times
-shorter than a few steps are not recovered (the host's are tens of seconds, issue #32).
+shorter than a few steps are not recovered (the host's are longer: ``docs/replay-model.md``).
 :func:`fit_race_to_episodes` runs all of it over recorded episodes, :func:`write_race` puts the
 result, with its provenance, into a profile set, and :func:`fit_crowding_and_race` fits and
 writes the curves, then the race (``dlsched calibrate --race-from``).
