@@ -456,4 +456,4 @@ class _Checker:
             problems.append(f"{statistic.name} needs a reference, and claim {claim.id} has none")
         for problem in problems:
             self.bad(where, problem)
-        return None if problems else Diagnostic(statistic.name, tuple(sorted(spec.args.items())))
+        return None if problems else Diagnostic(spec.statistic, tuple(sorted(spec.args.items())))
