@@ -17,6 +17,7 @@ with it.
 
 from __future__ import annotations
 
+import builtins
 import collections.abc
 import dataclasses
 import difflib
@@ -379,17 +380,24 @@ def parameters(function: Callable[..., object]) -> list[str]:
 def type_hints(function: Callable[..., object]) -> dict[str, Any]:
     """The annotations of ``function``'s parameters, resolved; a name its module imports only
     for type checkers (``if TYPE_CHECKING:``) resolves to ``Any``, which accepts anything."""
-    unresolved: dict[str, Any] = {}
-    for _ in range(100):
-        try:
-            return typing.get_type_hints(function, localns=unresolved)
-        except NameError as error:
-            if error.name is None or error.name in unresolved:
-                break
-            unresolved[error.name] = Any
-        except TypeError:
-            break
-    return {}
+    try:
+        return typing.get_type_hints(function, localns=_TypeCheckingNames(function))
+    except TypeError:  # an annotation that is no type (a number, a call's result)
+        return {}
+
+
+class _TypeCheckingNames(dict[str, Any]):
+    """The names an annotation of ``function`` may use: its module's, the builtins, and ``Any``
+    for any other (one imported only for type checkers, a forward reference to one)."""
+
+    def __init__(self, function: Callable[..., object]) -> None:
+        super().__init__()
+        self._module = getattr(inspect.unwrap(function), "__globals__", {})
+
+    def __missing__(self, name: str) -> Any:
+        if name in self._module:
+            return self._module[name]
+        return getattr(builtins, name, Any)
 
 
 def _union_members(annotation: object) -> tuple[object, ...]:

@@ -2,8 +2,8 @@
 
 The environments step every few seconds, and what a step shows of a job (its iterations so far)
 hides how it got there. Where co-located thread pools race, a job's pace switches between
-levels within a step and between reruns (issue #32's 1.7-9x spread of one stock episode); the
-races are seen only in the times of the workload's own events, one per training iteration or
+levels within a step and between reruns (``docs/fidelity.md``, 'The host as a distribution');
+the races are seen only in the times of the workload's own events, one per training iteration or
 per answered batch. A backend that sees those events (the Docker backend, from the JSON lines a
 workload prints) keeps them as a :class:`ProgressTrace` per job; the replay model has no finer
 time than its step and keeps none.

@@ -56,7 +56,7 @@ SB3_ZIP_ENTRIES: tuple[str, ...] = ("data", "policy.pth")
 MAX_MODEL_BYTES = Limit("MAX_MODEL_BYTES", 32 << 20, "bytes of a model's files once unpacked")
 """What loading a model reads into memory: the members of ``model.zip`` as they declare
 themselves unpacked, the card and the statistics. A model ``dlsched train`` writes takes well
-under a megabyte (the shipped one 0.5 MB); loading one at the limit stays within a few hundred
+under a megabyte (``docs/limits.md``); loading one at the limit stays within a few hundred
 megabytes (SB3 holds the ``data`` JSON twice as it parses it)."""
 MAX_MODEL_MEMBERS = Limit("MAX_MODEL_MEMBERS", 64, "members in a model.zip")
 """Members of ``model.zip``: SB3 writes six."""

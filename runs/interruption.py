@@ -146,7 +146,7 @@ def stop_report(interruption: KeyboardInterrupt, started: bool = True) -> str:
         undone.append(f"removed {_count(removed, 'container')}")
     if _stop.runs_killed:
         undone.append(f"ended {_count(_stop.runs_killed, 'run')} as KILLED")
-    if not undone:  # issue 35: it used to say containers were removed where none ran
+    if not undone:  # said outright: a bare "interrupted" reads as if containers were removed
         return f"interrupted ({name}); no container or run was left running: nothing to clean up"
     return f"interrupted ({name}); " + " and ".join(undone)
 

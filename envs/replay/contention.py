@@ -2,12 +2,11 @@
 
 Water-filling (:mod:`.sharing`) decides how many cores each job gets; a job's profile turns those
 cores into progress as if it had them to itself. That is exact while the threads a worker's jobs
-keep runnable fit its cores (measured on a 2-core host: 0.98 of the profiles' progress with three
-single-threaded jobs at equal limits). Beyond that a job makes less progress per CPU-second it
-gets: its threads are descheduled while their partners wait at a barrier (spinning, for stock
-framework jobs), and caches are shared. ``dlsched calibrate --contention`` measures it
-(:mod:`dlsched.runs.fidelity.contention_measurement`): 3 stock jobs on 2 cores make 0.30 of the
-progress their CPU would give them alone, 0.70 when one of them is favoured by limits.
+keep runnable fit its cores. Beyond that a job makes less progress per CPU-second it gets: its
+threads are descheduled while their partners wait at a barrier (spinning, for stock framework
+jobs), and caches are shared. ``dlsched calibrate --contention`` measures it
+(:mod:`dlsched.runs.fidelity.contention_measurement`); the figures are in
+``docs/replay-model.md`` ('Contention where threads exceed the cores').
 
 The model has two numbers per threading, an exponent and a bound scale, fitted from them:
 
@@ -26,9 +25,8 @@ The model has two numbers per threading, an exponent and a bound scale, fitted f
   max(1, n / C)`` of the ``n`` threads runnable beside it, where ``a`` is its workload's
   exponent (a profile's ``contention_exponent``, or else its threading's in the profile set's
   :class:`ContentionModel`) and ``f`` its floor (a profile's ``contention_floor``, else 0). The
-  floor is what a crowded stock job keeps: measured on a 2-core host, stock training jobs keep
-  about 0.2 of their solo progress from 4 to 6 copies, where a power law fitted to 2 and 3
-  copies alone gives a third of that. The CPU a job uses does not change: spinning threads burn
+  floor is what a crowded stock job keeps however many copies crowd it, which a power law
+  fitted to few copies underestimates. The CPU a job uses does not change: spinning threads burn
   the CPU they are given.
 - **Per job** (:func:`job_efficiencies`). A job whose duty cycle is 1 runs whenever it can; a
   throttled one (duty cycle below 1) runs only part of each period, and the jobs beside it see

@@ -36,8 +36,8 @@ class ProfileTable:
         max_iterations: the most iterations an episode's training jobs run, summed (what the
             engine draws and keeps for them).
         races: per workload (no padding), its threading's race, if the set has one and the
-            workload trains: services do not race (four reruns of docker-inference-3-stock
-            kept each service's median latency within 0.8% of its mean, issue #32).
+            workload trains: services do not race (their latencies repeat over host reruns,
+            ``docs/fidelity.md``).
         racing: whether any job of the scenario races (a race and a contention term).
 
     Raises:

@@ -1,11 +1,10 @@
 """The race: how a crowded job's pace switches between levels, drawn per seed.
 
-Where co-located stock thread pools spin at their barriers, which job's threads keep meeting
-each other is a race: on an idle host, four replicas of one seeded stock episode finished each
-job 1.7-9x apart, and a job's own pace switched between levels for tens of seconds at a time
-(issue #32). The deterministic contention model (:mod:`.contention`) gives a crowded job its
-*mean* efficiency; the race multiplies it by a level that follows a continuous-time Markov
-chain per job:
+Where co-located stock thread pools spin at their barriers, which job's threads keep meeting each
+other is a race: one seeded stock episode rerun on an idle host finishes each job at very different
+times, and a job's own pace switches between levels for long spells (``docs/replay-model.md``, 'The
+race'). The deterministic contention model (:mod:`.contention`) gives a crowded job its *mean*
+efficiency; the race multiplies it by a level that follows a continuous-time Markov chain per job:
 
 - The chain has levels ``m_1 < ... < m_K`` (multipliers, >= 0), a mean holding time per level
   (exponentially distributed), and the chances of each next level on leaving one (``jumps``).

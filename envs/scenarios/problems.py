@@ -5,6 +5,10 @@ scenario came from a file, the value found and what was expected, and for a miss
 closest field name. :func:`report_validation_error` turns pydantic's errors into such problems:
 it follows each error's location through the definition in :mod:`.schema` to the value type
 there, whose :class:`~dlsched.envs.scenarios.schema.Expected` says what was expected.
+
+Another file a user hands dlsched and pydantic validates (the claims file of
+:mod:`dlsched.runs.reproduce`) is reported the same way: a :class:`Report` raising its own error,
+and its own definition to follow.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pydantic import BaseModel, Discriminator, Tag, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from dlsched.envs.errors import ScenarioError
+from dlsched.envs.errors import DlschedError, ScenarioError
 from dlsched.envs.scenarios.schema import RULE_ERROR, Expected, ScenarioDocument
 
 TOP_LEVEL = "(top level)"
@@ -34,10 +38,19 @@ class Report:
     Args:
         lines: the line in the file of each field path (``jobs[0].count``), empty for data that
             did not come from a file.
+        what: what the file is, for the message (``invalid scenario <origin>``).
+        error: the error raised.
     """
 
-    def __init__(self, lines: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        lines: Mapping[str, int],
+        what: str = "scenario",
+        error: type[DlschedError] = ScenarioError,
+    ) -> None:
         self._lines = lines
+        self._what = what
+        self._error = error
         self._problems: list[tuple[int, str]] = []
 
     def add(self, path: str, text: str) -> None:
@@ -57,7 +70,8 @@ class Report:
         return len(self._problems)
 
     def raise_if_any(self, origin: str) -> None:
-        """Raise the problems recorded so far, if any, as one :class:`ScenarioError`.
+        """Raise the problems recorded so far, if any, as one error (a :class:`ScenarioError`
+        unless the report was made with another).
 
         Args:
             origin: where the scenario came from, named in the message (a path, a label).
@@ -68,8 +82,8 @@ class Report:
         ordered = sorted(self._problems, key=lambda problem: problem[0])
         entries = [f"line {line}: {text}" if line else text for line, text in ordered]
         plural = "s" if len(entries) > 1 else ""
-        raise ScenarioError(
-            f"invalid scenario {origin} ({len(entries)} problem{plural}):\n"
+        raise self._error(
+            f"invalid {self._what} {origin} ({len(entries)} problem{plural}):\n"
             + "\n".join(f"  {entry}" for entry in entries)
         )
 
@@ -230,12 +244,17 @@ def _step(node: _Node, part: str | int) -> _Node | None:
         )
     if typing.get_origin(annotation) is list and isinstance(part, int):
         return _node(f"{node.path}[{part}]", typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) is dict and isinstance(part, str):
+        return _node(join(node.path, part), typing.get_args(annotation)[1])
     return None
 
 
-def _follow(loc: tuple[str | int, ...]) -> tuple[list[_Node], tuple[str | int, ...]]:
-    """The nodes along ``loc`` from the file's top, and the parts of ``loc`` past the last."""
-    trail = [_node("", ScenarioDocument)]
+def _follow(
+    loc: tuple[str | int, ...], definition: Any
+) -> tuple[list[_Node], tuple[str | int, ...]]:
+    """The nodes along ``loc`` from the file's top (``definition``), and the parts of ``loc``
+    past the last."""
+    trail = [_node("", definition)]
     for index, part in enumerate(loc):
         child = _step(trail[-1], part)
         if child is None:
@@ -247,14 +266,24 @@ def _follow(loc: tuple[str | int, ...]) -> tuple[list[_Node], tuple[str | int, .
 # --- the problems of one pydantic error ------------------------------------------------------
 
 
-def report_validation_error(error: ValidationError, report: Report) -> None:
-    """Record each of pydantic's errors of one scenario file as a problem in ``report``."""
+def report_validation_error(
+    error: ValidationError, report: Report, definition: Any = ScenarioDocument
+) -> None:
+    """Record each of pydantic's errors of one file as a problem in ``report``.
+
+    Args:
+        error: what pydantic raised.
+        report: where the problems go.
+        definition: the file's model (a scenario file's by default), with an
+            :class:`~dlsched.envs.scenarios.schema.Expected` for the file as a whole if it is
+            given ``Annotated``.
+    """
     for details in error.errors(include_url=False):
-        _report_one(details, report)
+        _report_one(details, report, definition)
 
 
-def _report_one(details: ErrorDetails, report: Report) -> None:
-    trail, rest = _follow(tuple(details["loc"]))
+def _report_one(details: ErrorDetails, report: Report, definition: Any) -> None:
+    trail, rest = _follow(tuple(details["loc"]), definition)
     node = trail[-1]
     kind = details["type"]
     value = details["input"]

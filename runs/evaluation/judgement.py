@@ -35,7 +35,7 @@ PAPER_BASELINES: Mapping[JobKind, tuple[str, ...]] = {
     JobKind.INFERENCE: ("dqoes",),
     JobKind.TRAINING: ("flowcon", "tradl", "specon"),
 }
-#: The baselines whose better one a training scheduler is held to (issue #43's targets).
+#: The baselines whose better one a training scheduler is held to (``docs/training.md``).
 HELD_TO: Mapping[JobKind, tuple[str, ...]] = {
     JobKind.INFERENCE: ("dqoes",),
     JobKind.TRAINING: ("flowcon", "tradl"),

@@ -138,7 +138,7 @@ class WorkloadContention:
 
 #: The floors :func:`fit_workload_contention` searches (their resolution).
 _FLOOR_STEP = 0.0025
-#: The exponents the fits of a contention curve search, here and in :mod:`.crowd_fit`.
+#: The exponents :func:`fit_workload_contention` searches; the last bounds :mod:`.crowd_fit`'s too.
 EXPONENT_GRID = np.arange(0.0, 12.0 + 1e-9, 0.005)
 
 

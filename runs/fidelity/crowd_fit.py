@@ -2,9 +2,8 @@
 
 A workload's own contention curve (:mod:`.contention_fit`, ``f + (1 - f) R ** -a`` of its solo
 progress per CPU-second at the oversubscription ``R``; :mod:`dlsched.envs.replay.contention`) is
-measured on copies of that one workload. In a *mix* of stock trainings the host gives far less:
-on the calibration host (issue #32), a gru-digits and a vae-digits job crowding two cores kept a
-seventh of what the copies' curves say, three different jobs half, six about all of it. So the
+measured on copies of that one workload. In a *mix* of stock trainings the host gives far less
+(``docs/replay-model.md``, 'Crowded in a mix'). So the
 curve of a stock training is fitted again to the steps of recorded host episodes in which stock
 jobs crowded a worker, every job running whenever it can (no quota; :func:`crowded_steps`):
 
@@ -32,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import least_squares
 
 from dlsched.envs.errors import ProfileError
 from dlsched.envs.replay.contention import oversubscription
@@ -43,6 +43,8 @@ from dlsched.runs.evaluation.records import ContainerSample, EpisodeResult
 from dlsched.runs.fidelity.calibration_profile import set_derivation, write_profile
 from dlsched.runs.fidelity.contention_fit import EXPONENT_GRID
 
+#: The steepest exponent the fit tries (the bounded optimum lies a rounding error inside it).
+STEEPEST = float(EXPONENT_GRID[-1])
 #: Job-steps a workload needs for its curve to be fitted again (else it keeps its own).
 MIN_CROWDED_STEPS = 30
 
@@ -171,7 +173,7 @@ class WorkloadCrowding:
         """The curve and its fit, for a profile's provenance."""
         steepest = (
             " (the steepest the fit tries: the job keeps its floor once crowded)"
-            if self.exponent >= EXPONENT_GRID[-1]
+            if round(self.exponent, 4) >= STEEPEST
             else ""
         )
         return (
@@ -187,8 +189,8 @@ class WorkloadCrowding:
 def fit_crowding(steps: Sequence[CrowdedStep]) -> dict[str, WorkloadCrowding]:
     """Per workload with at least :data:`MIN_CROWDED_STEPS` of ``steps``, the floor and
     exponent minimising ``sum (e - f - (1 - f) R ** -a) ** 2`` over its steps' efficiencies
-    ``e`` (see the module docstring): for each exponent of the grid the best floor in closed
-    form, clipped to ``[0, 1)``."""
+    ``e`` (see the module docstring), by SciPy's bounded least squares: ``f`` in ``[0, 1)``,
+    ``a`` in ``[0,`` :data:`STEEPEST` ``]``."""
     by_workload: dict[str, list[CrowdedStep]] = {}
     for step in steps:
         by_workload.setdefault(step.workload, []).append(step)
@@ -198,19 +200,23 @@ def fit_crowding(steps: Sequence[CrowdedStep]) -> dict[str, WorkloadCrowding]:
             continue
         ratios = np.array([step.oversubscription for step in mine])
         measured = np.array([step.efficiency for step in mine])
-        decays = ratios[None, :] ** -EXPONENT_GRID[:, None]  # exponents x steps
-        # e - decay = f (1 - decay): the floor of each exponent by least squares
-        lift = 1.0 - decays
-        with np.errstate(divide="ignore", invalid="ignore"):
-            floors = ((measured - decays) * lift).sum(axis=1) / (lift * lift).sum(axis=1)
-        floors = np.clip(np.nan_to_num(floors), 0.0, 1.0 - 1e-6)
-        errors = ((floors[:, None] + (1.0 - floors[:, None]) * decays - measured) ** 2).sum(axis=1)
-        best = int(np.argmin(errors))
-        exponent, floor = float(EXPONENT_GRID[best]), float(floors[best])
+        fitted = least_squares(
+            _curve_errors,
+            x0=(0.5, 1.0),
+            bounds=((0.0, 0.0), (1.0 - 1e-6, STEEPEST)),
+            args=(ratios, measured),
+        )
+        floor, exponent = float(fitted.x[0]), float(fitted.x[1])
         fits[workload] = WorkloadCrowding(
             workload, exponent, floor, len(mine), _residuals(ratios, measured, exponent, floor)
         )
     return fits
+
+
+def _curve_errors(curve: np.ndarray, ratios: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """The curve ``(f, a)``'s efficiency at each step's ``R`` less the step's measured one."""
+    floor, exponent = curve
+    return floor + (1.0 - floor) * ratios**-exponent - measured
 
 
 def _residuals(

@@ -1,7 +1,7 @@
 """Replay against the host as distributions: many outcomes of one job on each side.
 
 Where co-located thread pools race, one seeded episode rerun on an idle host finishes each job
-at very different times (1.7-9x apart over four replicas of one stock training mix), so a model
+at very different times (``docs/fidelity.md``), so a model
 can only be held to the host's *spread*, not to one run. Here a job's (or a policy's) outcome is
 a sample on each side: the host's reruns of one seeded episode, and replay's episodes over many
 seeds (or one seed's, where replay is deterministic). :class:`SampleComparison` holds the two
@@ -153,7 +153,8 @@ class Interval:
 
 def bootstrap_interval(values: Sequence[float], seed: int = 0) -> Interval:
     """The mean of ``values`` with a percentile bootstrap :data:`CONFIDENCE` interval
-    (:data:`BOOTSTRAP_RESAMPLES` resamples drawn from ``seed``: the same interval every time).
+    (:data:`BOOTSTRAP_RESAMPLES` resamples drawn from ``seed``: the same interval every time);
+    one value is its own interval, as every resample of it is.
 
     Raises:
         ArgumentError: no values.
@@ -161,11 +162,19 @@ def bootstrap_interval(values: Sequence[float], seed: int = 0) -> Interval:
     sample = np.asarray(values, dtype=float)
     if not len(sample):
         raise ArgumentError("a bootstrap interval needs one value or more, got none")
-    rng = np.random.default_rng(seed)
-    means = rng.choice(sample, size=(BOOTSTRAP_RESAMPLES, len(sample))).mean(axis=1)
-    tail = (1 - CONFIDENCE) / 2
-    low, high = np.quantile(means, (tail, 1 - tail))
-    return Interval(float(sample.mean()), float(low), float(high))
+    mean = float(sample.mean())
+    if len(sample) == 1:  # SciPy resamples two values or more
+        return Interval(mean, mean, mean)
+    result = stats.bootstrap(
+        (sample,),
+        np.mean,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    interval = result.confidence_interval
+    return Interval(mean, float(interval.low), float(interval.high))
 
 
 @dataclass(frozen=True)

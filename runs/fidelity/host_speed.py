@@ -1,13 +1,12 @@
 """How fast this host runs each workload, against the host its profiles were measured on.
 
-A profile's throughput curve holds the units per second one workload made per core *on the host
-it was measured on*. Hosts of the same CPU model name are not equally fast: two 2-core VMs that
-both report "AMD EPYC" ran dlsched's stock trainings alone at 0.60-0.75 of each other's speed
-(measured 2026-11-26), so a replay model calibrated on one is 1.3-1.6x too fast on the other
-before any question of sharing or contention arises. ``dlsched validate`` is about the model's
-shape (how jobs share cores, contend and start), so it first measures that speed ratio and
-holds the host against the profiles rescaled to it; the ratio is reported, and large ratios are
-warned about, since the profiles then describe another machine.
+A profile's throughput curve holds the units per second one workload made per core *on the host it
+was measured on*. Hosts of the same CPU model name are not equally fast (``docs/fidelity.md``
+measures two), so a replay model calibrated on one is too fast or too slow on another before any
+question of sharing or contention arises. ``dlsched validate`` is about the model's shape (how jobs
+share cores, contend and start), so it first measures that speed ratio and holds the host against
+the profiles rescaled to it; the ratio is reported, and large ratios are warned about, since the
+profiles then describe another machine.
 
 The probe runs each workload of the scenario alone, uncapped, in one container of the workload
 image: after its first unit it waits ``settle_s`` and measures its units per second and the
@@ -555,9 +554,8 @@ def drift_warning(
     """What to tell a user whose host changed speed between two probes by more than ``tolerance``.
 
     Hosts that share their physical machine with others run the same workload at different
-    speeds from one quarter of an hour to the next (measured on a 2-core VM: stock cnn-digits
-    at 0.72 and 1.10 of the profiles' speed, 45 minutes apart); a validation that probes before
-    and after its host episodes says when its errors hold such a drift.
+    speeds from one quarter of an hour to the next (``docs/fidelity.md``); a validation that
+    probes before and after its host episodes says when its errors hold such a drift.
     """
     ratios = after.ratios()
     drifted = [
@@ -583,9 +581,9 @@ def drift_warning(
 class SpeedBracket:
     """Replay rescaled to the host's speed *during* its episodes, as well as it can be known.
 
-    A VM whose neighbours come and go runs the same workload up to 1.7x faster or slower from
-    one hour to the next (measured on a 2-core VM), so a probe taken before the host episodes
-    can be minutes stale by the time they end. The bracket probes before (:attr:`before`) and,
+    A VM whose neighbours come and go runs the same workload faster or slower from one hour to
+    the next (``docs/fidelity.md``), so a probe taken before the host episodes can be minutes
+    stale by the time they end. The bracket probes before (:attr:`before`) and,
     once the host episodes are done, again; replay runs after, on the profiles rescaled to the
     geometric mean of the two (:func:`between`), and the report says whether the two differed
     (:func:`drift_warning`). It is the model of

@@ -25,7 +25,7 @@ then finds the levels and the chain between them:
    never left gets the others' chances, evenly).
 
 Steps are the resolution: switches within a step are averaged into its ratio, so holding times
-shorter than a few steps are not recovered (the host's are tens of seconds, issue #32).
+shorter than a few steps are not recovered (the host's are longer: ``docs/replay-model.md``).
 :func:`fit_race_to_episodes` runs all of it over recorded episodes, :func:`write_race` puts the
 result, with its provenance, into a profile set, and :func:`fit_crowding_and_race` fits and
 writes the curves, then the race (``dlsched calibrate --race-from``).
@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.cluster.vq import kmeans2
 
 from dlsched.envs.errors import ArgumentError, ProfileError
 from dlsched.envs.replay.contention import (
@@ -66,7 +67,7 @@ from dlsched.runs.fidelity.host_speed import HOST_SPEED_FILE, HostSpeed, read_ho
 from dlsched.runs.fidelity.rescaled_profiles import write_rescaled_set
 from dlsched.runs.tracking.trajectory import EPISODE_FILE, read_episode, recorded_backend
 
-#: k-means rounds at most (it stops once no second changes level).
+#: k-means rounds (Lloyd's: each round relabels every second and moves the centers).
 MAX_ROUNDS = 100
 #: Rounds of labelling by Viterbi and re-estimating the levels.
 HMM_ROUNDS = 5
@@ -280,19 +281,11 @@ def fit_race(
 
 
 def _kmeans(logs: np.ndarray, levels: int) -> np.ndarray:
-    """Ascending centers of a one-dimensional k-means of ``logs``, started at evenly spaced
-    quantiles (deterministic)."""
-    centers = np.quantile(logs, (np.arange(levels) + 0.5) / levels)
-    labels = _label(logs, centers)
-    for _ in range(MAX_ROUNDS):
-        centers = np.array(
-            [logs[labels == k].mean() if (labels == k).any() else centers[k] for k in range(levels)]
-        )
-        new = _label(logs, centers)
-        if (new == labels).all():
-            break
-        labels = new
-    return np.sort(centers)
+    """Ascending centers of a one-dimensional k-means of ``logs`` (SciPy's Lloyd iterations),
+    started at evenly spaced quantiles (deterministic); an empty cluster keeps its center."""
+    start = np.quantile(logs, (np.arange(levels) + 0.5) / levels)
+    centers, _ = kmeans2(logs[:, None], start[:, None], iter=MAX_ROUNDS, minit="matrix")
+    return np.sort(centers[:, 0])
 
 
 def _label(logs: np.ndarray, centers: np.ndarray) -> np.ndarray:

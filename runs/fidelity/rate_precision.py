@@ -7,10 +7,10 @@ sub-windows give in :mod:`.speed_interval`). A run whose interval is wider than 
 calibration's tolerance is measured again for as long as the interval says it needs
 (:func:`longer_duration`), so that two calibrations of a host that holds its speed agree
 within the tolerance, each within half of it. Longer runs narrow the noise within a run, not a
-host's drift between runs (10-20% over twenty minutes on a 2-core VM, ``docs/fidelity.md``):
+host's drift between runs (``docs/fidelity.md`` measures it):
 :func:`compare_sets` is what tells.
 
-Two profile sets, say two calibrations run back to back (issue #36), are held against each
+Two profile sets, say two calibrations run back to back, are held against each
 other by :func:`compare_sets`: each workload's throughput curve of the second set read at the
 cores of the first's measured points, as a ratio (:class:`RateAgreement`).
 """

@@ -230,7 +230,7 @@ def run_sides(
 
 
 #: Seeds replay runs in all for a validation's distributions by default where the scenario's
-#: jobs run stock threading (the host's reruns spread, issue #32); none otherwise.
+#: jobs run stock threading (the host's reruns spread: ``docs/fidelity.md``); none otherwise.
 STOCK_REPLAY_SEEDS = 50
 
 

@@ -7,22 +7,37 @@ at once with the file, its line and the field's path (``claims[3].measure.scenar
 
 A claims file is data a user hands dlsched, as a scenario file is, and is read the same bounded
 way (:mod:`dlsched.envs.scenarios.yaml_text`): its size and its values, aliases expanded, are
-counted before anything is built from them.
+counted before anything is built from them. Its shape is checked as a scenario file's is, by
+pydantic models (:class:`ClaimsDocument`) whose errors :mod:`dlsched.envs.scenarios.problems`
+words; then what relates its fields and what they name (scenarios, policies, statistics, units,
+claims) by :class:`_Checker`.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    ValidationError,
+)
+from pydantic_core import PydanticCustomError
 
 from dlsched.baselines.registry import make, names
 from dlsched.envs.errors import DlschedError
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import Scenario
+from dlsched.envs.scenarios.problems import Report, report_validation_error
+from dlsched.envs.scenarios.schema import RULE_ERROR, Expected
 from dlsched.envs.scenarios.yaml_text import FileKind, read_text, read_yaml
 from dlsched.runs.reproduce.claims import (
     PAPERS,
@@ -35,17 +50,15 @@ from dlsched.runs.reproduce.claims import (
     Reading,
     Unit,
 )
-from dlsched.runs.reproduce.statistics import STATISTICS, check_args
+from dlsched.runs.reproduce.statistics import STATISTICS, Statistic, check_args
 from dlsched.runs.reproduce.verdict import Direction
 
 #: The shipped claims file.
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
 #: The file format this module reads (the ``format`` field); ``version`` versions the claims.
 FORMAT = 1
-
-_ID = re.compile(r"^[a-z0-9][a-z0-9-]*$")
-
-_T = TypeVar("_T")
+#: Seeds of a measure that names none.
+DEFAULT_SEEDS = 10
 
 
 CLAIMS_KIND = FileKind(
@@ -71,328 +84,334 @@ def load_claims(path: str | Path = CLAIMS_FILE) -> ClaimsFile:
     path = Path(path)
     text = read_text(path, CLAIMS_KIND)
     document = read_yaml(text, f"claims file {path}", CLAIMS_KIND)
+    report = Report(document.lines, "claims file", ClaimsError)
+    try:
+        checked = ClaimsDocument.model_validate(document.data)
+    except ValidationError as error:
+        report_validation_error(error, report, _FILE)
+        report.raise_if_any(str(path))
+        raise
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    return _Parser(path, document.lines, digest).parse(document.data)
+    claims = _Checker(report).claims_file(checked, path, digest)
+    report.raise_if_any(str(path))
+    return claims
 
 
-class _Parser:
-    """Builds a :class:`ClaimsFile`, collecting every problem before raising them together."""
+# --- the file's shape ------------------------------------------------------------------------
 
-    def __init__(self, path: Path, lines: Mapping[str, int], digest: str) -> None:
-        self.path = path
-        self.lines = lines
-        self.digest = digest
-        self.problems: list[tuple[int, str]] = []
+
+def _no_params(value: object) -> object:
+    raise PydanticCustomError(
+        RULE_ERROR,
+        "no params here: a claim keeps its paper's parameters, and a reading of the pseudocode "
+        "goes under `readings:`",
+    )
+
+
+def _statistic_by_name(value: object) -> object:
+    return {"statistic": value} if isinstance(value, str) else value
+
+
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1), Expected("text")]
+Note = Annotated[str, StringConstraints(strip_whitespace=True), Expected("text")]
+Name = Annotated[str, Expected("a name")]
+Number = Annotated[float, Field(allow_inf_nan=False), Expected("a finite number")]
+Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False), Expected("a number >= 0")]
+Count = Annotated[int, Field(ge=1), Expected("a whole number of at least 1")]
+Arguments = Annotated[dict[str, Any], Expected("a mapping of argument names to values")]
+Id = Annotated[
+    str,
+    Field(pattern=r"^[a-z0-9][a-z0-9-]*$"),
+    Expected("an id of lower-case letters, digits and '-'"),
+]
+
+
+class _FileMapping(BaseModel):
+    """A mapping of the claims file: only its own fields, each of exactly its type."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class UnitSpec(_FileMapping):
+    absolute: Tolerance = 0.0
+    relative: Tolerance = 0.0
+    description: Note = ""
+
+
+class ReadingSpec(_FileMapping):
+    name: Text
+    params: Annotated[
+        dict[str, Any], Field(min_length=1), Expected("a mapping of at least one parameter")
+    ]
+    source: Note = ""
+
+
+_Reading = Annotated[ReadingSpec, Expected("a reading: a mapping with name, params, source")]
+
+
+class TwinSpec(_FileMapping):
+    scenario: Name
+    seeds: Count | None = None
+    backend_options: Annotated[dict[str, str], Expected("a mapping of option names to strings")] = (
+        Field(default_factory=dict)
+    )
+
+
+class MeasureSpec(TwinSpec):
+    policy: Name
+    statistic: Name
+    args: Arguments = Field(default_factory=dict)
+    reference: Name | None = None
+    params: Annotated[Any, AfterValidator(_no_params), Expected("no params")] = None
+
+
+class ClaimSpec(_FileMapping):
+    id: Id
+    paper: Name
+    section: Text
+    claim: Text
+    unit: Name
+    measure: Annotated[MeasureSpec, Expected("a mapping with scenario, policy and statistic")]
+    figure: Note = ""
+    value: Number | None = None
+    direction: Annotated[Direction, Strict(False)] | None = None
+    no_effect: Number = 0.0
+    twin: Annotated[TwinSpec, Expected("a mapping with scenario")] | None = None
+    fitted: Annotated[bool, Expected("true or false")] = False
+    note: Note = ""
+
+
+class DiagnosticSpec(_FileMapping):
+    statistic: Name
+    args: Arguments = Field(default_factory=dict)
+
+
+class InvestigationSpec(_FileMapping):
+    id: Text
+    question: Text
+    claim: Name
+    diagnostics: Annotated[
+        list[
+            Annotated[
+                DiagnosticSpec,
+                BeforeValidator(_statistic_by_name),
+                Expected("a statistic's name, or a mapping with statistic and args"),
+            ]
+        ],
+        Field(min_length=1),
+        Expected("a list of at least one statistic"),
+    ]
+    explanation: Text
+    variants: Annotated[list[_Reading], Expected("a list of readings")] = Field(
+        default_factory=list
+    )
+
+
+class ClaimsDocument(_FileMapping):
+    """A claims file as written."""
+
+    format: Annotated[int, Expected(f"{FORMAT}, the format this dlsched reads")]
+    version: Count
+    units: Annotated[
+        dict[str, Annotated[UnitSpec, Expected("a mapping with absolute, relative, description")]],
+        Field(min_length=1),
+        Expected("a non-empty mapping of unit names to tolerances"),
+    ]
+    claims: Annotated[
+        list[Annotated[ClaimSpec, Expected("a claim: a mapping with id, paper, section, ...")]],
+        Field(min_length=1),
+        Expected("a non-empty list of claims"),
+    ]
+    readings: Annotated[
+        dict[str, Annotated[list[_Reading], Expected("a list of readings")]],
+        Expected("a mapping of policy names to lists of readings"),
+    ] = Field(default_factory=dict)
+    investigations: Annotated[
+        list[Annotated[InvestigationSpec, Expected("an investigation: a mapping with id, ...")]],
+        Expected("a list of investigations"),
+    ] = Field(default_factory=list)
+
+
+_FILE = Annotated[ClaimsDocument, Expected(CLAIMS_KIND.holds)]
+"""The definition the problems of a file's shape are found in."""
+
+
+# --- what the fields name and how they relate ------------------------------------------------
+
+
+class _Checker:
+    """Builds a :class:`ClaimsFile` from a file of the right shape, recording in ``report``
+    every name that names nothing and every field at odds with another."""
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
         self.scenarios: dict[str, Scenario | None] = {}
-
-    # ----------------------------------------------------------------- reporting
 
     def bad(self, where: str, text: str) -> None:
         """Record a problem of the field at ``where``, at its line (or its nearest parent's)."""
-        probe = where
-        while probe and probe not in self.lines:
-            cut = max(probe.rfind("."), probe.rfind("[") if probe.endswith("]") else -1)
-            probe = probe[:cut] if cut > 0 else ""
-        self.problems.append((self.lines.get(probe, 0), f"{where}: {text}"))
+        self.report.add(where, f"{where}: {text}")
 
-    def raise_if_any(self) -> None:
-        if not self.problems:
-            return
-        entries = [f"line {line}: {text}" if line else text for line, text in sorted(self.problems)]
-        plural = "s" if len(entries) > 1 else ""
-        raise ClaimsError(
-            f"invalid claims file {self.path} ({len(entries)} problem{plural}):\n"
-            + "\n".join(f"  {entry}" for entry in entries)
+    def known(self, value: str, where: str, options: Sequence[str]) -> bool:
+        """Whether ``value`` is one of ``options``; a problem if not."""
+        if value not in options:
+            self.bad(where, f"{value!r} is not one of {', '.join(options)}")
+            return False
+        return True
+
+    def claims_file(self, spec: ClaimsDocument, path: Path, digest: str) -> ClaimsFile:
+        if spec.format != FORMAT:
+            self.bad("format", f"{spec.format!r}: this dlsched reads format {FORMAT}")
+        units = {
+            name: Unit(name, unit.absolute, unit.relative, unit.description)
+            for name, unit in spec.units.items()
+        }
+        readings = [
+            reading
+            for policy, entries in spec.readings.items()
+            if self.known(policy, f"readings.{policy}", names())
+            for reading in self.readings(entries, f"readings.{policy}", policy)
+        ]
+        claims: list[Claim] = []
+        for index, entry in enumerate(spec.claims):
+            where = f"claims[{index}]"
+            if entry.id in (claim.id for claim in claims):
+                self.bad(f"{where}.id", f"{entry.id!r} is used by an earlier claim")
+            claim = self.claim(entry, where, units)
+            if claim is not None:
+                claims.append(claim)
+        by_id = {claim.id: claim for claim in claims}
+        investigations = [
+            investigation
+            for index, entry in enumerate(spec.investigations)
+            if (investigation := self.investigation(entry, f"investigations[{index}]", by_id))
+        ]
+        return ClaimsFile(
+            path,
+            spec.version,
+            units,
+            tuple(readings),
+            tuple(claims),
+            tuple(investigations),
+            digest,
         )
 
-    # ----------------------------------------------------------------- fields
-
-    def mapping(self, value: object, where: str, required: Sequence[str], optional: Sequence[str]):
-        if not isinstance(value, dict):
-            self.bad(where, f"expected a mapping with {', '.join(required)}, got {value!r:.60}")
-            return None
-        for key in value:
-            if key not in (*required, *optional):
-                known = ", ".join((*required, *optional))
-                hint = (
-                    "; claims keep their papers' parameters: a reading of the pseudocode goes "
-                    "under `readings:`"
-                    if key == "params"
-                    else ""
-                )
-                self.bad(f"{where}.{key}", f"unknown field (known: {known}){hint}")
-        for key in required:
-            if key not in value:
-                self.bad(f"{where}.{key}", "missing")
-        return value
-
-    def text(
-        self, data: Mapping[str, Any], key: str, where: str, default: str | None = None
-    ) -> str:
-        """The text at ``key``; a required one (``default=None``) must not be blank. A missing
-        required key was reported by :meth:`mapping`."""
-        value = data.get(key, default)
-        if isinstance(value, str) and (default is not None or value.strip()):
-            return value.strip()
-        if key in data:
-            self.bad(f"{where}.{key}", f"expected text, got {value!r:.60}")
-        return default or ""
-
-    def number(self, data: Mapping[str, Any], key: str, where: str, default: float | None = None):
-        value = data.get(key, default)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            self.bad(f"{where}.{key}", f"expected a number, got {value!r:.60}")
-            return None
-        return float(value)
-
-    def choice(self, value: object, where: str, options: Sequence[str]) -> str | None:
-        if not isinstance(value, str) or value not in options:
-            self.bad(where, f"{value!r:.60} is not one of {', '.join(options)}")
-            return None
-        return value
-
-    def args(self, value: object, where: str) -> tuple[tuple[str, Any], ...]:
-        if value is None:
-            return ()
-        if not isinstance(value, dict):
-            self.bad(where, f"expected a mapping of arguments, got {value!r:.60}")
-            return ()
-        return tuple(sorted((str(k), v) for k, v in value.items()))
-
-    def listed_once(
-        self,
-        entries: Sequence[object],
-        where: str,
-        parse: Callable[[object, str], _T | None],
-        key: str,
-        repeated: str,
-    ) -> list[_T]:
-        """Each entry parsed at ``where[index]``, dropping those that fail; the field ``key``
-        (named alike in the file and in what ``parse`` returns) must not repeat an earlier
-        entry's (``repeated``: what the problem says of a value that does)."""
-        parsed: list[_T] = []
-        seen: set[object] = set()
+    def readings(self, entries: Sequence[ReadingSpec], where: str, policy: str) -> list[Reading]:
+        """The readings of ``policy`` whose parameters it takes, each name listed once."""
+        found: list[Reading] = []
         for index, entry in enumerate(entries):
-            item = parse(entry, f"{where}[{index}]")
-            if item is None:
-                continue
-            value = getattr(item, key)
-            if value in seen:
-                self.bad(f"{where}[{index}].{key}", f"{value!r} {repeated}")
-            seen.add(value)
-            parsed.append(item)
-        return parsed
+            if entry.name in (reading.name for reading in found):
+                self.bad(f"{where}[{index}].name", f"{entry.name!r} is listed twice")
+            reading = self.reading(entry, f"{where}[{index}]", policy)
+            if reading is not None:
+                found.append(reading)
+        return found
 
-    def scenario(self, name: object, where: str) -> Scenario | None:
-        if not isinstance(name, str):
-            self.bad(where, f"expected a scenario name, got {name!r:.60}")
+    def reading(self, entry: ReadingSpec, where: str, policy: str) -> Reading | None:
+        try:
+            make(policy, **entry.params)
+        except DlschedError as error:
+            self.bad(f"{where}.params", str(error))
             return None
+        return Reading(policy, entry.name, tuple(sorted(entry.params.items())), entry.source)
+
+    def claim(self, entry: ClaimSpec, where: str, units: Mapping[str, Unit]) -> Claim | None:
+        before = self.report.count
+        self.known(entry.paper, f"{where}.paper", tuple(PAPERS))
+        self.known(entry.unit, f"{where}.unit", tuple(units))
+        value, direction, no_effect = entry.value, entry.direction, entry.no_effect
+        if value is None and direction is None and "value" not in entry.model_fields_set:
+            self.bad(f"{where}.value", "missing: a claim has a number, or a direction (or both)")
+        if (
+            value is not None
+            and direction is not None
+            and (value == no_effect or (value > no_effect) != (direction is Direction.HIGHER))
+        ):
+            self.bad(
+                f"{where}.value",
+                f"{value:g} is not {direction} than no_effect {no_effect:g}, as direction says",
+            )
+        measure = self.measure(entry.measure, f"{where}.measure")
+        twin = None
+        if entry.twin is not None and measure is not None:
+            twin = self.twin(entry.twin, f"{where}.twin", measure)
+        if self.report.count > before or measure is None:
+            return None
+        return Claim(
+            id=entry.id,
+            paper=entry.paper,
+            section=entry.section,
+            figure=entry.figure,
+            text=" ".join(entry.claim.split()),
+            value=value,
+            unit=entry.unit,
+            measure=measure,
+            direction=direction,
+            no_effect=no_effect,
+            twin=twin,
+            fitted=entry.fitted,
+            note=" ".join(entry.note.split()),
+        )
+
+    def measure(self, spec: MeasureSpec, where: str) -> Measure | None:
+        before = self.report.count
+        scenario = self.scenario(spec.scenario, f"{where}.scenario")
+        self.known(spec.policy, f"{where}.policy", names())
+        if spec.reference is not None:
+            self.known(spec.reference, f"{where}.reference", names())
+        if self.known(spec.statistic, f"{where}.statistic", tuple(STATISTICS)):
+            statistic = STATISTICS[spec.statistic]
+            for problem in check_args(statistic, spec.args):
+                self.bad(f"{where}.args", problem)
+            if statistic.paired and spec.reference is None:
+                self.bad(
+                    f"{where}.reference", f"missing: {statistic.name} compares against a reference"
+                )
+            if not statistic.paired and spec.reference is not None:
+                self.bad(
+                    f"{where}.reference",
+                    f"{statistic.name} reads one episode and takes no reference",
+                )
+            self.check_kind(scenario, statistic, where)
+        if self.report.count > before:
+            return None
+        return Measure(
+            spec.scenario,
+            spec.policy,
+            spec.statistic,
+            tuple(sorted(spec.args.items())),
+            spec.reference,
+            spec.seeds or DEFAULT_SEEDS,
+            tuple(sorted(spec.backend_options.items())),
+        )
+
+    def twin(self, spec: TwinSpec, where: str, base: Measure) -> Measure | None:
+        """A claim's twin: its own scenario, seeds and options, the rest its measure's."""
+        before = self.report.count
+        scenario = self.scenario(spec.scenario, f"{where}.scenario")
+        self.check_kind(scenario, STATISTICS[base.statistic], where)
+        if self.report.count > before:
+            return None
+        return Measure(
+            spec.scenario,
+            base.policy,
+            base.statistic,
+            base.args,
+            base.reference,
+            spec.seeds or base.seeds,
+            tuple(sorted(spec.backend_options.items())),
+        )
+
+    def scenario(self, name: str, where: str) -> Scenario | None:
         if name not in self.scenarios:
             try:
                 self.scenarios[name] = load_scenario(name)
             except DlschedError as error:
                 self.scenarios[name] = None
                 self.bad(where, f"scenario {name!r} cannot be loaded: {str(error).splitlines()[0]}")
-                return None
         return self.scenarios[name]
 
-    def policy(self, name: object, where: str) -> str | None:
-        return self.choice(name, where, names())
-
-    # ----------------------------------------------------------------- sections
-
-    def parse(self, data: object) -> ClaimsFile:
-        top = self.mapping(
-            data, "(file)", ("format", "version", "units", "claims"), ("readings", "investigations")
-        )
-        if top is None:
-            self.raise_if_any()
-        assert isinstance(top, dict)
-        if "format" in top and top["format"] != FORMAT:
-            self.bad("format", f"{top['format']!r}: this dlsched reads format {FORMAT}")
-        version = top.get("version")
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            self.bad("version", f"expected a whole number of at least 1, got {version!r}")
-            version = 0
-        units = self.units(top.get("units"))
-        readings = self.readings(top.get("readings") or {})
-        claims = self.claims(top.get("claims"), units)
-        investigations = self.investigations(top.get("investigations") or [], claims)
-        self.raise_if_any()
-        return ClaimsFile(self.path, version, units, readings, claims, investigations, self.digest)
-
-    def units(self, data: object) -> dict[str, Unit]:
-        units: dict[str, Unit] = {}
-        if not isinstance(data, dict) or not data:
-            self.bad("units", "expected a mapping of unit names to tolerances")
-            return units
-        for name, spec in data.items():
-            where = f"units.{name}"
-            spec = self.mapping(spec, where, (), ("absolute", "relative", "description"))
-            if spec is None:
-                continue
-            absolute = self.number(spec, "absolute", where, 0.0) or 0.0
-            relative = self.number(spec, "relative", where, 0.0) or 0.0
-            if absolute < 0 or relative < 0:
-                self.bad(where, "tolerances must be 0 or more")
-            units[str(name)] = Unit(
-                str(name), absolute, relative, self.text(spec, "description", where, "")
-            )
-        return units
-
-    def readings(self, data: object) -> tuple[Reading, ...]:
-        readings: list[Reading] = []
-        if not isinstance(data, dict):
-            self.bad("readings", "expected a mapping of policy names to lists of readings")
-            return ()
-        for policy, entries in data.items():
-            where = f"readings.{policy}"
-            if self.policy(policy, where) is None:
-                continue
-            if not isinstance(entries, list):
-                self.bad(where, "expected a list of readings")
-                continue
-            parse = functools.partial(self.reading, policy=str(policy))
-            readings += self.listed_once(entries, where, parse, "name", "is listed twice")
-        return tuple(readings)
-
-    def reading(self, entry: object, where: str, policy: str) -> Reading | None:
-        spec = self.mapping(entry, where, ("name", "params"), ("source",))
-        if spec is None:
-            return None
-        name = self.text(spec, "name", where)
-        params = self.args(spec.get("params"), f"{where}.params")
-        if not params:
-            self.bad(f"{where}.params", "a reading sets at least one parameter")
-        try:
-            make(policy, **dict(params))
-        except DlschedError as error:
-            self.bad(f"{where}.params", str(error))
-            return None
-        return Reading(policy, name, params, self.text(spec, "source", where, ""))
-
-    def claims(self, data: object, units: Mapping[str, Unit]) -> tuple[Claim, ...]:
-        if not isinstance(data, list) or not data:
-            self.bad("claims", "expected a list of claims")
-            return ()
-        parse = functools.partial(self.claim, units=units)
-        return tuple(self.listed_once(data, "claims", parse, "id", "is used by an earlier claim"))
-
-    def claim(self, entry: object, where: str, units: Mapping[str, Unit]) -> Claim | None:
-        spec = self.mapping(
-            entry,
-            where,
-            ("id", "paper", "section", "claim", "unit", "measure"),
-            ("figure", "value", "direction", "no_effect", "twin", "fitted", "note"),
-        )
-        if spec is None:
-            return None
-        before = len(self.problems)
-        claim_id = self.text(spec, "id", where)
-        if claim_id and not _ID.match(claim_id):
-            self.bad(f"{where}.id", f"{claim_id!r}: use lower-case letters, digits and '-'")
-        paper = self.choice(spec.get("paper"), f"{where}.paper", tuple(PAPERS))
-        unit = self.choice(spec.get("unit"), f"{where}.unit", tuple(units))
-        value = self.number(spec, "value", where)
-        direction_name = spec.get("direction")
-        direction = None
-        if direction_name is not None:
-            chosen = self.choice(direction_name, f"{where}.direction", tuple(Direction))
-            direction = Direction(chosen) if chosen else None
-        no_effect = self.number(spec, "no_effect", where, 0.0) or 0.0
-        if value is None and direction is None and "value" not in spec:
-            self.bad(f"{where}.value", "missing: a claim has a number, or a direction (or both)")
-        if value is not None and direction is not None:
-            wrong = value <= no_effect if direction is Direction.HIGHER else value >= no_effect
-            if wrong:
-                self.bad(
-                    f"{where}.value",
-                    f"{value:g} is not {direction} than no_effect {no_effect:g}, as direction says",
-                )
-        fitted = spec.get("fitted", False)
-        if not isinstance(fitted, bool):
-            self.bad(f"{where}.fitted", f"expected true or false, got {fitted!r}")
-        measure = self.measure(spec.get("measure"), f"{where}.measure", None)
-        twin = None
-        if spec.get("twin") is not None and measure is not None:
-            twin = self.measure(spec["twin"], f"{where}.twin", measure)
-        if len(self.problems) > before or measure is None or paper is None or unit is None:
-            return None
-        return Claim(
-            id=claim_id,
-            paper=paper,
-            section=self.text(spec, "section", where),
-            figure=self.text(spec, "figure", where, ""),
-            text=" ".join(self.text(spec, "claim", where).split()),
-            value=value,
-            unit=unit,
-            measure=measure,
-            direction=direction,
-            no_effect=no_effect,
-            twin=twin,
-            fitted=bool(fitted),
-            note=" ".join(self.text(spec, "note", where, "").split()),
-        )
-
-    def measure(self, entry: object, where: str, base: Measure | None) -> Measure | None:
-        """A claim's measure, or its twin (``base``: the measure it inherits the rest from)."""
-        if base is None:
-            required: tuple[str, ...] = ("scenario", "policy", "statistic")
-            optional: tuple[str, ...] = ("args", "reference", "seeds", "backend_options")
-        else:
-            required, optional = ("scenario",), ("seeds", "backend_options")
-        spec = self.mapping(entry, where, required, optional)
-        if spec is None:
-            return None
-        before = len(self.problems)
-        scenario = self.scenario(spec.get("scenario"), f"{where}.scenario")
-        seeds = spec.get("seeds", base.seeds if base else 10)
-        if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-            self.bad(f"{where}.seeds", f"expected a whole number of at least 1, got {seeds!r}")
-        options = spec.get("backend_options") or {}
-        if not isinstance(options, dict) or not all(isinstance(v, str) for v in options.values()):
-            self.bad(f"{where}.backend_options", "expected a mapping of option names to strings")
-            options = {}
-        if base is not None:
-            self.check_kind(scenario, STATISTICS.get(base.statistic), where)
-            if len(self.problems) > before:
-                return None
-            return Measure(
-                spec["scenario"],
-                base.policy,
-                base.statistic,
-                base.args,
-                base.reference,
-                seeds,
-                tuple(sorted(options.items())),
-            )
-        policy = self.policy(spec.get("policy"), f"{where}.policy")
-        reference = spec.get("reference")
-        if reference is not None:
-            reference = self.policy(reference, f"{where}.reference")
-        name = self.choice(spec.get("statistic"), f"{where}.statistic", tuple(STATISTICS))
-        args = self.args(spec.get("args"), f"{where}.args")
-        if name is not None:
-            statistic = STATISTICS[name]
-            for problem in check_args(statistic, dict(args)):
-                self.bad(f"{where}.args", problem)
-            if statistic.paired and reference is None and "reference" not in spec:
-                self.bad(f"{where}.reference", f"missing: {name} compares against a reference")
-            if not statistic.paired and reference is not None:
-                self.bad(f"{where}.reference", f"{name} reads one episode and takes no reference")
-            self.check_kind(scenario, statistic, where)
-        if len(self.problems) > before or policy is None or name is None:
-            return None
-        return Measure(
-            spec["scenario"], policy, name, args, reference, seeds, tuple(sorted(options.items()))
-        )
-
-    def check_kind(self, scenario: Scenario | None, statistic: Any, where: str) -> None:
-        if scenario is None or statistic is None:
-            return
-        if scenario.kind not in statistic.kinds:
+    def check_kind(self, scenario: Scenario | None, statistic: Statistic, where: str) -> None:
+        if scenario is not None and scenario.kind not in statistic.kinds:
             kinds = " or ".join(kind.value for kind in statistic.kinds)
             self.bad(
                 f"{where}.scenario",
@@ -400,69 +419,41 @@ class _Parser:
                 f"applies to {kinds} scenarios",
             )
 
-    def investigations(self, data: object, claims: Sequence[Claim]) -> tuple[Investigation, ...]:
-        if not isinstance(data, list):
-            self.bad("investigations", "expected a list")
-            return ()
-        by_id = {claim.id: claim for claim in claims}
-        found = []
-        for index, entry in enumerate(data):
-            where = f"investigations[{index}]"
-            spec = self.mapping(
-                entry,
-                where,
-                ("id", "question", "claim", "diagnostics", "explanation"),
-                ("variants",),
+    def investigation(
+        self, spec: InvestigationSpec, where: str, claims: Mapping[str, Claim]
+    ) -> Investigation | None:
+        claim = claims.get(spec.claim)
+        if claim is None:
+            self.bad(f"{where}.claim", f"{spec.claim!r} is not a claim of this file")
+            return None
+        variants = [
+            reading
+            for index, variant in enumerate(spec.variants)
+            if (
+                reading := self.reading(variant, f"{where}.variants[{index}]", claim.measure.policy)
             )
-            if spec is None:
-                continue
-            claim = by_id.get(str(spec.get("claim")))
-            if claim is None:
-                self.bad(f"{where}.claim", f"{spec.get('claim')!r} is not a claim of this file")
-                continue
-            variants = tuple(
-                reading
-                for v_index, variant in enumerate(spec.get("variants") or [])
-                if (
-                    reading := self.reading(
-                        variant, f"{where}.variants[{v_index}]", claim.measure.policy
-                    )
-                )
-                is not None
-            )
-            diagnostics = []
-            for d_index, item in enumerate(spec.get("diagnostics") or []):
-                diagnostic = self.diagnostic(item, f"{where}.diagnostics[{d_index}]", claim)
-                if diagnostic is not None:
-                    diagnostics.append(diagnostic)
-            if not diagnostics:
-                self.bad(f"{where}.diagnostics", "list at least one statistic")
-            found.append(
-                Investigation(
-                    self.text(spec, "id", where),
-                    " ".join(self.text(spec, "question", where).split()),
-                    claim.id,
-                    variants,
-                    tuple(diagnostics),
-                    " ".join(self.text(spec, "explanation", where).split()),
-                )
-            )
-        return tuple(found)
+        ]
+        diagnostics = [
+            diagnostic
+            for index, item in enumerate(spec.diagnostics)
+            if (diagnostic := self.diagnostic(item, f"{where}.diagnostics[{index}]", claim))
+        ]
+        return Investigation(
+            spec.id,
+            " ".join(spec.question.split()),
+            claim.id,
+            tuple(variants),
+            tuple(diagnostics),
+            " ".join(spec.explanation.split()),
+        )
 
-    def diagnostic(self, item: object, where: str, claim: Claim) -> Diagnostic | None:
-        if isinstance(item, str):
-            item = {"statistic": item}
-        spec = self.mapping(item, where, ("statistic",), ("args",))
-        if spec is None:
+    def diagnostic(self, spec: DiagnosticSpec, where: str, claim: Claim) -> Diagnostic | None:
+        if not self.known(spec.statistic, f"{where}.statistic", tuple(STATISTICS)):
             return None
-        name = self.choice(spec.get("statistic"), f"{where}.statistic", tuple(STATISTICS))
-        if name is None:
-            return None
-        args = self.args(spec.get("args"), f"{where}.args")
-        statistic = STATISTICS[name]
-        problems = check_args(statistic, dict(args))
+        statistic = STATISTICS[spec.statistic]
+        problems = check_args(statistic, spec.args)
         if statistic.paired and claim.measure.reference is None:
-            problems.append(f"{name} needs a reference, and claim {claim.id} has none")
+            problems.append(f"{statistic.name} needs a reference, and claim {claim.id} has none")
         for problem in problems:
             self.bad(where, problem)
-        return None if problems else Diagnostic(name, args)
+        return None if problems else Diagnostic(spec.statistic, tuple(sorted(spec.args.items())))

@@ -10,8 +10,8 @@ The episodes run as ``dlsched evaluate`` runs them (:func:`~dlsched.runs.evaluat
 evaluation_episodes`), so its numbers are those of ``dlsched evaluate`` with the same seeds: the
 seeds of one scenario, policy and parameters (an :class:`EpisodeGroup`) at once on the batched
 environment where the backend allows, and on a simulated backend the groups in as many processes
-as this process has cores (:func:`run_episodes`). One at a time on one core, the 790 episodes of
-the shipped claims took 6 min 41 s of CPU, 5.5 min of it the FlowCon clusters (#47).
+as this process has cores (:func:`run_episodes`); ``docs/reproduction.md`` says how long the
+shipped claims take.
 
 On the Docker backend a claim runs its host-scale *twin*; a claim without one is skipped and
 says so.

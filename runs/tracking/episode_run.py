@@ -209,7 +209,7 @@ def _log_episode(
         params = episode_params(result, evaluation_id, version, commit)
         log_in_batches(client, run_id, metrics, params)
         # the repository of the run just created: client.log_artifacts(run_id) reads the run
-        # back to find it (8 ms, a sixth of the episode's logging on sqlite)
+        # back to find it (a sizeable part of the episode's logging: docs/performance.md)
         artifacts = get_artifact_repository(run.info.artifact_uri, tracking_uri=client.tracking_uri)
         artifacts.log_artifacts(str(episode_dir))
         status = "FINISHED"

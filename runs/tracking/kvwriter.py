@@ -2,8 +2,8 @@
 
 Stable-Baselines3's :class:`~stable_baselines3.common.logger.Logger` calls every output format's
 ``write(key_values, key_excluded, step)`` at each ``dump`` (once per rollout for PPO and A2C, every
-``log_interval`` episodes for SAC and TD3). One ``log_metric`` call per value costs about 5 ms
-against a sqlite store, so this writer keeps the values and sends them with
+``log_interval`` episodes for SAC and TD3). One ``log_metric`` call per value is a store round
+trip (``docs/tracking.md`` says what it costs), so this writer keeps the values and sends them with
 :meth:`MlflowClient.log_batch` when enough have gathered or enough time has passed, and on
 :meth:`MlflowKVWriter.flush` and :meth:`MlflowKVWriter.close`.
 

@@ -240,13 +240,13 @@ def _sync_to_disk(path: Path) -> None:
 def _write_ahead_log(path: Path) -> None:
     """Put a new store in write-ahead-log mode (a property of the file, kept from then on).
 
-    In sqlite's default rollback-journal mode every commit waits for three fsyncs (about 10 ms
-    here), and logging an episode takes four commits, more than a replay episode. In WAL mode a
-    commit appends to the log, readers (``mlflow ui``) and the writer no longer block each
-    other, and the episode writer's connections commit without an fsync (``synchronous=NORMAL``:
-    a power cut may lose the last commits, never the database; the episodes are on disk for
-    ``dlsched runs sync``). An existing store keeps its mode (see the README to change it), and
-    so does a store on a network file system (NFS, SMB), where the log cannot be shared safely.
+    In sqlite's default rollback-journal mode every commit waits for three fsyncs, and logging an
+    episode takes four commits, more than a replay episode takes (``docs/performance.md``). In WAL
+    mode a commit appends to the log, readers (``mlflow ui``) and the writer no longer block each
+    other, and the episode writer's connections commit without an fsync (``synchronous=NORMAL``: a
+    power cut may lose the last commits, never the database; the episodes are on disk for ``dlsched
+    runs sync``). An existing store keeps its mode (see the README to change it), and so does a
+    store on a network file system (NFS, SMB), where the log cannot be shared safely.
     """
     if not on_local_file_system(path):
         return  # sqlite's WAL needs shared memory between processes, which NFS and SMB lack

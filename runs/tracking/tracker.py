@@ -17,8 +17,9 @@ The episode runs (:mod:`~dlsched.runs.tracking.episode_run`) are logged by an
 evaluation does not wait for the store between them; the parent run waits for it before its
 summary.
 
-Metrics and params go through :meth:`MlflowClient.log_batch` within MLflow's limits (1000
-metrics, 100 params or tags, 1000 entities a call); one call per point costs about 5 ms.
+Metrics and params go through :meth:`MlflowClient.log_batch` within MLflow's limits (1000 metrics,
+100 params or tags, 1000 entities a call): one call per point is a store round trip each
+(``docs/tracking.md``).
 
 Nothing is lost when the store fails: every run carries its owner process
 (:mod:`~dlsched.runs.tracking.owners`) and is ended in a ``finally`` (``KILLED`` on a signal,

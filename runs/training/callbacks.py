@@ -5,8 +5,8 @@ Validation runs the agent as ``dlsched evaluate`` runs any policy (a
 statistics) on held-out seeds, and logs the same metrics (``satisfied_fraction_mean``,
 ``mean_completion_s``, ...) under ``eval/<scenario>/``. On the replay backend its episodes run at
 once on the batched environment, one ``predict`` per step for all of them
-(:func:`dlsched.runs.evaluation.run_episodes`): 4x faster than
-one single environment per seed, and the same scores up to the rounding of a batched forward
+(:func:`dlsched.runs.evaluation.run_episodes`): faster than one single environment per seed
+(``docs/performance.md``), and the same scores up to the rounding of a batched forward
 pass. The model that scores best is saved; training stops when ``patience`` validations in a row
 have not improved on it.
 """

@@ -34,11 +34,11 @@ ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "sac", "td3")
 HyperValue = float | int | str | bool
 
 MAX_TIMESTEPS = Limit("MAX_TIMESTEPS", 100_000_000, "timesteps of a training")
-"""Environment steps of one training: a day or more on a few cores (the shipped model took
-10**6 in 13 minutes), and a line of the progress file per rollout."""
+"""Environment steps of one training: a day or more on a few cores (``docs/limits.md``), and a
+line of the progress file per rollout."""
 MAX_ENVS = Limit("MAX_ENVS", 256, "environments stepped side by side")
-"""``n_envs``: each holds its episode, and SB3 keeps a rollout of observations per environment;
-256 replay environments of a shipped scenario take about 1.2 GB with PPO's defaults."""
+"""``n_envs``: each holds its episode, and SB3 keeps a rollout of observations per environment
+(``docs/limits.md`` says what 256 take)."""
 
 
 #: The default ``max_step`` of relative and usage actions: a limit at most doubled or halved a step.

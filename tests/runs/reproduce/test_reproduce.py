@@ -201,6 +201,16 @@ MALFORMED = {
         "claims[0].section",
         "missing",
     ),
+    "misspelt field": (
+        lambda d: d["claims"][0].update(figur="Fig. 2"),
+        "claims[0].figur",
+        "unknown field; expected one of id, paper, section, claim, unit, measure, figure",
+    ),
+    "text for a number": (
+        lambda d: d["claims"][0].update(no_effect="five"),
+        "claims[0].no_effect",
+        "read the string 'five', not a number",
+    ),
 }
 
 
