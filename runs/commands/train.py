@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from dlsched.envs.backends import BACKENDS
+from dlsched.envs.backend_registry import BACKENDS
 from dlsched.envs.errors import ArgumentError, PolicyError, TrackingError
 from dlsched.envs.observation import FEATURES
 from dlsched.envs.placement import PLACERS
