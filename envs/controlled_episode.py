@@ -57,7 +57,7 @@ class ControlledEpisode:
         Raises:
             ResetNeededError: before the first :meth:`reset`.
         """
-        return require_reset(self._batch, "reading the batch", "a controlled episode")
+        return self._require("reading the batch")
 
     def reset(self, jobs: Sequence[JobSpec], rng: np.random.Generator) -> Telemetry:
         """End the episode before, if any, and start an empty one of ``jobs`` (none placed) at
@@ -81,7 +81,7 @@ class ControlledEpisode:
             ActionError: a job this episode does not have, placed already, not arrived yet, a
                 worker or slot out of range, or a slot taken.
         """
-        batch = self.batch
+        batch = self._require("place()")
         state = batch.state
         taken = self._held_slots()
         columns = []
@@ -113,7 +113,7 @@ class ControlledEpisode:
             ActionError: a job this episode does not have or that is not placed, a limit that
                 is not a finite number in ``(0, 1]`` (nothing is set).
         """
-        batch = self.batch
+        batch = self._require("set_limits()")
         state = batch.state
         in_force = state.limit.copy()
         for job_id, limit in limits.items():
@@ -135,7 +135,7 @@ class ControlledEpisode:
             ActionError: a job this episode does not have or that is not running, a worker or
                 slot out of range, its own worker, or a slot taken (nothing moves).
         """
-        batch = self.batch
+        batch = self._require("migrate()")
         state = batch.state
         taken = self._held_slots()
         moves = []
@@ -164,7 +164,7 @@ class ControlledEpisode:
         Raises:
             ActionError: ``seconds`` is negative or not finite.
         """
-        batch = self.batch
+        batch = self._require("advance()")
         if not (isinstance(seconds, int | float) and math.isfinite(seconds) and seconds >= 0):
             raise ActionError(f"advance(seconds={seconds!r}); expected a finite number >= 0")
         batch.advance(_ROW, np.array([float(seconds)]))
@@ -172,7 +172,7 @@ class ControlledEpisode:
 
     def telemetry(self) -> Telemetry:
         """The episode as last measured: every placed job, CPU usage over the last advance."""
-        batch = self.batch
+        batch = self._require("telemetry()")
         usage = batch.state.usage
         return columns_of(batch, usage, np.full_like(usage, math.nan), rows=_ROW_INDEX).telemetry(0)
 
@@ -188,6 +188,9 @@ class ControlledEpisode:
         """End the episode and release what its batch holds; closing twice is allowed."""
         if self._batch is not None:
             self._batch.close()
+
+    def _require(self, call: str) -> EpisodeBatch:
+        return require_reset(self._batch, call, "a controlled episode")
 
     def _job(self, what: str, job_id: str) -> int:
         if job_id not in self._column:

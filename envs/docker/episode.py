@@ -279,7 +279,7 @@ class DockerEpisode(EpisodeBatch):
         return tuple(job.progress_trace(self._clock.epoch_start) for job in self._in_order())
 
     def _in_order(self) -> list[Job]:
-        """The placed jobs by arrival, then id: the order telemetry and traces list them in."""
+        """The placed jobs by arrival, then id: the order their traces are listed in."""
         return sorted(self._jobs.values(), key=lambda j: (j.spec.arrival_s, j.spec.job_id))
 
     def close(self) -> None:
