@@ -26,9 +26,9 @@ from docker_helpers import (
 
 from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Decision, Placement
-from dlsched.envs.docker import backend as docker_backend
 from dlsched.envs.docker import container_output, interruption
 from dlsched.envs.docker import engine as docker_engine
+from dlsched.envs.docker import episode as docker_episode
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.cgroup import (
     NO_CFS_LIMIT,
@@ -970,10 +970,10 @@ def test_a_limit_update_refused_because_the_job_just_ended_is_not_an_error(statu
     main stopped with a BackendError at one)."""
     response = type("Response", (), {"status_code": status, "reason": "", "url": ""})()
     error = docker.errors.APIError("update", response=response, explanation=explanation)
-    assert docker_backend._exited(error)
+    assert docker_episode._exited(error)
     refused = docker.errors.APIError(
         "update",
         response=type("R", (), {"status_code": 500, "reason": "", "url": ""})(),
         explanation="invalid quota",
     )
-    assert not docker_backend._exited(refused)
+    assert not docker_episode._exited(refused)
