@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 
+from dlsched.baselines.autothrottle import Autothrottle
 from dlsched.baselines.base import Baseline, parameter_defaults, parameter_names
 from dlsched.baselines.default import DockerDefault
 from dlsched.baselines.dqoes import DQoES
 from dlsched.baselines.equal import EqualShare
 from dlsched.baselines.flowcon import FlowCon
+from dlsched.baselines.k8s_autoscaler import K8sAutoscaler
 from dlsched.baselines.oracle import CheatingOracle
 from dlsched.baselines.specon import SpeCon
 from dlsched.baselines.tradl import TRADL
@@ -16,7 +18,17 @@ from dlsched.envs.errors import PolicyError, UnknownNameError
 
 BASELINES: dict[str, type[Baseline]] = {
     cls.name: cls
-    for cls in (DockerDefault, EqualShare, DQoES, FlowCon, SpeCon, TRADL, CheatingOracle)
+    for cls in (
+        DockerDefault,
+        EqualShare,
+        DQoES,
+        FlowCon,
+        SpeCon,
+        TRADL,
+        Autothrottle,
+        K8sAutoscaler,
+        CheatingOracle,
+    )
 }
 
 
@@ -39,7 +51,7 @@ def baseline_class(name: str) -> type[Baseline]:
 def _parameters_hint(name: str) -> str:
     """How to set parameters, if ``name`` is a baseline's name with them written into it
     (``dqoes:alpha=0.2``, ``dqoes(alpha=0.2)``); ``""`` otherwise."""
-    found = re.fullmatch(r"\s*([a-z]+)\W+(.*?)\W*", name)
+    found = re.fullmatch(r"\s*([a-z0-9]+(?:-[a-z0-9]+)*)\W+(.*?)\W*", name)
     if found is None or found[1] not in BASELINES or not found[2]:
         return ""
     baseline, rest = found[1], found[2]

@@ -11,6 +11,9 @@
   dqoes``).
 - :func:`deprecated_alias` keeps an old option's name working, with a warning that names the new
   one, so that a user's scripts do not break when an option is renamed.
+- :func:`option_defaults` and :func:`given_options` tell which options of a group were given,
+  for a command whose groups apply only with another option (``dlsched train``'s
+  ``--engine``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import argparse
 import difflib
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 _UNRECOGNIZED = "unrecognized arguments: "
@@ -175,3 +178,19 @@ def deprecated_alias(parser: argparse.ArgumentParser, old: str, new: str, **sett
         help=argparse.SUPPRESS,
         **settings,
     )
+
+
+def option_defaults(*groups: argparse._ArgumentGroup) -> dict[str, tuple[str, object]]:
+    """The options of ``groups``, in the order added, as ``{destination: (flag, default)}``
+    (the flag an option was added with first)."""
+    return {
+        action.dest: (action.option_strings[0], action.default)
+        for group in groups
+        for action in group._group_actions
+    }
+
+
+def given_options(args: argparse.Namespace, options: Mapping[str, tuple[str, object]]) -> list[str]:
+    """The flags of ``options`` (:func:`option_defaults`) whose value in ``args`` is not their
+    default, in their order: the options a command line gave."""
+    return [flag for dest, (flag, default) in options.items() if getattr(args, dest) != default]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TypeVar
 
-from dlsched.envs.errors import ArgumentError, OutputError
+from dlsched.envs.errors import ArgumentError, OutputError, UnknownNameError
 
 N = TypeVar("N", int, float)
 
@@ -188,3 +188,60 @@ def positive_float(text: str) -> float:
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"{value} is not a finite number above 0")
     return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        seconds = float(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from error
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{seconds:g} s is not positive; give seconds > 0")
+    return seconds
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a fraction strictly between 0 and 1 (a tolerance, a share)."""
+    try:
+        value = float(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; expected e.g. 0.05") from error
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{value:g} is outside (0, 1); expected e.g. 0.05")
+    return value
+
+
+def cpu_limits(text: str) -> tuple[float, ...]:
+    """An argparse type: comma-separated CPU limits, each a fraction of a host's cores in
+    ``(0, 1]``."""
+    limits = number_list(
+        text, float, f"limits {text!r} are not comma-separated numbers; expected e.g. 0.25,0.5,1.0"
+    )
+    for limit in limits:
+        if not 0 < limit <= 1:
+            raise argparse.ArgumentTypeError(
+                f"limit {limit} is outside (0, 1]; a limit is a fraction of the host's cores"
+            )
+    return limits
+
+
+def name_list(text: str) -> tuple[str, ...]:
+    """The comma-separated names of ``text``, stripped, empty ones left out."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def known_name_list(text: str, kind: str, known: Collection[str], expected: str) -> tuple[str, ...]:
+    """The comma-separated names of ``text``: one or more, each one of ``known``.
+
+    Raises:
+        argparse.ArgumentTypeError: a name of no ``kind`` known (with the closest name), or no
+            name (``expected`` says what is).
+    """
+    names = name_list(text)
+    for name in names:
+        if name not in known:
+            raise argparse.ArgumentTypeError(str(UnknownNameError(kind, name, known)))
+    if not names:
+        raise argparse.ArgumentTypeError(f"no {kind} given; expected {expected}")
+    return names

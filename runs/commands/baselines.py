@@ -31,8 +31,9 @@ def register(subparsers: Subcommands) -> None:
             "the learned schedulers shipped with dlsched (--policy pretrained:<name>) with how "
             "each was trained. "
             "'report' runs the scenarios of the papers' claims on the replay backend under the "
-            "baselines that fit each (inference: default, equal, dqoes, oracle; training: "
-            "default, equal, flowcon, specon, tradl, oracle) and prints the satisfied count "
+            "baselines that fit each (inference: default, equal, dqoes, autothrottle, "
+            "k8s-autoscaler, oracle; training: default, equal, flowcon, specon, tradl, "
+            "k8s-autoscaler, oracle) and prints the satisfied count "
             "(inference) or the mean completion time and makespan (training), with the papers' "
             "values where a claim gives them; `dlsched reproduce` judges the claims."
         ),

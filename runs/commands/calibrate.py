@@ -9,42 +9,25 @@ contention term (:mod:`dlsched.runs.fidelity.contention_measurement`, fitted by
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from collections.abc import Collection
 from pathlib import Path
 
-from dlsched.envs.docker.engine import connect
-from dlsched.envs.errors import UnknownNameError
+from dlsched.envs.errors import ArgumentError
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
-from dlsched.runs.commands.argument_types import number_list, output_folder
+from dlsched.runs.commands.argument_types import (
+    cpu_limits,
+    fraction,
+    known_name_list,
+    name_list,
+    number_list,
+    output_folder,
+    positive_seconds,
+)
 from dlsched.runs.commands.options import Subcommands, add_command_as_written
-from dlsched.runs.fidelity.calibration import (
-    DEFAULT_LIMITS,
-    DEFAULT_OUTPUT_DIR,
-    PARTS,
-    CalibrationSettings,
-    calibrate,
-)
-from dlsched.runs.fidelity.calibration_measurement import HostDescription
+from dlsched.runs.fidelity import calibration, contention_measurement, race_fit, rate_precision
 from dlsched.runs.fidelity.contention_fit import write_contention
-from dlsched.runs.fidelity.contention_measurement import (
-    DEFAULT_JOB_COUNTS,
-    DEFAULT_WORKLOAD,
-    TRAINING_WORKLOADS,
-    ContentionSettings,
-    calibrate_contention,
-)
-from dlsched.runs.fidelity.host_speed import read_host_speed
 from dlsched.runs.fidelity.quiet_host import QUIET_CORES
-from dlsched.runs.fidelity.race_fit import (
-    fit_crowding_and_race,
-    race_spread,
-    recorded_host_speed,
-    write_race,
-)
-from dlsched.runs.fidelity.rate_precision import DEFAULT_TOLERANCE, compare_sets
 
 _DESCRIPTION = """\
 Measure the replay model's numbers on the local Docker engine, on a quiet host.
@@ -94,7 +77,7 @@ def register(subparsers: Subcommands) -> None:
         "--workload",
         type=_workload_list,
         help=f"comma-separated workloads, or 'all' ({', '.join(sorted(WORKLOADS))}); with "
-        f"--contention one training workload (default: {DEFAULT_WORKLOAD})",
+        f"--contention one training workload (default: {contention_measurement.DEFAULT_WORKLOAD})",
     )
     parser.add_argument(
         "--contention",
@@ -134,18 +117,18 @@ def register(subparsers: Subcommands) -> None:
     )
     parser.add_argument(
         "--limits",
-        type=_limit_list,
-        default=DEFAULT_LIMITS,
+        type=cpu_limits,
+        default=calibration.DEFAULT_LIMITS,
         help="comma-separated CPU limits of the profiles, as fractions of the host's cores; 1 "
         "(uncapped) is always measured (default: 0.1,0.25,0.5,0.75,1)",
     )
     parser.add_argument(
         "--only",
         type=_part_list,
-        default=PARTS,
+        default=calibration.PARTS,
         metavar="PART[,PART...]",
-        help=f"profiles: measure only these parts ({', '.join(PARTS)}) of profiles that exist "
-        "in --output-dir, keeping the rest (default: all)",
+        help=f"profiles: measure only these parts ({', '.join(calibration.PARTS)}) of profiles "
+        "that exist in --output-dir, keeping the rest (default: all)",
     )
     parser.add_argument(
         "--job-counts",
@@ -157,7 +140,7 @@ def register(subparsers: Subcommands) -> None:
     )
     parser.add_argument(
         "--duration",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=None,
         help="seconds each capped run measures after warm-up (default: 60; the uncapped run of "
         "a training workload trains its whole default job), and at most the window of each "
@@ -166,7 +149,7 @@ def register(subparsers: Subcommands) -> None:
     )
     parser.add_argument(
         "--settle",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=5.0,
         help="with --contention: seconds after each change of limits before measuring (default: 5)",
     )
@@ -200,11 +183,12 @@ def register(subparsers: Subcommands) -> None:
     )
     parser.add_argument(
         "--tolerance",
-        type=_fraction,
-        default=DEFAULT_TOLERANCE,
+        type=fraction,
+        default=rate_precision.DEFAULT_TOLERANCE,
         help="how far apart (a fraction of a rate) two calibrations of a quiet host may be: a "
         "run whose rate is known to less than half of it is measured again, longer (up to 4x "
-        f"--duration); with --compare, the agreement asked for (default: {DEFAULT_TOLERANCE:g})",
+        "--duration); with --compare, the agreement asked for (default: "
+        f"{rate_precision.DEFAULT_TOLERANCE:g})",
     )
     parser.add_argument(
         "--compare",
@@ -217,91 +201,38 @@ def register(subparsers: Subcommands) -> None:
     parser.add_argument(
         "--output-dir",
         type=output_folder,
-        default=DEFAULT_OUTPUT_DIR,
+        default=calibration.DEFAULT_OUTPUT_DIR,
         help=f"the profile set's folder: <workload>.json or contention.json is written there "
-        f"(default: ./{DEFAULT_OUTPUT_DIR})",
+        f"(default: ./{calibration.DEFAULT_OUTPUT_DIR})",
     )
     parser.set_defaults(handler=run)
 
 
 def _workload_list(text: str) -> tuple[str, ...]:
-    if _names(text) == ("all",):
+    if name_list(text) == ("all",):
         return tuple(sorted(WORKLOADS))
-    return _known_names(text, "workload", WORKLOADS, "e.g. mlp-digits,vgg-svc")
+    return known_name_list(text, "workload", WORKLOADS, "e.g. mlp-digits,vgg-svc")
 
 
 def _threading_list(text: str) -> tuple[Threading, ...]:
-    names = _known_names(text, "threading", THREADINGS, "tuned, stock or both")
+    names = known_name_list(text, "threading", THREADINGS, "tuned, stock or both")
     return tuple("stock" if name == "stock" else "tuned" for name in names)
 
 
 def _part_list(text: str) -> tuple[str, ...]:
-    parts = _known_names(text, "part", PARTS, f"some of {', '.join(PARTS)}")
-    return tuple(part for part in PARTS if part in parts)
-
-
-def _known_names(text: str, kind: str, known: Collection[str], expected: str) -> tuple[str, ...]:
-    """The comma-separated names of ``text``: one or more, each one of ``known``.
-
-    Raises:
-        argparse.ArgumentTypeError: a name of no ``kind`` known (with the closest name), or no
-            name (``expected`` says what is).
-    """
-    names = _names(text)
-    for name in names:
-        if name not in known:
-            raise argparse.ArgumentTypeError(str(UnknownNameError(kind, name, known)))
-    if not names:
-        raise argparse.ArgumentTypeError(f"no {kind} given; expected {expected}")
-    return names
-
-
-def _names(text: str) -> tuple[str, ...]:
-    """The comma-separated names of ``text``, stripped, empty ones left out."""
-    return tuple(name.strip() for name in text.split(",") if name.strip())
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from error
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"{seconds:g} s is not positive; give seconds > 0")
-    return seconds
-
-
-def _fraction(text: str) -> float:
-    try:
-        fraction = float(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; expected e.g. 0.05") from error
-    if not 0 < fraction < 1:
-        raise argparse.ArgumentTypeError(
-            f"{fraction:g} is outside (0, 1); a tolerance is a fraction of a rate, e.g. 0.05"
-        )
-    return fraction
+    parts = known_name_list(
+        text, "part", calibration.PARTS, f"some of {', '.join(calibration.PARTS)}"
+    )
+    return tuple(part for part in calibration.PARTS if part in parts)
 
 
 def _two_sets(text: str) -> tuple[str, str]:
-    sets = _names(text)
+    sets = name_list(text)
     if len(sets) != 2:
         raise argparse.ArgumentTypeError(
             f"{text!r} names {len(sets)} profile set(s); expected two, e.g. measured,./my-profiles"
         )
     return sets[0], sets[1]
-
-
-def _limit_list(text: str) -> tuple[float, ...]:
-    limits = number_list(
-        text, float, f"limits {text!r} are not comma-separated numbers; expected e.g. 0.25,0.5,1.0"
-    )
-    for limit in limits:
-        if not 0 < limit <= 1:
-            raise argparse.ArgumentTypeError(
-                f"limit {limit} is outside (0, 1]; a limit is a fraction of the host's cores"
-            )
-    return limits
 
 
 def _count_list(text: str) -> tuple[int, ...]:
@@ -316,15 +247,17 @@ def _count_list(text: str) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Calibrate what the command line asks for and say where it was written."""
+    """Calibrate what the command line asks for and say where it was written.
+
+    Raises:
+        ArgumentError: options that do not go together.
+    """
     started = time.monotonic()
     if args.host_speed is not None and not args.race_from:
-        print(
-            f"dlsched calibrate: error: --host-speed {args.host_speed} is for --race-from: it "
-            "rescales the set the recorded episodes are fitted against",
-            file=sys.stderr,
+        raise ArgumentError(
+            f"--host-speed {args.host_speed} is for --race-from: it rescales the set the "
+            "recorded episodes are fitted against"
         )
-        return 2
     if args.compare:
         return _run_compare(args)
     if args.race_from or args.race_like:
@@ -332,21 +265,14 @@ def run(args: argparse.Namespace) -> int:
     if args.contention:
         return _run_contention(args, started)
     if args.workload is None:
-        print(
-            "dlsched calibrate: error: --workload is required (or pass --contention); e.g. "
-            "--workload all",
-            file=sys.stderr,
-        )
-        return 2
+        raise ArgumentError("--workload is required (or pass --contention); e.g. --workload all")
     threadings = args.threading or ("tuned",)
     if len(threadings) != 1:
-        print(
-            f"dlsched calibrate: error: --threading {','.join(threadings)}: a profile set holds "
-            "one threading; calibrate each into its own --output-dir",
-            file=sys.stderr,
+        raise ArgumentError(
+            f"--threading {','.join(threadings)}: a profile set holds one threading; calibrate "
+            "each into its own --output-dir"
         )
-        return 2
-    settings = CalibrationSettings(
+    settings = calibration.CalibrationSettings(
         limits=args.limits,
         duration_s=args.duration or 60.0,
         wait_quiet_s=args.wait_quiet,
@@ -358,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
         job_counts=args.job_counts,
         tolerance=args.tolerance,
     )
-    written = calibrate(args.workload, settings, args.output_dir)
+    written = calibration.calibrate(args.workload, settings, args.output_dir)
     print(
         f"wrote {len(written)} profile(s) to {args.output_dir} in "
         f"{time.monotonic() - started:.0f} s; use them with `profile_set: {args.output_dir}`"
@@ -368,46 +294,29 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_compare(args: argparse.Namespace) -> int:
     first, second = args.compare
-    agreements = compare_sets(first, second, args.workload)
-    print(f"speed in {second} / speed in {first}, at the cores of {first}'s measured points:")
-    for agreement in agreements:
-        print(f"  {agreement.describe(args.tolerance)}")
-    off = [agreement.workload for agreement in agreements if not agreement.agrees(args.tolerance)]
-    if off:
-        print(
-            f"{len(off)} of {len(agreements)} workload(s) differ by more than {args.tolerance:.0%}"
-        )
-        return 1
-    print(f"all {len(agreements)} workload(s) agree within {args.tolerance:.0%}")
-    return 0
+    agreements = rate_precision.compare_sets(first, second, args.workload)
+    print("\n".join(rate_precision.agreement_report(first, second, agreements, args.tolerance)))
+    return 0 if all(agreement.agrees(args.tolerance) for agreement in agreements) else 1
 
 
 def _run_contention(args: argparse.Namespace, started: float) -> int:
-    workloads = args.workload or (DEFAULT_WORKLOAD,)
-    if len(workloads) != 1 or workloads[0] not in TRAINING_WORKLOADS:
-        print(
-            f"dlsched calibrate: error: --contention measures one training workload; got "
-            f"{','.join(workloads)}, expected one of {', '.join(TRAINING_WORKLOADS)}",
-            file=sys.stderr,
+    workloads = args.workload or (contention_measurement.DEFAULT_WORKLOAD,)
+    if len(workloads) != 1 or workloads[0] not in contention_measurement.TRAINING_WORKLOADS:
+        raise ArgumentError(
+            f"--contention measures one training workload; got {','.join(workloads)}, expected "
+            f"one of {', '.join(contention_measurement.TRAINING_WORKLOADS)}"
         )
-        return 2
-    settings = ContentionSettings(
+    settings = contention_measurement.ContentionSettings(
         workload=workloads[0],
         threadings=args.threading or THREADINGS,
-        job_counts=args.job_counts or DEFAULT_JOB_COUNTS,
+        job_counts=args.job_counts or contention_measurement.DEFAULT_JOB_COUNTS,
         window_s=args.duration or 15.0,
         settle_s=args.settle,
         wait_quiet_s=args.wait_quiet,
         quiet_cores=args.quiet_cores,
         force=args.force,
     )
-    client = connect()
-    try:
-        host = HostDescription.of(client).describe()
-    finally:
-        client.close()
-    measurement = calibrate_contention(settings, host)
-    path = write_contention(args.output_dir, measurement)
+    path = write_contention(args.output_dir, contention_measurement.calibrate_contention(settings))
     print(f"wrote {path} in {time.monotonic() - started:.0f} s")
     return 0
 
@@ -415,39 +324,24 @@ def _run_contention(args: argparse.Namespace, started: float) -> int:
 def _run_race(args: argparse.Namespace) -> int:
     threadings: tuple[Threading, ...] = args.threading or ("stock",)
     if len(threadings) != 1:
-        print(
-            f"dlsched calibrate: error: --threading {','.join(threadings)}: --race-from fits one "
-            "threading's race at a time; e.g. --threading stock",
-            file=sys.stderr,
+        raise ArgumentError(
+            f"--threading {','.join(threadings)}: --race-from fits one threading's race at a "
+            "time; e.g. --threading stock"
         )
-        return 2
     if args.race_from and args.race_like:
-        print(
-            "dlsched calibrate: error: --race-from and --race-like both given: fit a race from "
-            "episodes, or copy one's spread from another set, not both",
-            file=sys.stderr,
+        raise ArgumentError(
+            "--race-from and --race-like both given: fit a race from episodes, or copy one's "
+            "spread from another set, not both"
         )
-        return 2
     if args.race_like:
-        race = race_spread(args.race_like, threadings[0])
-        path = write_race(args.output_dir, threadings[0], race)
+        race = race_fit.race_spread(args.race_like, threadings[0])
+        path = race_fit.write_race(args.output_dir, threadings[0], race)
+        lines = race_fit.race_report(race, threadings[0], path)
     else:
-        probe = args.host_speed or recorded_host_speed(args.race_from)
-        speed = None if probe is None else read_host_speed(probe)
-        fitted = fit_crowding_and_race(args.race_from, args.output_dir, threadings[0], speed)
-        if fitted.started_from is not None:
-            print(f"started {args.output_dir} as {fitted.started_from}")
-        for workload, crowding in fitted.crowding.items():
-            print(
-                f"{workload}: crowded in a mix, keeps {crowding.floor:.3f} + "
-                f"{1 - crowding.floor:.3f} R ** -{crowding.exponent:.2f} of its solo progress "
-                f"({crowding.steps} steps)"
-            )
-            for line in crowding.residuals:
-                print(f"  {line}")
-        print(f"wrote the crowding curves to {', '.join(str(p) for p in fitted.profiles)}")
-        race, path = fitted.race.model, fitted.contention_file
-    for line in race.fit.residuals if race.fit else ():
-        print(f"  {line}")
-    print(f"wrote the {threadings[0]} race to {path}")
+        speed = race_fit.host_speed_of(args.race_from, args.host_speed)
+        fitted = race_fit.fit_crowding_and_race(
+            args.race_from, args.output_dir, threadings[0], speed
+        )
+        lines = fitted.report(args.output_dir, threadings[0])
+    print("\n".join(lines))
     return 0

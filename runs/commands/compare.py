@@ -68,16 +68,13 @@ def run(args: argparse.Namespace) -> int:
     """
     # imported here, so that parsing (and refusing) the arguments does not wait for MLflow
     from dlsched.runs.tracking.comparison_run import log_comparison
-    from dlsched.runs.tracking.owners import end_orphaned_runs
     from dlsched.runs.tracking.plots import plot_comparison
-    from dlsched.runs.tracking.store import connect
+    from dlsched.runs.tracking.store import open_store
     from dlsched.runs.tracking.stored_runs import load_episodes, stored_scenario
     from dlsched.runs.tracking.target import resolve_tracking_uri
 
     target = resolve_tracking_uri(args.tracking_uri)
-    print(target.describe(), file=sys.stderr)
-    client = connect(target, read_only=True)
-    end_orphaned_runs(client, lambda line: print(line, file=sys.stderr))
+    client = open_store(target, lambda line: print(line, file=sys.stderr), read_only=True)
     comparisons = compare_stored(
         load_episodes(client, args.experiment, args.scenario),
         lambda episode: stored_scenario(client, episode),

@@ -131,13 +131,10 @@ def run(args: argparse.Namespace) -> int:
     # nothing is recorded (no store, no run, no folder) for an evaluation that cannot start
     check_backend(scenario, request.backend, request.backend_options)
     # MLflow (about 1 s to import) only when tracking
-    from dlsched.runs.tracking.owners import end_orphaned_runs
-    from dlsched.runs.tracking.store import connect
+    from dlsched.runs.tracking.store import open_store
     from dlsched.runs.tracking.tracked_evaluation import evaluate_tracked
 
-    print(target.describe(), file=sys.stderr)
-    client = connect(target)
-    end_orphaned_runs(client, lambda line: print(line, file=sys.stderr))
+    client = open_store(target, lambda line: print(line, file=sys.stderr))
     outcome = evaluate_tracked(
         request,
         client,

@@ -9,7 +9,7 @@ lists them.
 from __future__ import annotations
 
 import argparse
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from dlsched.runs.commands.argument_types import output_folder, positive_int, seed, tracking_uri
 from dlsched.runs.parser import ListOption
@@ -119,3 +119,29 @@ def add_episodes(
     0): the episodes run on seeds ``seed`` to ``seed + episodes - 1``."""
     parser.add_argument("--episodes", type=positive_int, default=default, help=episodes_help)
     parser.add_argument("--seed", type=seed, default=0, help="seed of the first episode (0)")
+
+
+def add_config_option(
+    parser: argparse._ActionsContainer, config: object, flag: str, help: str, **settings: Any
+) -> None:
+    """Add ``flag`` (``settings``: its other ``add_argument`` settings), which sets ``config``'s
+    field of the same name (``--eval-every``: ``eval_every``): its default is the field's value
+    there (an enum's value), said in brackets after ``help``."""
+    default = getattr(config, flag.removeprefix("--").replace("-", "_"))
+    parser.add_argument(
+        flag, default=getattr(default, "value", default), help=f"{help} (%(default)s)", **settings
+    )
+
+
+def add_settings_option(
+    parser: argparse._ActionsContainer, flag: str, what: str, example: str
+) -> None:
+    """Add ``flag KEY=VALUE``, repeatable: an argument of ``what`` (``example`` one), the
+    strings as given (:func:`~dlsched.runs.training.settings_text.parse_settings` reads them)."""
+    parser.add_argument(
+        flag,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"an argument of {what} (repeatable), e.g. {flag} {example}",
+    )

@@ -1,38 +1,44 @@
-"""``dlsched train``: train a learned scheduler with Stable-Baselines3 and track it in MLflow."""
+"""``dlsched train``: train a learned scheduler with Stable-Baselines3 and track it in MLflow.
+
+This module parses and prints: the training is :func:`dlsched.runs.training.harness.train`'s
+(``--engine rllib``: :func:`dlsched.runs.training.rllib.train_rllib`'s), the text settings are
+read by :mod:`dlsched.runs.training.settings_text`, and what the command prints at the end is
+:func:`dlsched.runs.training.summary.training_summary`.
+"""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
 import functools
 import sys
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-import yaml
+from typing import TYPE_CHECKING
 
 from dlsched.envs.backend_registry import BACKENDS
-from dlsched.envs.errors import ArgumentError, PolicyError, TrackingError
+from dlsched.envs.errors import ArgumentError
 from dlsched.envs.observation import FEATURES
 from dlsched.envs.placement import PLACERS
 from dlsched.envs.rewards import REWARDS
 from dlsched.policies.agent_actions import ActionMode
 from dlsched.runs.commands.argument_types import output_folder, seed
-from dlsched.runs.commands.options import Subcommands, add_tracking_uri
-from dlsched.runs.parser import ListOption
+from dlsched.runs.commands.options import (
+    Subcommands,
+    add_config_option,
+    add_settings_option,
+    add_tracking_uri,
+)
+from dlsched.runs.parser import ListOption, given_options, option_defaults
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 from dlsched.runs.training.config import (
     ALGORITHM_NAMES,
     NETWORKS,
     RELATIVE_MAX_STEP,
     SHARE_MAX_STEP,
-    HyperValue,
     ImitationConfig,
     RllibConfig,
     TrainingConfig,
     VecEnvKind,
 )
+from dlsched.runs.training.settings_text import parse_settings, parse_widths
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -45,34 +51,6 @@ ENGINES: tuple[str, ...] = ("sb3", "rllib")
 _SB3_DEFAULTS = TrainingConfig(algo="ppo", scenarios=(), timesteps=1)
 RLLIB_DEFAULTS = RllibConfig(scenario="", timesteps=1)
 IMITATION_DEFAULTS = ImitationConfig(teacher="")
-#: Options only ``--engine sb3`` takes, by destination, with their defaults.
-SB3_ONLY: Mapping[str, object] = {
-    "algo": "ppo",
-    "eval_scenario": [],
-    "eval_every": _SB3_DEFAULTS.eval_every,
-    "eval_episodes": _SB3_DEFAULTS.eval_episodes,
-    "patience": _SB3_DEFAULTS.patience,
-    "backend": _SB3_DEFAULTS.backend,
-    "network": _SB3_DEFAULTS.network,
-    "actions": _SB3_DEFAULTS.actions.value,
-    "max_step": None,
-    "frame_stack": _SB3_DEFAULTS.frame_stack,
-    "speed_spread": _SB3_DEFAULTS.speed_spread,
-    "slot_agents": False,
-    "own_weight": _SB3_DEFAULTS.own_weight,
-    "policy_kwarg": [],
-    "no_reward_normalization": False,
-    "vec_env": _SB3_DEFAULTS.vec_env.value,
-    "features": "all",
-    "imitate": None,
-    "placer": _SB3_DEFAULTS.placer,
-}
-#: Options only ``--engine rllib`` takes, by destination, with their defaults.
-RLLIB_ONLY: Mapping[str, object] = {
-    "ray_address": None,
-    "env_runners": RLLIB_DEFAULTS.env_runners,
-    "num_cpus": RLLIB_DEFAULTS.num_cpus,
-}
 
 
 def register(subparsers: Subcommands) -> None:
@@ -88,8 +66,6 @@ def register(subparsers: Subcommands) -> None:
             "runs:/<run_id>/model`."
         ),
     )
-    # an option that sets the TrainingConfig field of its name, by default the field's default
-    sb3_option = functools.partial(_add_config_option, parser, defaults)
     parser.add_argument(
         "--engine",
         choices=ENGINES,
@@ -97,7 +73,6 @@ def register(subparsers: Subcommands) -> None:
         help="sb3: Stable-Baselines3 in this process; rllib: PPO on Ray RLlib, on a local Ray or "
         "a cluster (--ray-address), from the extra dlsched[ray] (%(default)s)",
     )
-    parser.add_argument("--algo", choices=ALGORITHM_NAMES, default="ppo", help="(ppo)")
     parser.add_argument(
         "--scenario",
         action=ListOption,
@@ -115,6 +90,23 @@ def register(subparsers: Subcommands) -> None:
     )
     parser.add_argument("--seed", type=seed, default=defaults.seed, help="(%(default)s)")
     parser.add_argument(
+        "--reward", choices=tuple(REWARDS), help="reward (default: the environment's)"
+    )
+    parser.add_argument(
+        "--net-arch",
+        default=",".join(map(str, defaults.net_arch)),
+        metavar="W,W",
+        help="hidden layer widths (%(default)s)",
+    )
+    add_settings_option(parser, "--hp", "the SB3 algorithm", "learning_rate=3e-4")
+    parser.add_argument(
+        "--torch-threads", type=int, default=defaults.torch_threads, help="(%(default)s)"
+    )
+    sb3 = parser.add_argument_group("sb3", "options of --engine sb3 (the default)")
+    # an option that sets the TrainingConfig field of its name, by default the field's default
+    sb3_option = functools.partial(add_config_option, sb3, defaults)
+    sb3.add_argument("--algo", choices=ALGORITHM_NAMES, default="ppo", help="(ppo)")
+    sb3.add_argument(
         "--eval-scenario",
         action=ListOption,
         default=[],
@@ -127,21 +119,12 @@ def register(subparsers: Subcommands) -> None:
     sb3_option(
         "--patience", "validations without improvement that stop training, 0 for never", type=int
     )
-    parser.add_argument(
-        "--reward", choices=tuple(REWARDS), help="reward (default: the environment's)"
-    )
-    parser.add_argument("--backend", choices=BACKENDS, default=defaults.backend, help="(replay)")
+    sb3.add_argument("--backend", choices=BACKENDS, default=defaults.backend, help="(replay)")
     sb3_option(
         "--network",
         "slot: one network shared by every slot (ppo, a2c); mlp: SB3's MLP; auto: slot when "
         "possible",
         choices=NETWORKS,
-    )
-    parser.add_argument(
-        "--net-arch",
-        default=",".join(map(str, defaults.net_arch)),
-        metavar="W,W",
-        help="hidden layer widths (%(default)s)",
     )
     sb3_option(
         "--actions",
@@ -152,7 +135,7 @@ def register(subparsers: Subcommands) -> None:
         "but holds part of the worker back where the weights add up to less than 1",
         choices=[mode.value for mode in ActionMode],
     )
-    parser.add_argument(
+    sb3.add_argument(
         "--max-step",
         type=float,
         help="largest factor of one relative action; in the share modes the weights span "
@@ -166,7 +149,7 @@ def register(subparsers: Subcommands) -> None:
         "variation (0.1-0.2 spans the drift between hosts that validate's speed probes measure)",
         type=float,
     )
-    parser.add_argument(
+    sb3.add_argument(
         "--slot-agents",
         action="store_true",
         help="every slot is an agent of one shared policy, rewarded for its own job too "
@@ -177,9 +160,8 @@ def register(subparsers: Subcommands) -> None:
         "with --slot-agents, the weight of an agent's own job in its reward",
         type=float,
     )
-    _add_settings_option(parser, "--hp", "the SB3 algorithm", "learning_rate=3e-4")
-    _add_settings_option(parser, "--policy-kwarg", "the agent's policy", "log_std_init=-1")
-    parser.add_argument(
+    add_settings_option(sb3, "--policy-kwarg", "the agent's policy", "log_std_init=-1")
+    sb3.add_argument(
         "--no-reward-normalization",
         action="store_true",
         help="train on raw rewards (default: scaled by the running deviation of returns)",
@@ -193,10 +175,7 @@ def register(subparsers: Subcommands) -> None:
         "dummy on replay and subproc on Docker)",
         choices=[kind.value for kind in VecEnvKind],
     )
-    parser.add_argument(
-        "--torch-threads", type=int, default=defaults.torch_threads, help="(%(default)s)"
-    )
-    parser.add_argument(
+    sb3.add_argument(
         "--features",
         default="all",
         metavar="F[,F...]",
@@ -244,7 +223,7 @@ def register(subparsers: Subcommands) -> None:
         help="the Ray cluster to train on (HOST:6379, ray://HOST:10001, or auto on one of its "
         "machines; default: a Ray started on 127.0.0.1 for this training)",
     )
-    _add_config_option(
+    add_config_option(
         rllib,
         RLLIB_DEFAULTS,
         "--env-runners",
@@ -275,44 +254,17 @@ def register(subparsers: Subcommands) -> None:
         "--no-tracking", action="store_true", help="no MLflow: only the local folder"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.set_defaults(handler=run)
-
-
-def _add_config_option(
-    parser: argparse._ActionsContainer,
-    config: TrainingConfig | RllibConfig,
-    flag: str,
-    help: str,
-    **settings: Any,
-) -> None:
-    """Add ``flag`` (``settings``: its other ``add_argument`` settings), which sets ``config``'s
-    field of the same name (``--eval-every``: ``eval_every``): its default is the field's value
-    there (an enum's value), said in brackets after ``help``."""
-    default = getattr(config, flag.removeprefix("--").replace("-", "_"))
-    parser.add_argument(
-        flag, default=getattr(default, "value", default), help=f"{help} (%(default)s)", **settings
-    )
-
-
-def _add_settings_option(
-    parser: argparse.ArgumentParser, flag: str, what: str, example: str
-) -> None:
-    """Add ``flag KEY=VALUE``, repeatable: an argument of ``what``, which :func:`parse_settings`
-    reads (``example`` one)."""
-    parser.add_argument(
-        flag,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help=f"an argument of {what} (repeatable), e.g. {flag} {example}",
-    )
+    # the options that apply only with --engine sb3, --engine rllib, or --imitate
+    only = {"sb3": option_defaults(sb3, imitation), "rllib": option_defaults(rllib)}
+    only["imitate"] = {k: v for k, v in option_defaults(imitation).items() if k != "imitate"}
+    parser.set_defaults(handler=run, only_with=only)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``dlsched train`` as ``args`` say; the exit code."""
     if args.engine == "rllib":
         return _run_rllib(args)
-    _refuse_options(args, RLLIB_ONLY, "sb3")
+    _refuse_the_other_engine(args, "sb3")
     config = TrainingConfig(
         algo=args.algo,
         scenarios=tuple(args.scenario),
@@ -357,19 +309,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         register_as=args.register_as,
     )
-    if result.interruption is not None:
-        ending = f"interrupted ({result.interruption or 'SIGINT'}); its work is saved"
-    elif result.stopped_early:
-        ending = "stopped early (no improvement)"
-    else:
-        ending = "done"
-    print(f"training {result.training_id}: {result.timesteps} timesteps, {ending}")
-    best = result.best
-    if best is not None:
-        print(f"best validation score {best.score:.4f} at {best.timesteps} timesteps")
-        for key, value in sorted(best.metrics.items()):
-            print(f"  {key} = {value:.4f}")
-    return _print_outcome(result, target, config.scenarios[0], latest_weights=True)
+    return _print_outcome(result, target, config.scenarios[0], "sb3")
 
 
 def _imitation(args: argparse.Namespace) -> ImitationConfig | None:
@@ -379,11 +319,7 @@ def _imitation(args: argparse.Namespace) -> ImitationConfig | None:
         ArgumentError: an imitation option without ``--imitate``.
     """
     if args.imitate is None:
-        given = [
-            f"--imitation-{name.replace('_', '-')}"
-            for name in ("rounds", "steps", "epochs", "log_std")
-            if getattr(args, f"imitation_{name}") != getattr(IMITATION_DEFAULTS, name)
-        ]
+        given = given_options(args, args.only_with["imitate"])
         if given:
             raise ArgumentError(f"{', '.join(given)} need --imitate TEACHER; add it, or drop them")
         return None
@@ -397,21 +333,13 @@ def _imitation(args: argparse.Namespace) -> ImitationConfig | None:
 
 
 def _print_outcome(
-    result: TrainingResult, target: TrackingTarget | None, scenario: str, latest_weights: bool
+    result: TrainingResult, target: TrackingTarget | None, scenario: str, engine: str
 ) -> int:
-    """Print where a training's files, run and model are; re-raise its interruption."""
-    print(f"local files: {result.folder.resolve()}")
-    if result.run_id is not None and target is not None:
-        print(f"MLflow: experiment {result.experiment!r}, run {result.run_id} in {target.uri}")
-    print(f"model: {result.model_uri}")
-    if latest_weights:
-        print(f"latest weights: {result.final_model_uri}")
-    if result.registered_uri is not None:
-        print(f"registered: {result.registered_uri}")
-    print(
-        f"evaluate it: dlsched evaluate --scenario {scenario} "
-        f"--policy default,{result.model_uri} --seed 100 --episodes 10"
-    )
+    """Print what a training produced and where; re-raise its interruption."""
+    from dlsched.runs.training.summary import training_summary
+
+    uri = target.uri if target is not None else None
+    print("\n".join(training_summary(result, scenario, uri, engine)))
     if result.interruption is not None:
         raise result.interruption
     return 0
@@ -419,41 +347,29 @@ def _print_outcome(
 
 def _tracking(args: argparse.Namespace) -> tuple[MlflowClient | None, TrackingTarget | None]:
     """The checked MLflow store the command logs to, unless ``--no-tracking``."""
-    from dlsched.runs.tracking.owners import end_orphaned_runs
-    from dlsched.runs.tracking.store import connect
+    from dlsched.runs.tracking.store import open_store
     from dlsched.runs.tracking.target import resolve_tracking_uri
 
     if args.no_tracking:
         return None, None
     target = resolve_tracking_uri(args.tracking_uri)
-    print(target.describe(), file=sys.stderr)
-    client = connect(target)
-    end_orphaned_runs(client, lambda line: print(line, file=sys.stderr))
-    return client, target
+    return open_store(target, lambda line: print(line, file=sys.stderr)), target
 
 
-def _refuse_options(args: argparse.Namespace, options: Mapping[str, object], engine: str) -> None:
-    """Refuse options given away from their defaults that ``engine`` does not take."""
-    given = [
-        f"--{name.replace('_', '-')}"
-        for name, default in options.items()
-        if getattr(args, name) != default
-    ]
+def _refuse_the_other_engine(args: argparse.Namespace, engine: str) -> None:
+    """Refuse the options only the engine other than ``engine`` takes, where given."""
+    given = given_options(args, args.only_with["rllib" if engine == "sb3" else "sb3"])
     if given:
+        one = len(given) == 1
         raise ArgumentError(
-            f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --engine "
-            f"{engine}; drop {'it' if len(given) == 1 else 'them'}, or choose the other engine"
+            f"{', '.join(given)} {'does' if one else 'do'} not apply to --engine {engine}; drop "
+            f"{'it' if one else 'them'}, or choose the other engine"
         )
 
 
 def _run_rllib(args: argparse.Namespace) -> int:
     """``dlsched train --engine rllib``."""
-    _refuse_options(args, SB3_ONLY, "rllib")
-    if args.register_as is not None and args.no_tracking:
-        raise TrackingError(
-            f"cannot register the model as {args.register_as!r} without tracking; drop "
-            "--no-tracking, or drop --register-as"
-        )
+    _refuse_the_other_engine(args, "rllib")
     if len(args.scenario) != 1:
         raise ArgumentError(
             f"--engine rllib trains on one scenario (its batched environment runs one), got "
@@ -473,7 +389,6 @@ def _run_rllib(args: argparse.Namespace) -> int:
         torch_threads=args.torch_threads,
     )
     config.check()
-    from dlsched.runs.training.harness import register_model
     from dlsched.runs.training.rllib import require_ray, train_rllib
 
     # before the store is touched: a missing extra is the first thing to say
@@ -486,61 +401,6 @@ def _run_rllib(args: argparse.Namespace) -> int:
         target,
         experiment=args.experiment,
         report=None if args.no_progress else lambda line: print(line, file=sys.stderr),
+        register_as=args.register_as,
     )
-    if result.run_id is not None and args.register_as is not None and client is not None:
-        result = dataclasses.replace(
-            result, registered_uri=register_model(client, result.run_id, args.register_as)
-        )
-    ending = (
-        f"interrupted ({result.interruption or 'SIGINT'}); its work is saved"
-        if result.interruption is not None
-        else "done"
-    )
-    print(f"training {result.training_id}: {result.timesteps} timesteps on RLlib, {ending}")
-    return _print_outcome(result, target, config.scenario, latest_weights=False)
-
-
-def parse_widths(text: str) -> tuple[int, ...]:
-    """``"64,64"`` as ``(64, 64)``.
-
-    Raises:
-        PolicyError: not a comma-separated list of positive integers.
-    """
-    try:
-        widths = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        widths = ()
-    if not widths or any(width < 1 for width in widths):
-        raise PolicyError(f"--net-arch {text!r} must be positive widths, e.g. 64,64")
-    return widths
-
-
-def parse_settings(settings: Sequence[str], option: str) -> tuple[tuple[str, HyperValue], ...]:
-    """``KEY=VALUE`` strings as pairs, values read as YAML scalars (``3e-4`` is a number).
-
-    Args:
-        settings: the strings, as given.
-        option: the option they came from, for messages.
-
-    Raises:
-        PolicyError: a malformed setting, a key given twice, or a value that is not a scalar.
-    """
-    parsed: dict[str, HyperValue] = {}
-    for setting in settings:
-        key, equals, text = setting.partition("=")
-        key = key.strip()
-        if not (equals and key and text.strip()):
-            raise PolicyError(f"{option} {setting!r} is not KEY=VALUE; e.g. {option} gamma=0.95")
-        if key in parsed:
-            raise PolicyError(f"{option} sets {key!r} twice; give each once")
-        value = yaml.safe_load(text)
-        if isinstance(value, str):
-            # YAML 1.1 reads 3e-4 (no dot) as a string; a number is what is meant
-            with contextlib.suppress(ValueError):
-                value = float(value)
-        if not isinstance(value, bool | int | float | str):
-            raise PolicyError(
-                f"{option} {setting!r}: value {text!r} is not a number, a bool or a string"
-            )
-        parsed[key] = value
-    return tuple(parsed.items())
+    return _print_outcome(result, target, config.scenario, "rllib")

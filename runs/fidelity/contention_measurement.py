@@ -41,6 +41,7 @@ from dlsched.envs.scenarios.model import ArrivalPattern, JobGroup, JobKind, Scen
 from dlsched.envs.telemetry import JobState, Telemetry
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
+from dlsched.runs.fidelity.calibration_measurement import HostDescription
 from dlsched.runs.fidelity.contention_fit import WorkloadContention, fit_workload_contention
 from dlsched.runs.fidelity.contention_grid import (
     ALLOCATIONS,
@@ -391,14 +392,16 @@ class ContentionSettings:
 
 def calibrate_contention(
     settings: ContentionSettings,
-    host: str,
+    host: str | None = None,
     endpoint: str | None = None,
 ) -> ContentionMeasurement:
     """Measure the grid of every threading of ``settings`` on the engine at ``endpoint``.
 
     Args:
         settings: what to measure and how.
-        host: the host's description, for the provenance.
+        host: the host's description, for the provenance (``None``: the engine's host as
+            :class:`~dlsched.runs.fidelity.calibration_measurement.HostDescription` describes
+            it).
         endpoint: the engine (``None``: the environment's).
 
     Raises:
@@ -417,6 +420,8 @@ def calibrate_contention(
     client = connect(endpoint)
     try:
         cores = float(client.info()["NCPU"])
+        if host is None:
+            host = HostDescription.of(client).describe()
         wait_until_quiet(client, settings.wait_quiet_s, settings.quiet_cores, settings.force)
         if other_running_containers(client) and not settings.force:
             raise HostBusyError(

@@ -62,7 +62,7 @@ from dlsched.runs.fidelity.crowd_fit import (
     crowding_from_episodes,
     write_crowding,
 )
-from dlsched.runs.fidelity.host_speed import HOST_SPEED_FILE, HostSpeed
+from dlsched.runs.fidelity.host_speed import HOST_SPEED_FILE, HostSpeed, read_host_speed
 from dlsched.runs.fidelity.rescaled_profiles import write_rescaled_set
 from dlsched.runs.tracking.trajectory import EPISODE_FILE, read_episode, recorded_backend
 
@@ -394,6 +394,17 @@ def recorded_host_speed(folders: Sequence[Path]) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
+def host_speed_of(folders: Sequence[Path], probe: Path | None = None) -> HostSpeed | None:
+    """The host speed episodes recorded in ``folders`` are fitted at: the probe file
+    ``probe``, else the one beside them (:func:`recorded_host_speed`); ``None`` without one.
+
+    Raises:
+        ProfileError: the probe file cannot be read.
+    """
+    path = probe or recorded_host_speed(folders)
+    return None if path is None else read_host_speed(path)
+
+
 def fit_race_to_episodes(
     episodes: Sequence[EpisodeResult],
     profile_set: str,
@@ -473,6 +484,20 @@ class CrowdingAndRace:
     contention_file: Path
     started_from: str | None = None
 
+    def report(self, directory: Path, threading: Threading) -> list[str]:
+        """What was fitted into ``directory`` and written where, line by line, as
+        ``dlsched calibrate --race-from`` says it."""
+        lines = [] if self.started_from is None else [f"started {directory} as {self.started_from}"]
+        for workload, crowding in self.crowding.items():
+            lines.append(
+                f"{workload}: crowded in a mix, keeps {crowding.floor:.3f} + "
+                f"{1 - crowding.floor:.3f} R ** -{crowding.exponent:.2f} of its solo progress "
+                f"({crowding.steps} steps)"
+            )
+            lines += [f"  {line}" for line in crowding.residuals]
+        lines.append(f"wrote the crowding curves to {', '.join(str(p) for p in self.profiles)}")
+        return lines + race_report(self.race.model, threading, self.contention_file)
+
 
 def fit_crowding_and_race(
     folders: Sequence[Path],
@@ -533,6 +558,13 @@ def _start_set(directory: Path, episodes: Sequence[EpisodeResult], speed: HostSp
         )
     write_rescaled_set(dataclasses.replace(speed, profile_set=sets[0]), directory)
     return f"profile set {sets[0]!r} rescaled to {speed.describe()}"
+
+
+def race_report(race: RaceModel, threading: Threading, path: Path) -> list[str]:
+    """``race``'s fit (its residuals, where it has them) and where it was written, line by
+    line."""
+    residuals = race.fit.residuals if race.fit else ()
+    return [f"  {line}" for line in residuals] + [f"wrote the {threading} race to {path}"]
 
 
 def race_spread(profile_set: str, threading: Threading = "stock") -> RaceModel:

@@ -170,3 +170,20 @@ def compare_sets(
             )
         )
     return agreements
+
+
+def agreement_report(
+    first: str, second: str, agreements: Sequence[RateAgreement], tolerance: float
+) -> list[str]:
+    """``second``'s speeds against ``first``'s (:func:`compare_sets`), workload by workload,
+    and whether they all agree within ``tolerance``, line by line."""
+    lines = [f"speed in {second} / speed in {first}, at the cores of {first}'s measured points:"]
+    lines += [f"  {agreement.describe(tolerance)}" for agreement in agreements]
+    off = [agreement for agreement in agreements if not agreement.agrees(tolerance)]
+    if off:
+        lines.append(
+            f"{len(off)} of {len(agreements)} workload(s) differ by more than {tolerance:.0%}"
+        )
+    else:
+        lines.append(f"all {len(agreements)} workload(s) agree within {tolerance:.0%}")
+    return lines

@@ -25,8 +25,16 @@ from dlsched.runs.tables import Column, aligned, legend
 
 #: The baselines compared on each kind of scenario, ``default`` first and ``oracle`` last.
 POLICIES: dict[JobKind, tuple[str, ...]] = {
-    JobKind.INFERENCE: ("default", "equal", "dqoes", "oracle"),
-    JobKind.TRAINING: ("default", "equal", "flowcon", "specon", "tradl", "oracle"),
+    JobKind.INFERENCE: ("default", "equal", "dqoes", "autothrottle", "k8s-autoscaler", "oracle"),
+    JobKind.TRAINING: (
+        "default",
+        "equal",
+        "flowcon",
+        "specon",
+        "tradl",
+        "k8s-autoscaler",
+        "oracle",
+    ),
 }
 
 #: The statistics shown for each kind, with their column headers.

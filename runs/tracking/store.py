@@ -30,7 +30,7 @@ import sqlite3
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -40,6 +40,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from dlsched.envs.errors import TrackingError
+from dlsched.runs.tracking.owners import end_orphaned_runs
 from dlsched.runs.tracking.target import ENV_VAR, TrackingTarget, sqlite_path
 
 #: Seconds the up-front check waits for an HTTP tracking server's health endpoint.
@@ -111,6 +112,26 @@ def connect(target: TrackingTarget, read_only: bool = False) -> MlflowClient:
             _check_sqlite_file(target, path)
             return _create_or_open_sqlite(target, path)
     return _client(target, not read_only)
+
+
+def open_store(
+    target: TrackingTarget, notify: Callable[[str], None], read_only: bool = False
+) -> MlflowClient:
+    """The store a command tracks in, as ``dlsched evaluate``, ``compare`` and ``train`` open
+    it: where it is said to ``notify``
+    (:meth:`~dlsched.runs.tracking.target.TrackingTarget.describe`), the store checked and
+    connected (:func:`connect`, ``read_only`` as there), then the runs of this host whose process
+    died without ending them marked ``KILLED``
+    (:func:`~dlsched.runs.tracking.owners.end_orphaned_runs`, which says how many to
+    ``notify``).
+
+    Raises:
+        TrackingError: as :func:`connect`.
+    """
+    notify(target.describe())
+    client = connect(target, read_only)
+    end_orphaned_runs(client, notify)
+    return client
 
 
 def _client(target: TrackingTarget, untracked: bool = True) -> MlflowClient:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import json
 import os
 import sys
@@ -78,6 +79,7 @@ from dlsched.runs.training.harness import (
     TrainingResult,
     TrainingTracking,
     param_text,
+    register_model,
     run_ended_if_raised,
     start_training_run,
 )
@@ -146,6 +148,7 @@ def train_rllib(
     target: TrackingTarget | None = None,
     experiment: str | None = None,
     report: Callable[[str], None] | None = None,
+    register_as: str | None = None,
 ) -> TrainingResult:
     """Train PPO on RLlib as ``config`` says; see the module docstring.
 
@@ -156,6 +159,8 @@ def train_rllib(
         target: the store ``client`` writes to (for messages).
         experiment: the MLflow experiment (default ``<scenario>-training``).
         report: called with one line per training iteration (``None``: silent).
+        register_as: register the exported model in MLflow's Model Registry under this name
+            (a new version if it exists); needs ``client``.
 
     Returns:
         The result; its ``model_uri`` is what ``dlsched evaluate --policy`` takes.
@@ -167,6 +172,11 @@ def train_rllib(
         TrackingError: the store refused to start the run, or to take its artifacts.
     """
     config.check()
+    if register_as is not None and client is None:
+        raise TrackingError(
+            f"cannot register the model as {register_as!r} without tracking; drop "
+            "--no-tracking, or drop --register-as"
+        )
     require_ray(local=config.address is None)
     scenario = load_scenario(config.scenario)
     env_id = f"dlsched.envs:{ENV_IDS[scenario.kind]}"
@@ -216,6 +226,9 @@ def train_rllib(
     )
     if tracking is not None:
         _finish_run(tracking, result)
+        if register_as is not None:
+            registered = register_model(tracking.client, tracking.run_id, register_as)
+            result = dataclasses.replace(result, registered_uri=registered)
     return result
 
 

@@ -20,6 +20,8 @@ PAPER_DEFAULTS: dict[str, dict[str, object]] = {
     "dqoes": {"alpha": 0.1, "beta": 0.1, "iv_initial_s": 10.0, "listener": "journal"},
     "flowcon": {"itval_s": 30.0, "alpha_initial": 0.03, "threshold_lists": "NL+WL"},
     "specon": {"alpha": 0.1, "interval_s": 10.0, "max_migrations_per_round": 1},
+    "autothrottle": {"initial_margin": 3.0, "scale_up_multiple": 3.0, "tower_interval_s": 60.0},
+    "k8s-autoscaler": {"average_utilization": 50, "stabilization_window_s": 200.0},
 }
 
 
@@ -31,6 +33,8 @@ def test_names() -> None:
         "flowcon",
         "specon",
         "tradl",
+        "autothrottle",
+        "k8s-autoscaler",
         "oracle",
     )
 
@@ -71,6 +75,7 @@ def test_unknown_name_lists_known_and_suggests() -> None:
         ("dqoes:alpha=0.3", "--set dqoes.alpha=0.3"),
         ("dqoes(alpha=0.3)", "--set dqoes.alpha=0.3"),
         ("flowcon lam=2", "--set flowcon.lam=2"),
+        ("k8s-autoscaler:average_utilization=60", "--set k8s-autoscaler.average_utilization=60"),
         ("specon:", None),  # nothing after the name: the closest name is the hint
     ],
 )
@@ -113,6 +118,12 @@ def test_unknown_parameter_is_named_with_the_valid_ones() -> None:
         ("specon", {"alpha": -1.0}),
         ("tradl", {"deprioritised_share": 1.5}),
         ("oracle", {"aim": math.nan}),
+        ("autothrottle", {"tower": "vw"}),
+        ("autothrottle", {"tower_targets": "0.2,0.1"}),
+        ("autothrottle", {"tower_targets": "low,high"}),
+        ("autothrottle", {"usage_window": 0}),
+        ("k8s-autoscaler", {"average_utilization": 0.5}),
+        ("k8s-autoscaler", {"stabilization_window_s": 5.0}),
     ],
 )
 def test_bad_values_are_refused(name: str, params: dict[str, object]) -> None:
@@ -141,6 +152,7 @@ def test_cli_lists_baselines(capsys: pytest.CaptureFixture[str]) -> None:
         ("specon", "dqoes-resnet50-burst-target20"),
         ("tradl", "dqoes-resnet50-burst-target20"),
         ("dqoes", "flowcon-10-random"),
+        ("autothrottle", "flowcon-10-random"),
     ],
 )
 def test_a_baseline_refuses_a_scenario_of_the_kind_it_does_not_schedule(
@@ -151,7 +163,7 @@ def test_a_baseline_refuses_a_scenario_of_the_kind_it_does_not_schedule(
         run_episode(chosen, make(name), seed=0)
     message = str(raised.value)
     assert f"baseline {name!r}" in message and f"has {chosen.kind.value} jobs" in message
-    for both in ("default", "equal", "oracle"):
+    for both in ("default", "equal", "k8s-autoscaler", "oracle"):
         assert set(type(make(both)).kinds) == set(JobKind)
 
 

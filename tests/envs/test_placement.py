@@ -1,4 +1,6 @@
-"""The spread placement of a burst: SpreadQueue chooses as SpreadPlacer does, in linear time."""
+"""Where jobs run: the spread placement of a burst (SpreadQueue chooses as SpreadPlacer does,
+in linear time), a cluster's arrivals spread as Docker Swarm spreads them, the least-work
+placer, and a migration through the environment."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from dlsched.envs.decision import Decision, Migration
 from dlsched.envs.placement import LeastWorkPlacer, SpreadPlacer, SpreadQueue
 from dlsched.envs.scenarios import load_scenario
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
@@ -161,3 +164,26 @@ def test_least_work_without_measurements_places_by_jobs_per_core() -> None:
         worker = LeastWorkPlacer().place(_arrival(f"j{index}"), telemetry, [0, 1])
         jobs.append(_job_with_work(f"j{index}", worker, 0, 100, 0.0))
     assert [sum(job.worker == w for job in jobs) for w in (0, 1)] == [2, 8]
+
+
+def test_cluster_arrivals_are_spread_like_docker_swarm():
+    env = gym.make("dlsched/Inference-v0", scenario="dqoes-cluster-40")
+    env.reset(seed=0)
+    for _ in range(40):
+        _, _, _, _, info = env.step(np.ones(env.action_space.shape, dtype=np.float32))
+    per_worker = [len(info["telemetry"].on_worker(w)) for w in range(4)]
+    assert sum(per_worker) == 40
+    assert max(per_worker) - min(per_worker) <= 1
+
+
+def test_migration_through_the_environment_moves_the_job_and_keeps_its_progress():
+    env = gym.make("dlsched/Training-v0", scenario="flowcon-cluster-20").unwrapped
+    env.reset(seed=0)
+    for _ in range(10):
+        env.step(np.ones(env.action_space.shape, dtype=np.float32))
+    job = next(j for j in env.telemetry.active_jobs if j.iterations > 0)
+    destination = (job.worker + 1) % len(env.scenario.workers)
+    _, _, _, _, info = env.step_decision(Decision(migrations=(Migration(job.job_id, destination),)))
+    moved = info["telemetry"].job(job.job_id)
+    assert moved.worker == destination
+    assert moved.iterations >= job.iterations
