@@ -16,8 +16,10 @@ programs the containers run). What a user needs is re-exported here.
 from gymnasium.envs.registration import register
 
 from dlsched.envs.backend import Backend, BackendCapabilities
-from dlsched.envs.backends import BACKENDS, backend_class, make_backend
+from dlsched.envs.backend_registry import BACKENDS, backend_class, make_backend
+from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Decision, Migration, Placement
+from dlsched.envs.episode_batch import EpisodeBatch
 from dlsched.envs.errors import (
     ActionError,
     ArgumentError,
@@ -72,9 +74,11 @@ __all__ = [
     "Backend",
     "BackendCapabilities",
     "BackendError",
+    "ControlledEpisode",
     "Decision",
     "DlschedError",
     "DockerUnavailableError",
+    "EpisodeBatch",
     "ImageMissingError",
     "InferenceEnv",
     "InferenceVectorEnv",

@@ -37,7 +37,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from dlsched.envs.backend import Backend
-from dlsched.envs.backends import backend_class, make_backend
+from dlsched.envs.backend_registry import backend_class, make_backend
 from dlsched.envs.errors import ArgumentError, ScenarioError, UnexpectedArgumentError
 from dlsched.envs.extras import require_extra
 from dlsched.envs.observation import ObservationLayout

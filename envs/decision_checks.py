@@ -169,6 +169,22 @@ def decision_limits(
     return limits
 
 
+def job_limit(job_id: str, limit: object) -> float:
+    """``limit`` as job ``job_id``'s limit in force: a finite number in ``(0, 1]``, taken as it
+    is (what a controlled episode sets, where no action box clips it).
+
+    Raises:
+        ActionError: not a finite number, or outside ``(0, 1]``.
+    """
+    value = _limit(job_id, limit)
+    if not 0.0 < value <= 1.0:
+        raise ActionError(
+            f"limit of job {job_id!r} is {limit!r}; a limit in force is a fraction of a worker "
+            "in (0, 1] (1: no cap)"
+        )
+    return value
+
+
 def _arrived_job(job_id: str, arrived: Mapping[str, tuple[int, bool]]) -> tuple[int, bool]:
     if job_id not in arrived:
         raise ActionError(

@@ -8,10 +8,12 @@ arrays and drives the batch with four calls: :meth:`~EpisodeBatch.reset_rows`,
 :meth:`~EpisodeBatch.place`, :meth:`~EpisodeBatch.apply` (limits and migrations) and
 :meth:`~EpisodeBatch.advance`.
 
-The replay engine (:mod:`dlsched.envs.replay.engine`) is an ``EpisodeBatch`` of any number of
-episodes; a backend of one episode at a time (Docker) is one through
-:class:`~dlsched.envs.backend_episode.BackendEpisode`. A backend says which it gives with
-:meth:`~dlsched.envs.backend.Backend.episode_batch`.
+It is the one contract every backend implements: the replay engine
+(:mod:`dlsched.envs.replay.engine`) is an ``EpisodeBatch`` of any number of episodes, the Docker
+backend's (:mod:`dlsched.envs.docker.episode`) one of one episode at a time; a backend gives its
+own with :meth:`~dlsched.envs.backend.Backend.episode_batch`. Nothing calls a batch but the loop
+and a controlled episode (:mod:`dlsched.envs.controlled_episode`), which check what they hand
+it.
 """
 
 from __future__ import annotations
@@ -249,8 +251,9 @@ class EpisodeBatch(ABC):
         return ()
 
     def progress_traces(self, row: int) -> tuple[ProgressTrace, ...]:
-        """Row ``row``'s jobs' progress event by event (see
-        :meth:`~dlsched.envs.backend.Backend.progress_traces`); none by default."""
+        """Row ``row``'s placed jobs' progress event by event in its current episode, for
+        backends that see the workloads' own events; none by default (the replay model has no
+        time finer than its step)."""
         return ()
 
     def close(self) -> None:  # noqa: B027  (nothing to release by default)

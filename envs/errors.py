@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import TypeVar
 
 from gymnasium.error import ResetNeeded
+
+_T = TypeVar("_T")
 
 
 class DlschedError(Exception):
@@ -70,11 +73,30 @@ class UnexpectedArgumentError(ArgumentError, TypeError):
 
 
 class ResetNeededError(DlschedError, ResetNeeded):
-    """An environment was stepped, or its telemetry read, before its first ``reset()``.
+    """An environment (or what steps one: a policy feed, a controlled episode, a training
+    wrapper) was stepped, or its telemetry read, before its first ``reset()``.
 
     Gymnasium's ``OrderEnforcing`` wrapper (what ``gym.make`` returns) says so in its own words;
     ``env.unwrapped`` has no wrapper, and says it here. It is Gymnasium's ``ResetNeeded`` too, so
-    a caller written for Gymnasium catches it as it catches the wrapper's."""
+    a caller written for Gymnasium catches it as it catches the wrapper's. It is raised by
+    :func:`require_reset` alone."""
+
+
+def require_reset(value: _T | None, call: str, subject: str) -> _T:
+    """``value``, the state ``subject`` holds once reset, or :class:`ResetNeededError` if it
+    holds none: the one place that says a reset is needed.
+
+    Args:
+        value: what the reset made (``None``: no reset yet).
+        call: what the caller did (``"step()"``), named in the message.
+        subject: what was not reset (``"an environment"``), named in the message.
+    """
+    if value is None:
+        raise ResetNeededError(
+            f"{call} on {subject} that was not reset: it has no episode yet; call reset() "
+            f"before {call}"
+        )
+    return value
 
 
 class ActionError(DlschedError, ValueError):

@@ -33,7 +33,7 @@ from dlsched.envs.episode_batch import (
     EpisodeBatch,
     Move,
 )
-from dlsched.envs.errors import ActionError
+from dlsched.envs.errors import ActionError, require_reset
 from dlsched.envs.placement import Placer, SpreadPlacer, SpreadQueue
 from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.scenarios.model import JobKind, JobSpec
@@ -185,8 +185,7 @@ class SchedulingLoop:
         if not migrations:
             return []
         batch = self.batch
-        columns = self._columns
-        assert columns is not None, "reset() before step()"
+        columns = require_reset(self._columns, "step()", "an environment loop")
         specs = batch.specs[row]
         index = {spec.job_id: job for job, spec in enumerate(specs)}
         here = f" (environment {row})" if self.episodes > 1 else ""
@@ -437,9 +436,9 @@ class SchedulingLoop:
 
     def telemetry(self, row: int) -> Telemetry:
         """Episode ``row``'s newest telemetry as a typed snapshot (built on each call)."""
-        if self._columns is None:
-            raise RuntimeError("reset() before reading telemetry")
-        return self._columns.telemetry(row)
+        return require_reset(self._columns, "reading telemetry", "an environment loop").telemetry(
+            row
+        )
 
     def incidents(self, row: int) -> tuple[str, ...]:
         """What the backend reported of row ``row``'s episode that makes it doubtful."""

@@ -28,7 +28,7 @@ from dlsched.envs.decision_checks import (
     check_decision,
     decision_limits,
 )
-from dlsched.envs.errors import ResetNeededError
+from dlsched.envs.errors import require_reset
 from dlsched.envs.loop import SchedulingLoop
 from dlsched.envs.observation import encode
 from dlsched.envs.placement import Placer
@@ -41,6 +41,8 @@ from dlsched.envs.telemetry_columns import TelemetryColumns
 
 #: The one episode of a single environment, as a row mask.
 _ONE = np.ones(1, dtype=bool)
+#: What a call before the first reset was made on, in its message.
+_SUBJECT = "an environment"
 
 
 class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
@@ -156,9 +158,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
     @property
     def telemetry(self) -> Telemetry:
         """The newest telemetry snapshot (what ``info["telemetry"]`` carried)."""
-        if self._telemetry is None:
-            raise ResetNeededError(_not_reset("reading telemetry"))
-        return self._telemetry
+        return require_reset(self._telemetry, "reading telemetry", _SUBJECT)
 
     def incidents(self) -> tuple[str, ...]:
         """What the backend reported of this episode that makes its figures doubtful."""
@@ -190,10 +190,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def _columns(self, call: str) -> TelemetryColumns:
         """The newest measurement, for ``call`` (what the caller did, named if there is none)."""
-        columns = self._loop.columns
-        if columns is None:
-            raise ResetNeededError(_not_reset(call))
-        return columns
+        return require_reset(self._loop.columns, call, _SUBJECT)
 
     def _step(
         self, limits: np.ndarray, migrations: list[tuple[Any, ...]] | None
@@ -231,11 +228,3 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
             "active": int(columns.active[0].sum()),
             "time_s": telemetry.time_s,
         }
-
-
-def _not_reset(call: str) -> str:
-    """The message of a ``call`` made before the environment's first ``reset()``."""
-    return (
-        f"{call} on an environment that was not reset: it has no episode yet; call "
-        f"reset() before {call}"
-    )

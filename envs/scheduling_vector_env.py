@@ -51,7 +51,7 @@ from dlsched.envs.arguments import (
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Decision, Migration
 from dlsched.envs.decision_checks import ClipNotice, action_limits, decision_limits
-from dlsched.envs.errors import ActionError, ArgumentError, BackendError, ResetNeededError
+from dlsched.envs.errors import ActionError, ArgumentError, BackendError, require_reset
 from dlsched.envs.loop import SchedulingLoop
 from dlsched.envs.observation import encode
 from dlsched.envs.placement import Placer
@@ -271,13 +271,7 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 
     def _columns(self, call: str) -> TelemetryColumns:
         """The newest measurement, for ``call`` (what the caller did, named if there is none)."""
-        columns = self._loop.columns
-        if columns is None:
-            raise ResetNeededError(
-                f"{call} on environments that were not reset: they have no episodes yet; call "
-                f"reset() before {call}"
-            )
-        return columns
+        return require_reset(self._loop.columns, call, "a batched environment")
 
     def _step(
         self, limits: np.ndarray, migrations: Sequence[Sequence[Migration]] | None

@@ -44,7 +44,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from dlsched.envs.errors import PolicyError, ResetNeededError
+from dlsched.envs.errors import PolicyError, require_reset
 from dlsched.envs.observation import ObservationLayout
 
 #: The interval the agent acts in.
@@ -210,12 +210,8 @@ class AgentActions(gym.Wrapper[np.ndarray, np.ndarray, np.ndarray, np.ndarray]):
         return observation, info
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if self._observation is None:
-            raise ResetNeededError(
-                "step() on an environment that was not reset: it has no observation to map the "
-                "action from yet; call reset() before step()"
-            )
-        limits = self.mapping.to_limits(action, self._observation, self.layout)
+        observation = require_reset(self._observation, "step()", "an environment")
+        limits = self.mapping.to_limits(action, observation, self.layout)
         observation, reward, terminated, truncated, info = self.env.step(limits)
         self._observation = observation
         return observation, float(reward), terminated, truncated, info

@@ -31,7 +31,7 @@ import gymnasium as gym
 import numpy as np
 
 from dlsched.envs.decision import Decision
-from dlsched.envs.errors import PolicyError
+from dlsched.envs.errors import PolicyError, require_reset
 from dlsched.envs.scheduling_env import SchedulingEnv
 from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 from dlsched.envs.telemetry import Telemetry
@@ -223,13 +223,15 @@ class BatchedModelFeed:
         Args:
             running: per episode, whether it still runs; the others are stepped too (the
                 policy's batch keeps its shape) but no telemetry is built for them.
+
+        Raises:
+            ResetNeededError: before :meth:`reset`.
         """
-        if self._observations is None:
-            raise PolicyError("call reset(seeds) before step()")
+        observations = require_reset(self._observations, "step()", "a policy feed")
         if self.policy.predicts_batches:
-            limits, _ = self.policy.predict(self._observations, deterministic=True)
+            limits, _ = self.policy.predict(observations, deterministic=True)
         else:  # one episode: the observation as a single environment gives it
-            action, _ = self.policy.predict(self._observations[0], deterministic=True)
+            action, _ = self.policy.predict(observations[0], deterministic=True)
             limits = np.asarray(action)[None]
         self._observations, rewards, terminated, truncated, _ = self.env.step(limits)
         telemetry = tuple(

@@ -83,6 +83,7 @@ def interrupted_episode_script(
     """
     return f"""
 import numpy as np
+from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.scenarios.model import JobGroup, JobKind, Scenario, WorkerSpec
@@ -94,10 +95,11 @@ scenario = Scenario(
     profile_set="measured",
 )
 backend = DockerBackend()
+episode = ControlledEpisode(backend, scenario)
 jobs = scenario.realise(np.random.default_rng(0))
-backend.reset(scenario, jobs, np.random.default_rng(0))
-backend.apply({{}}, [Placement(*placement) for placement in {list(placements)!r}])
-backend.advance(0.0)
+episode.reset(jobs, np.random.default_rng(0))
+episode.place([Placement(*placement) for placement in {list(placements)!r}])
+episode.advance(0.0)
 print(backend.episode, flush=True)
-backend.advance(300.0)
+episode.advance(300.0)
 """

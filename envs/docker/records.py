@@ -3,12 +3,14 @@
 A placed job is a :class:`Job`: its spec, where it runs, the limit in force (read back at every
 measurement) and the one the backend set, and its state. Each container it ran in (a migrated job
 has had several, one after another) is a :class:`Run`, with the job's output and CPU readings
-from that container; :meth:`Job.telemetry` merges them into what the backend reports.
+from that container; :meth:`Job.write` merges them into the job's column of the episode's
+arrays, what the backend reports.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -16,9 +18,10 @@ import numpy as np
 
 from dlsched.envs.docker.cgroup import CfsLimit, CpuLimitFiles, CpuUsageFile, ProcessStat
 from dlsched.envs.docker.container_output import ContainerOutput, Progress
+from dlsched.envs.episode_batch import JobArrays
 from dlsched.envs.progress_trace import MAX_TRACE_EVENTS, ProgressTrace
 from dlsched.envs.scenarios.model import JobKind, JobSpec
-from dlsched.envs.telemetry import JobState, JobTelemetry
+from dlsched.envs.telemetry import JobState
 from dlsched.envs.workloads.catalog import WORKLOADS
 
 
@@ -85,34 +88,23 @@ class Job:
     def cpu_usage(self) -> float:
         return self.run.cpu_usage if self.state is JobState.RUNNING else 0.0
 
-    def telemetry(self, now: float) -> JobTelemetry:
-        """What the job reports at episode time ``now``: its state, its CPU and its progress
-        over all its runs."""
-        spec = self.spec
-        progress = [run.output.progress() for run in self.runs]
-        latest = _latest(progress)
-        return JobTelemetry(
-            job_id=spec.job_id,
-            workload=spec.workload,
-            kind=spec.kind,
-            state=self.state,
-            worker=self.worker,
-            slot=self.slot,
-            arrival_s=spec.arrival_s,
-            age_s=now - spec.arrival_s,
-            limit=self.limit,
-            cpu_usage=self.cpu_usage,
-            cpu_seconds=self.cpu_seconds,
-            target_s=spec.target_s,
-            tolerance=spec.tolerance,
-            batches=latest.batches,
-            latency_s=latest.latency_s,
-            iterations=latest.iterations,
-            total_iterations=total_iterations(spec),
-            loss=latest.loss,
-            completed_s=self.completed_s,
-            loss_targets=spec.loss_targets,
-        )
+    def write(self, arrays: JobArrays, column: int) -> None:
+        """Write what the job reports now (where it runs, its limit, its CPU and its progress
+        over all its runs) into its ``column`` of a one-episode batch's ``arrays``; its phase
+        is the batch's to write."""
+        latest = _latest(run.output.progress() for run in self.runs)
+        training = self.spec.kind is JobKind.TRAINING
+        at = (0, column)
+        arrays.worker[at] = self.worker
+        arrays.slot[at] = self.slot
+        arrays.limit[at] = self.limit
+        arrays.cpu_seconds[at] = self.cpu_seconds
+        arrays.usage[at] = self.cpu_usage
+        arrays.units[at] = latest.iterations if training else latest.batches
+        arrays.latency[at] = _number(latest.latency_s)
+        arrays.loss[at] = _number(latest.loss)
+        arrays.completed[at] = _number(self.completed_s)
+        arrays.total[at] = total_iterations(self.spec) or 0
 
     def progress_trace(self, epoch_start: float) -> ProgressTrace:
         """Every iteration or batch the job's containers reported, one after another, in
@@ -154,3 +146,8 @@ def _latest(progress: Iterable[Progress]) -> Progress:
             total_iterations=item.total_iterations or merged.total_iterations,
         )
     return merged
+
+
+def _number(value: float | None) -> float:
+    """An array's value of a measurement: NaN for none yet."""
+    return math.nan if value is None else value

@@ -27,6 +27,7 @@ import numpy as np
 
 from dlsched.envs.arguments import DEFAULT_LIMIT_FLOOR
 from dlsched.envs.backend import Backend
+from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.engine import engine_cores
@@ -252,25 +253,27 @@ def measure_side(
     report = say or (lambda _: None)
     specs = scenario.realise(np.random.default_rng(0))
     ids = [spec.job_id for spec in specs]
+    episode = ControlledEpisode(backend, scenario)
     try:
-        backend.reset(scenario, specs, np.random.default_rng(0))
-        backend.apply({}, [Placement(job_id, 0, slot) for slot, job_id in enumerate(ids)])
-        wait_for_first_units(backend, ids)
+        episode.reset(specs, np.random.default_rng(0))
+        episode.place([Placement(job_id, 0, slot) for slot, job_id in enumerate(ids)])
+        wait_for_first_units(episode, ids)
         solo = []
         for index, spec in enumerate(specs):
             report(f"{spec.workload} alone, the others parked")
             alone = {job_id: (1.0 if job_id == spec.job_id else PARKED_LIMIT) for job_id in ids}
-            samples, _ = measure_window(backend, alone, settle_s, window_s, inference=False)
+            samples, _ = measure_window(episode, alone, settle_s, window_s, inference=False)
             solo.append(samples[index])
         cells = []
         for allocation in MIX_ALLOCATIONS:
             limits = allocation_limits(allocation, len(ids))
             report(f"all {len(ids)}, {allocation}")
             samples, _ = measure_window(
-                backend, dict(zip(ids, limits, strict=True)), settle_s, window_s, inference=False
+                episode, dict(zip(ids, limits, strict=True)), settle_s, window_s, inference=False
             )
             cells.append(tuple(samples))
     finally:
+        episode.close()
         backend.close()
     curves = load_profile_set(scenario.profile_set)
 

@@ -1,10 +1,10 @@
 """``dlsched bench docker``: what the Docker backend spends per step on telemetry and actuation.
 
 For a host of running containers (by default 10 inference services) it times setting every
-container's limit and reading it back (``apply``), then measuring CPU usage, state and progress
-(``advance(0)``, which does not sleep). For comparison it times docker-py's
-``container.stats(stream=False)`` for the same containers, which is what a scheduler that asked
-the engine for CPU usage would pay per step.
+container's limit and reading it back (``set_limits`` of a controlled episode), then measuring
+CPU usage, state and progress (``advance(0)``, which does not sleep). For comparison it times
+docker-py's ``container.stats(stream=False)`` for the same containers, which is what a scheduler
+that asked the engine for CPU usage would pay per step.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.containers import LABEL_EPISODE, MANAGED_FILTER
@@ -32,7 +33,7 @@ class StepTimes:
     """Mean times of one kind of step (seconds).
 
     Attributes:
-        actuation_s: ``apply`` with a limit for every container: the engine updates (in
+        actuation_s: ``set_limits`` with a limit for every container: the engine updates (in
             parallel) and the read-backs of those that change.
         telemetry_s: ``advance(0)``: CPU usage, state and progress of every container.
         step_s: their sum.
@@ -141,9 +142,10 @@ def bench_docker(
     )
     jobs = scenario.realise(np.random.default_rng(0))
     backend = DockerBackend(image=image)
+    episode = ControlledEpisode(backend, scenario)
     try:
-        backend.reset(scenario, jobs, np.random.default_rng(0))
-        backend.apply({}, [Placement(job.job_id, 0, slot) for slot, job in enumerate(jobs)])
+        episode.reset(jobs, np.random.default_rng(0))
+        episode.place([Placement(job.job_id, 0, slot) for slot, job in enumerate(jobs)])
         # Two alternating sets of limits, so that every step changes every container's quota;
         # their sum stays under the host so that the engine is not starved by its containers.
         share = 0.5 / containers
@@ -151,10 +153,10 @@ def bench_docker(
             {job.job_id: share * (1 + (slot % 3) / 3) for slot, job in enumerate(jobs)},
             {job.job_id: share * (1.5 + (slot % 3) / 3) for slot, job in enumerate(jobs)},
         ]
-        backend.advance(1.0)
-        changed = _time_steps(backend, [limit_sets[step % 2] for step in range(steps)])
-        unchanged = _time_steps(backend, [limit_sets[(steps - 1) % 2]] * steps)
-        now = backend.advance(0.0)
+        episode.advance(1.0)
+        changed = _time_steps(episode, [limit_sets[step % 2] for step in range(steps)])
+        unchanged = _time_steps(episode, [limit_sets[(steps - 1) % 2]] * steps)
+        now = episode.advance(0.0)
         running = [job for job in now.jobs if job.state is JobState.RUNNING]
         if len(running) != containers:
             raise DlschedError(
@@ -163,6 +165,7 @@ def bench_docker(
             )
         stats_s = _time_engine_stats(endpoint, backend.episode)
     finally:
+        episode.close()
         backend.close()
     return DockerBenchResult(
         containers=containers,
@@ -176,14 +179,14 @@ def bench_docker(
     )
 
 
-def _time_steps(backend: DockerBackend, limits: list[dict[str, float]]) -> StepTimes:
-    """Time ``apply(limits[i])`` then ``advance(0)`` for each ``i``."""
+def _time_steps(episode: ControlledEpisode, limits: list[dict[str, float]]) -> StepTimes:
+    """Time ``set_limits(limits[i])`` then ``advance(0)`` for each ``i``."""
     actuation, telemetry = [], []
     for step_limits in limits:
         start = time.perf_counter()
-        backend.apply(step_limits)
+        episode.set_limits(step_limits)
         applied = time.perf_counter()
-        backend.advance(0.0)
+        episode.advance(0.0)
         actuation.append(applied - start)
         telemetry.append(time.perf_counter() - applied)
     return StepTimes.of(actuation, telemetry)

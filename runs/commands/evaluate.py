@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from dlsched.envs.backends import BACKENDS
+from dlsched.envs.backend_registry import BACKENDS
 from dlsched.envs.errors import BackendError, PolicyError
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.workloads.cpu_quota import THREADINGS

@@ -13,7 +13,7 @@ import functools
 import sys
 from typing import TYPE_CHECKING
 
-from dlsched.envs.backends import BACKENDS
+from dlsched.envs.backend_registry import BACKENDS
 from dlsched.envs.errors import ArgumentError
 from dlsched.envs.observation import FEATURES
 from dlsched.envs.placement import PLACERS

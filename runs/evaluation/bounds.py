@@ -90,7 +90,7 @@ from dataclasses import dataclass
 import numpy as np
 from gymnasium.utils import seeding
 
-from dlsched.envs.backends import backend_class
+from dlsched.envs.backend_registry import backend_class
 from dlsched.envs.errors import ScenarioError
 from dlsched.envs.loop import ARRIVED_EPS, episode_generators
 from dlsched.envs.replay.episode_draws import JobDraws, job_draws

@@ -154,11 +154,11 @@ class EpisodeResult:
         metrics: the episode's scores.
         backend_options: the keyword arguments the backend was built with.
         incidents: what the backend reported that makes the figures doubtful (see
-            :meth:`~dlsched.envs.backend.Backend.incidents`); an episode with incidents is
-            tagged so in MLflow.
+            :meth:`~dlsched.envs.episode_batch.EpisodeBatch.incidents`); an episode with
+            incidents is tagged so in MLflow.
         progress_traces: each job's progress event by event, where the backend sees the
             workloads' own events (Docker; see
-            :meth:`~dlsched.envs.backend.Backend.progress_traces`); none on replay.
+            :meth:`~dlsched.envs.episode_batch.EpisodeBatch.progress_traces`); none on replay.
     """
 
     policy: PolicyIdentity

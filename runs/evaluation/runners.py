@@ -25,7 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 import dlsched.envs  # noqa: F401  (registers the environment ids)
-from dlsched.envs.backends import backend_class, make_backend
+from dlsched.envs.backend_registry import backend_class, make_backend
 from dlsched.envs.errors import ArgumentError
 from dlsched.envs.inference_env import InferenceEnv
 from dlsched.envs.progress_trace import ProgressTrace

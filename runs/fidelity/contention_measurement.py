@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dlsched.envs.backend import Backend
+from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.engine import connect
@@ -143,29 +143,30 @@ def measure_grid(
     specs = scenario.realise(np.random.default_rng(0))
     ids = [spec.job_id for spec in specs]
     backend = DockerBackend(image=image, workload_threading=threading)
+    episode = ControlledEpisode(backend, scenario)
     beside_startup: tuple[JobSample, ...] = ()
     try:
-        backend.reset(scenario, specs, np.random.default_rng(0))
-        backend.apply({}, [Placement(ids[0], 0, 0)])
-        wait_for_first_units(backend, ids[:1])
+        episode.reset(specs, np.random.default_rng(0))
+        episode.place([Placement(ids[0], 0, 0)])
+        wait_for_first_units(episode, ids[:1])
         placed = 1
         solo = []
         for limit in sorted(solo_limits):
             report(f"solo at limit {limit:g}")
-            solo.extend(measure_window(backend, {ids[0]: limit}, settle_s, window_s, inference)[0])
+            solo.extend(measure_window(episode, {ids[0]: limit}, settle_s, window_s, inference)[0])
         grid = []
         for count in sorted(job_counts):
             members = ids[:count]
             if count > placed:
-                backend.apply(
-                    {job_id: 1.0 for job_id in ids[:placed]},
+                episode.set_limits({job_id: 1.0 for job_id in ids[:placed]})
+                episode.place(
                     [
                         Placement(job_id, 0, slot)
                         for slot, job_id in enumerate(members)
                         if slot >= placed
-                    ],
+                    ]
                 )
-                running = wait_for_first_units(backend, members, running=ids[0])
+                running = wait_for_first_units(episode, members, running=ids[0])
                 if placed == 1 and not inference:
                     report(f"{count - 1} starting beside 1 running")
                     beside_startup = running
@@ -176,10 +177,11 @@ def measure_grid(
                     f"{count} jobs, {allocation}: limits {', '.join(f'{x:.3g}' for x in limits)}"
                 )
                 samples, other = measure_window(
-                    backend, dict(zip(members, limits, strict=True)), settle_s, window_s, inference
+                    episode, dict(zip(members, limits, strict=True)), settle_s, window_s, inference
                 )
                 grid.append(GridCell(allocation, tuple(samples), other))
     finally:
+        episode.close()
         backend.close()
     return ThreadingMeasurement(threading, tuple(solo), tuple(grid), beside_startup)
 
@@ -252,7 +254,7 @@ def check_grid_arguments(
 
 
 def measure_window(
-    backend: Backend,
+    episode: ControlledEpisode,
     limits: Mapping[str, float],
     settle_s: float,
     window_s: float,
@@ -263,15 +265,15 @@ def measure_window(
     Returns:
         One sample per job, and the cores the host's other processes used meanwhile.
     """
-    backend.apply(dict(limits))
-    before = backend.advance(settle_s)
+    episode.set_limits(limits)
+    before = episode.advance(settle_s)
     host_before = host_busy_seconds()
     latencies: dict[str, dict[int, float]] = {job_id: {} for job_id in limits}
     after = before
     while after.time_s - before.time_s < window_s:
         # Services are polled every second to see each batch's latency; trainings at the end.
         step = min(1.0, window_s - (after.time_s - before.time_s)) if inference else window_s
-        after = backend.advance(step)
+        after = episode.advance(step)
         for job_id in latencies:
             job = after.job(job_id)
             if job.latency_s is not None and job.batches > before.job(job_id).batches:
@@ -295,12 +297,12 @@ def measure_window(
 
 
 def wait_for_first_units(
-    backend: Backend, job_ids: Sequence[str], running: str | None = None
+    episode: ControlledEpisode, job_ids: Sequence[str], running: str | None = None
 ) -> tuple[JobSample, ...]:
     """Advance until every job of ``job_ids`` has reported an iteration or a batch.
 
     Args:
-        backend: the measurement's backend.
+        episode: the measurement's episode.
         job_ids: the jobs waited for.
         running: a job of ``job_ids`` already running, measured meanwhile.
 
@@ -310,10 +312,10 @@ def wait_for_first_units(
     """
     started = time.monotonic()
     starting = [job_id for job_id in job_ids if job_id != running]
-    previous = backend.advance(0.0) if running is not None else None
+    previous = episode.advance(0.0) if running is not None else None
     first = previous
     while True:
-        telemetry = backend.advance(1.0)
+        telemetry = episode.advance(1.0)
         _check_running(telemetry, job_ids)
         if running is not None and all(_units(telemetry, job_id) == 0 for job_id in starting):
             previous = telemetry

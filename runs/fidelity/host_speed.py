@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from dlsched.envs.backend import Backend
+from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.engine import connect
@@ -355,17 +356,19 @@ def _probe(
     specs = scenario.realise(np.random.default_rng(0))
     job_id = specs[0].job_id
     backend = probed.backend()
+    episode = ControlledEpisode(backend, scenario)
     samples = []
     try:
-        backend.reset(scenario, specs, np.random.default_rng(0))
-        backend.apply({}, [Placement(job_id, 0, 0)])
-        wait_for_first_units(backend, [job_id])
+        episode.reset(specs, np.random.default_rng(0))
+        episode.place([Placement(job_id, 0, 0)])
+        wait_for_first_units(episode, [job_id])
         settle_s = windows.settle_s
         for _ in range(windows.windows):
-            window, _ = measure_window(backend, {job_id: 1.0}, settle_s, window_s, inference)
+            window, _ = measure_window(episode, {job_id: 1.0}, settle_s, window_s, inference)
             samples.extend(window)
             settle_s = 0.0  # the next window follows at once
     finally:
+        episode.close()
         backend.close()
     stalled = [sample for sample in samples if not (sample.rate > 0 and sample.cores > 0)]
     if stalled:

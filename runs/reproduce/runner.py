@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from tqdm import tqdm
 
 from dlsched.baselines.registry import make
-from dlsched.envs.backends import backend_class
+from dlsched.envs.backend_registry import backend_class
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import Scenario
 from dlsched.policies.policy import ParamValue

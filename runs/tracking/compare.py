@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dlsched.envs.backends import BACKENDS
+from dlsched.envs.backend_registry import BACKENDS
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.runs.evaluation.metrics import (
     METRIC_SPECS,

@@ -33,7 +33,7 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
-from dlsched.envs.errors import ResetNeededError
+from dlsched.envs.errors import ActionError, require_reset
 from dlsched.envs.observation import enclosing_layout
 from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 from dlsched.policies.agent_actions import AGENT_HIGH, AGENT_LOW, ActionMapping
@@ -113,12 +113,7 @@ class BatchedVecEnv(VecEnv):
         Raises:
             ResetNeededError: before the first reset.
         """
-        if self._observations is None:
-            raise ResetNeededError(
-                "BatchedVecEnv's observations read before it was reset: it has no episodes "
-                "yet; call reset() first"
-            )
-        return self._observations
+        return require_reset(self._observations, "reading observations", "a BatchedVecEnv")
 
     def reset(self) -> np.ndarray:
         self._observations = []
@@ -138,13 +133,13 @@ class BatchedVecEnv(VecEnv):
         self._actions = np.asarray(actions)
 
     def step_wait(self) -> VecEnvStepReturn:
-        if self._observations is None or self._actions is None:
-            raise ResetNeededError(
-                "step_wait() on environments that were not reset, or without step_async(): "
-                "call reset(), then step_async(actions), before step_wait()"
+        observed_before = require_reset(self._observations, "step_wait()", "a BatchedVecEnv")
+        if self._actions is None:
+            raise ActionError(
+                "step_wait() without actions to step; call step_async(actions) before step_wait()"
             )
         observations, rewards, dones, per_env = [], [], [], []
-        for part, before in zip(self.parts, self._observations, strict=True):
+        for part, before in zip(self.parts, observed_before, strict=True):
             actions = self._actions[part.envs][:, part.rows]
             limits = self.mapping.to_limits(actions, before, part.env.layout)
             observed, reward, terminated, truncated, infos = part.env.step(limits)

@@ -35,7 +35,7 @@ from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecMonitor
 
 import dlsched.envs  # noqa: F401  (registers the environment ids)
-from dlsched.envs.backends import backend_class
+from dlsched.envs.backend_registry import backend_class
 from dlsched.envs.errors import ScenarioError
 from dlsched.envs.inference_env import InferenceEnv
 from dlsched.envs.observation import ObservationLayout, enclosing_layout

@@ -11,7 +11,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 import dlsched.envs  # noqa: F401  (registers the environments)
 from dlsched import baselines
 from dlsched.baselines.base import Baseline
-from dlsched.envs.backends import backend_class
+from dlsched.envs.backend_registry import backend_class
 from dlsched.envs.decision import Decision, Migration
 from dlsched.envs.errors import ActionError, PolicyError
 from dlsched.envs.scenarios.model import (

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from dlsched.envs.backends import make_backend
+from dlsched.envs.backend_registry import make_backend
 from dlsched.envs.decision import Migration
 from dlsched.envs.errors import ActionError
 from dlsched.envs.loop import SchedulingLoop, episode_generators

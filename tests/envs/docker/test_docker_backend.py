@@ -24,10 +24,11 @@ from docker_helpers import (
     interrupted_episode_script,
 )
 
+from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Decision, Placement
-from dlsched.envs.docker import backend as docker_backend
 from dlsched.envs.docker import container_output, interruption
 from dlsched.envs.docker import engine as docker_engine
+from dlsched.envs.docker import episode as docker_episode
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.cgroup import (
     NO_CFS_LIMIT,
@@ -315,7 +316,9 @@ def test_unreachable_engine_names_the_url_and_the_fix(tmp_path):
     scenario = _training_scenario(endpoint=url)
     backend = DockerBackend()
     with pytest.raises(DockerUnavailableError) as raised:
-        backend.reset(scenario, scenario.realise(np.random.default_rng(0)), np.random.default_rng())
+        ControlledEpisode(backend, scenario).reset(
+            scenario.realise(np.random.default_rng(0)), np.random.default_rng()
+        )
     assert url in str(raised.value)
     assert "start one" in str(raised.value)
     backend.close()
@@ -341,7 +344,9 @@ def test_a_workload_the_image_does_not_have_is_refused_before_any_container():
     scenario = _training_scenario(workloads=("vae",))  # a paper profile, replay only
     backend = DockerBackend()
     with pytest.raises(ScenarioError, match=r"\['vae'\].*replay"):
-        backend.reset(scenario, scenario.realise(np.random.default_rng(0)), np.random.default_rng())
+        ControlledEpisode(backend, scenario).reset(
+            scenario.realise(np.random.default_rng(0)), np.random.default_rng()
+        )
     backend.close()
 
 
@@ -364,7 +369,9 @@ def test_the_docker_backend_refuses_a_threading_that_contradicts_the_scenario():
     )
     backend = DockerBackend(workload_threading="tuned")
     with pytest.raises(BackendError, match="contradicts scenario 'contention-probe'"):
-        backend.reset(stock, stock.realise(np.random.default_rng(0)), np.random.default_rng(0))
+        ControlledEpisode(backend, stock).reset(
+            stock.realise(np.random.default_rng(0)), np.random.default_rng(0)
+        )
 
 
 # ---------------------------------------------------------------------- interruption
@@ -443,12 +450,16 @@ def _services(count: int, cores: float) -> Scenario:
     )
 
 
-def _start(backend: DockerBackend, scenario: Scenario, limits=None) -> Telemetry:
+def _start(
+    backend: DockerBackend, scenario: Scenario, limits=None
+) -> tuple[ControlledEpisode, Telemetry]:
+    """A controlled episode of ``scenario`` with its jobs placed and ``limits`` set, measured."""
+    episode = ControlledEpisode(backend, scenario)
     jobs = scenario.realise(np.random.default_rng(0))
-    backend.reset(scenario, jobs, np.random.default_rng(0))
-    placements = [Placement(job.job_id, 0, slot) for slot, job in enumerate(jobs)]
-    backend.apply(limits or {}, placements)
-    return backend.advance(0.0)
+    episode.reset(jobs, np.random.default_rng(0))
+    episode.place([Placement(job.job_id, 0, slot) for slot, job in enumerate(jobs)])
+    episode.set_limits(limits or {})
+    return episode, episode.advance(0.0)
 
 
 @requires_docker
@@ -572,23 +583,25 @@ def test_migration_resumes_on_the_other_worker_from_the_iteration_reached(
     backend = DockerBackend()
     try:
         jobs = scenario.realise(np.random.default_rng(0))
-        backend.reset(scenario, jobs, np.random.default_rng(0))
-        backend.apply({"j00": 0.5}, [Placement("j00", 0, 0)])
-        telemetry = backend.advance(0.0)
+        episode = ControlledEpisode(backend, scenario)
+        episode.reset(jobs, np.random.default_rng(0))
+        episode.place([Placement("j00", 0, 0)])
+        episode.set_limits({"j00": 0.5})
+        telemetry = episode.advance(0.0)
         while telemetry.job("j00").iterations < 5:
-            telemetry = backend.advance(0.5)
-        backend.apply({}, migrations=[Placement("j00", 1, 0)])
-        telemetry = backend.advance(0.0)
+            telemetry = episode.advance(0.5)
+        episode.migrate([Placement("j00", 1, 0)])
+        telemetry = episode.advance(0.0)
         job = telemetry.job("j00")
         assert (job.worker, job.state) == (1, JobState.RUNNING)
         assert job.limit == pytest.approx(0.5, abs=1e-4)  # the limit moves with the job
         while telemetry.job("j00").state is JobState.RUNNING and telemetry.time_s < 60:
-            telemetry = backend.advance(1.0)
+            telemetry = episode.advance(1.0)
         job = telemetry.job("j00")
         assert job.state is JobState.DONE
         assert job.iterations == 120
         containers = sorted(_episode_containers(docker_engine, backend.episode, "j00"), key=_name)
-        (trace,) = backend.progress_traces()  # both containers' iterations, one after another
+        (trace,) = episode.progress_traces()  # both containers' iterations, one after another
         assert trace.counts[-1] == 120 and (np.diff(trace.times_s) >= 0).all()
         assert [_name(c) for c in containers] == [
             f"dlsched-{backend.episode[:8]}-j00",
@@ -624,18 +637,18 @@ def test_a_killed_container_is_a_failed_job_and_the_episode_goes_on(docker_engin
     backend = DockerBackend()
     try:
         scenario = _services(2, float(docker_engine.info()["NCPU"]))
-        _start(backend, scenario)
-        backend.advance(1.0)
+        episode, _ = _start(backend, scenario)
+        episode.advance(1.0)
         (victim,) = _episode_containers(docker_engine, backend.episode, "j00")
         victim.kill()
-        telemetry = backend.advance(1.0)
+        telemetry = episode.advance(1.0)
         assert telemetry.job("j00").state is JobState.FAILED
         assert telemetry.job("j00").cpu_usage == 0.0
         assert telemetry.job("j01").state is JobState.RUNNING
-        (incident,) = backend.incidents()
+        (incident,) = episode.incidents()
         assert incident.startswith("job j00 (") and "was killed" in incident
-        backend.apply({"j00": 0.3, "j01": 0.3})  # a limit for the failed job is ignored
-        later = backend.advance(1.0)
+        episode.set_limits({"j00": 0.3, "j01": 0.3})  # a limit for the failed job is ignored
+        later = episode.advance(1.0)
         assert later.time_s > telemetry.time_s
         assert later.job("j00").state is JobState.FAILED
         assert later.job("j01").state is JobState.RUNNING
@@ -656,30 +669,32 @@ def test_a_limit_changed_from_outside_is_reported_and_set_again(
     backend = DockerBackend(use_cgroup_files=use_cgroup_files)
     try:
         cores = float(docker_engine.info()["NCPU"])
-        _start(backend, _services(2, cores), limits={"j00": 0.5 / cores})  # j01 uncapped
-        backend.advance(1.0)
+        episode, _ = _start(
+            backend, _services(2, cores), limits={"j00": 0.5 / cores}
+        )  # j01 uncapped
+        episode.advance(1.0)
         capped, uncapped = (
             _episode_containers(docker_engine, backend.episode, job)[0] for job in ("j00", "j01")
         )
         docker_engine.api.update_container(capped.id, cpu_quota=30_000, cpu_period=100_000)
         docker_engine.api.update_container(uncapped.id, cpu_quota=20_000, cpu_period=100_000)
-        telemetry = backend.advance(1.0)
+        telemetry = episode.advance(1.0)
         assert telemetry.job("j00").limit == pytest.approx(0.3 / cores, abs=1e-6)
         assert telemetry.job("j01").limit == pytest.approx(0.2 / cores, abs=1e-6)
-        first, second = sorted(backend.incidents())
+        first, second = sorted(episode.incidents())
         assert first.startswith("job j00 (mobilenet-svc): the CPU limit of container")
         assert "changed from outside" in first
         assert "0.3 cores (30000 us every 100000 us) in force where dlsched set 0.5 cores" in first
         assert second.startswith("job j01 (mobilenet-svc)")
         assert "0.2 cores (20000 us every 100000 us) in force where dlsched set no quota" in second
 
-        backend.apply({"j00": 0.5 / cores, "j01": 1.0})  # the decisions it had made already
+        episode.set_limits({"j00": 0.5 / cores, "j01": 1.0})  # the decisions it had made already
         assert capped.client.api.inspect_container(capped.id)["HostConfig"]["CpuQuota"] == 50_000
         assert uncapped.client.api.inspect_container(uncapped.id)["HostConfig"]["CpuQuota"] <= 0
-        telemetry = backend.advance(1.0)
+        telemetry = episode.advance(1.0)
         assert telemetry.job("j00").limit == pytest.approx(0.5 / cores, abs=1e-6)
         assert telemetry.job("j01").limit == 1.0
-        assert len(backend.incidents()) == 2  # setting it back is no incident
+        assert len(episode.incidents()) == 2  # setting it back is no incident
     finally:
         backend.close()
 
@@ -689,27 +704,29 @@ def test_a_container_paused_or_stopped_from_outside_is_an_incident(docker_engine
     backend = DockerBackend()
     try:
         cores = float(docker_engine.info()["NCPU"])
-        _start(backend, _services(2, cores), limits={"j00": 0.25 / cores, "j01": 0.25 / cores})
-        backend.advance(1.0)
+        episode, _ = _start(
+            backend, _services(2, cores), limits={"j00": 0.25 / cores, "j01": 0.25 / cores}
+        )
+        episode.advance(1.0)
         paused, stopped = (
             _episode_containers(docker_engine, backend.episode, job)[0] for job in ("j00", "j01")
         )
         paused.pause()
         stopped.kill(signal="SIGSTOP")
         try:
-            telemetry = backend.advance(1.0)
-            backend.advance(1.0)  # still so: one incident per stop
+            telemetry = episode.advance(1.0)
+            episode.advance(1.0)  # still so: one incident per stop
         finally:
             paused.unpause()
             stopped.kill(signal="SIGCONT")
         assert [job.state for job in telemetry.jobs] == [JobState.RUNNING] * 2
-        first, second = sorted(backend.incidents())
+        first, second = sorted(episode.incidents())
         assert first.startswith("job j00 (mobilenet-svc): container")
         assert "was paused (`docker pause`" in first
         assert second.startswith("job j01 (mobilenet-svc): container")
         assert "was stopped by a signal (its process in state T" in second
-        backend.advance(1.0)
-        assert len(backend.incidents()) == 2
+        episode.advance(1.0)
+        assert len(episode.incidents()) == 2
     finally:
         backend.close()
 
@@ -744,7 +761,7 @@ def test_a_workload_container_runs_with_least_privilege_and_reports_progress(
     )
     backend = DockerBackend()
     try:
-        _start(backend, scenario, limits={"j00": 0.5 / cores})
+        episode, _ = _start(backend, scenario, limits={"j00": 0.5 / cores})
         (container,) = _episode_containers(docker_engine, backend.episode, "j00")
         inspected = docker_engine.api.inspect_container(container.id)
         assert inspected["Config"]["User"] == "10001:10001"
@@ -775,13 +792,13 @@ def test_a_workload_container_runs_with_least_privilege_and_reports_progress(
             "tmp": "written",
             "state": "written",
         }
-        telemetry = backend.advance(0.0)
+        telemetry = episode.advance(0.0)
         while telemetry.job("j00").iterations < 3 and telemetry.time_s < 60:
-            telemetry = backend.advance(1.0)
+            telemetry = episode.advance(1.0)
         job = telemetry.job("j00")
         assert job.iterations >= 3 and job.loss is not None, job
         assert job.state in (JobState.RUNNING, JobState.DONE)
-        assert backend.incidents() == ()
+        assert episode.incidents() == ()
     finally:
         backend.close()
     with pytest.raises(docker.errors.NotFound):
@@ -794,11 +811,11 @@ def test_a_job_over_its_memory_limit_fails_as_an_incident(docker_engine, workloa
     scenario = dataclasses.replace(_training_scenario(cores=cores), container_memory_mb=64)
     backend = DockerBackend()
     try:
-        telemetry = _start(backend, scenario, limits={"j00": 0.5 / cores})
+        episode, telemetry = _start(backend, scenario, limits={"j00": 0.5 / cores})
         while telemetry.job("j00").state is JobState.RUNNING and telemetry.time_s < 60:
-            telemetry = backend.advance(1.0)  # torch alone takes more than 64 MiB
+            telemetry = episode.advance(1.0)  # torch alone takes more than 64 MiB
         assert telemetry.job("j00").state is JobState.FAILED
-        (incident,) = backend.incidents()
+        (incident,) = episode.incidents()
         assert incident.startswith("job j00 (mlp-digits): container")
         assert "killed by the out-of-memory killer" in incident
         assert "its memory limit is 64 MiB: raise the scenario's container_memory_mb" in incident
@@ -815,9 +832,9 @@ def test_cpu_from_the_engine_statistics_when_cgroup_files_are_not_used(
     try:
         scenario = _services(2, float(docker_engine.info()["NCPU"]))
         cores = scenario.workers[0].cores
-        _start(backend, scenario, limits={"j00": 0.25 / cores, "j01": 0.5 / cores})
-        first = backend.advance(2.0)
-        now = backend.advance(2.0)
+        episode, _ = _start(backend, scenario, limits={"j00": 0.25 / cores, "j01": 0.5 / cores})
+        first = episode.advance(2.0)
+        now = episode.advance(2.0)
         for job_id, quota in (("j00", 0.25), ("j01", 0.5)):
             assert now.job(job_id).cpu_seconds > first.job(job_id).cpu_seconds > 0
             assert 0 < now.job(job_id).cpu_usage <= 1.05 * quota + 0.02
@@ -839,10 +856,11 @@ def test_unlabelled_container_keeps_its_limit_and_life(docker_engine, workload_i
         before = docker_engine.api.inspect_container(bystander.id)
         backend = DockerBackend()
         scenario = _services(1, float(docker_engine.info()["NCPU"]))
-        _start(backend, scenario, limits={"j00": 0.1})
-        backend.apply({"j00": 0.2})
-        backend.advance(1.0)
-        _start(backend, scenario)  # a second episode removes the first one's containers
+        episode, _ = _start(backend, scenario, limits={"j00": 0.1})
+        episode.set_limits({"j00": 0.2})
+        episode.advance(1.0)
+        episode.reset(scenario.realise(np.random.default_rng(0)), np.random.default_rng(0))
+        episode.place([Placement("j00", 0, 0)])  # the first episode's containers are removed
         backend.close()
 
         assert cli_main(["docker", "cleanup", "--dry-run"]) == 0
@@ -928,7 +946,9 @@ def test_missing_image_names_the_build_command(docker_engine):
     scenario = _training_scenario(cores=float(docker_engine.info()["NCPU"]))
     backend = DockerBackend(image="dlsched-test-absent:0")
     with pytest.raises(ImageMissingError, match="dlsched image build --offline"):
-        backend.reset(scenario, scenario.realise(np.random.default_rng(0)), np.random.default_rng())
+        ControlledEpisode(backend, scenario).reset(
+            scenario.realise(np.random.default_rng(0)), np.random.default_rng()
+        )
     backend.close()
 
 
@@ -950,10 +970,10 @@ def test_a_limit_update_refused_because_the_job_just_ended_is_not_an_error(statu
     main stopped with a BackendError at one)."""
     response = type("Response", (), {"status_code": status, "reason": "", "url": ""})()
     error = docker.errors.APIError("update", response=response, explanation=explanation)
-    assert docker_backend._exited(error)
+    assert docker_episode._exited(error)
     refused = docker.errors.APIError(
         "update",
         response=type("R", (), {"status_code": 500, "reason": "", "url": ""})(),
         explanation="invalid quota",
     )
-    assert not docker_backend._exited(refused)
+    assert not docker_episode._exited(refused)

@@ -26,6 +26,7 @@ from docker_helpers import (
 )
 
 from dlsched.baselines import make
+from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Decision, Migration, Placement
 from dlsched.envs.docker import local_engines as engines
 from dlsched.envs.docker.backend import DockerBackend
@@ -305,12 +306,13 @@ def test_a_foreign_container_on_the_second_engine_keeps_its_limit_and_life(
         before = second.api.inspect_container(bystander.id)
         backend = DockerBackend()
         scenario = _cluster(local_engines, JobKind.INFERENCE, 2)
-        jobs = scenario.realise(np.random.default_rng(0))
-        backend.reset(scenario, jobs, np.random.default_rng(0))
-        backend.apply({"j00": 0.2, "j01": 0.2}, [Placement("j00", 0, 0), Placement("j01", 1, 0)])
-        backend.advance(1.0)
-        backend.apply({"j00": 0.4, "j01": 0.4})
-        backend.advance(1.0)
+        episode = ControlledEpisode(backend, scenario)
+        episode.reset(scenario.realise(np.random.default_rng(0)), np.random.default_rng(0))
+        episode.place([Placement("j00", 0, 0), Placement("j01", 1, 0)])
+        episode.set_limits({"j00": 0.2, "j01": 0.2})
+        episode.advance(1.0)
+        episode.set_limits({"j00": 0.4, "j01": 0.4})
+        episode.advance(1.0)
         backend.close()
 
         both = ",".join(start.engine.endpoint for start in local_engines)
@@ -330,22 +332,22 @@ def test_an_engine_stopped_mid_episode_fails_its_jobs_and_the_episode_goes_on(
     scenario = _cluster(local_engines, JobKind.INFERENCE, 2)
     second = local_engines[1].engine
     backend = DockerBackend()
+    controlled = ControlledEpisode(backend, scenario)
     try:
-        jobs = scenario.realise(np.random.default_rng(0))
-        backend.reset(scenario, jobs, np.random.default_rng(0))
-        backend.apply({}, [Placement("j00", 0, 0), Placement("j01", 1, 0)])
-        backend.advance(1.0)
+        controlled.reset(scenario.realise(np.random.default_rng(0)), np.random.default_rng(0))
+        controlled.place([Placement("j00", 0, 0), Placement("j01", 1, 0)])
+        controlled.advance(1.0)
         episode = backend.episode
         engines.stop(second, wait_s=30)  # its containers stop with it, as with a host
-        telemetry = backend.advance(1.0)
+        telemetry = controlled.advance(1.0)
         assert telemetry.job("j00").state is JobState.RUNNING
         assert telemetry.job("j01").state is JobState.FAILED
         assert telemetry.job("j01").cpu_usage == 0.0
-        (incident,) = backend.incidents()
+        (incident,) = controlled.incidents()
         assert f"the Docker engine at {second.endpoint} stopped answering" in incident
         assert "the jobs of worker 1 failed" in incident
-        backend.apply({"j00": 0.5, "j01": 0.5})  # a limit for the failed job is ignored
-        later = backend.advance(1.0)
+        controlled.set_limits({"j00": 0.5, "j01": 0.5})  # a limit for the failed job is ignored
+        later = controlled.advance(1.0)
         assert later.time_s > telemetry.time_s
         assert later.job("j00").state is JobState.RUNNING
         assert later.job("j00").limit == pytest.approx(0.5, abs=1e-4)

@@ -144,16 +144,18 @@ def test_five_signals_5_ms_apart_leave_no_container(
 
 _EPISODE = """
 import numpy as np
+from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.scenarios.file_format import load_scenario
 
 scenario = load_scenario({scenario!r})
 backend = DockerBackend()
+episode = ControlledEpisode(backend, scenario)
 jobs = scenario.realise(np.random.default_rng(0))
-backend.reset(scenario, jobs, np.random.default_rng(0))
-backend.apply({{}}, [Placement(job.job_id, 0, slot) for slot, job in enumerate(jobs)])
-backend.advance(0.0)
+episode.reset(jobs, np.random.default_rng(0))
+episode.place([Placement(job.job_id, 0, slot) for slot, job in enumerate(jobs)])
+episode.advance(0.0)
 print(backend.episode, flush=True)
 {ending}
 """
@@ -163,7 +165,7 @@ _BUSY = """
 limit = 0.2
 while True:  # engine calls in parallel, one after another: the main thread is in the pool
     limit = 0.5 - limit
-    backend.apply({job.job_id: limit for job in jobs})
+    episode.set_limits({job.job_id: limit for job in jobs})
 """
 
 

@@ -2,9 +2,10 @@
 
 The package's replay model (:mod:`dlsched.envs.replay.engine`) holds many episodes in arrays and
 is written for speed. This module writes the same model (docs/replay-model.md) plainly, per job
-and per event, as a one-episode :class:`~dlsched.envs.backend.Backend`; an environment made with
-``backend=ReferenceReplay()`` runs it through the adapter the Docker backend takes
-(:class:`~dlsched.envs.backend_episode.BackendEpisode`). ``test_replay_vector.py`` (beside it)
+and per event, as a :class:`~dlsched.envs.backend.Backend` of one episode at a time, as the
+Docker backend is: an environment made with ``backend=ReferenceReplay()`` drives its
+:class:`ReferenceEpisode`, which writes its jobs into the batch's arrays after each call.
+``test_replay_vector.py`` (beside it)
 holds the engine's episodes equal to this model's, step by step. It shares with the engine only
 what is tested on its own: the profiles, water-filling and the contention formulas. It has no
 race (``envs/replay/race.py``): sets that carry one are held against it without it.
@@ -13,14 +14,27 @@ race (``envs/replay/race.py``): sets that carry one are held against it without 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 
 from dlsched.envs.backend import Backend, BackendCapabilities
-from dlsched.envs.decision import Placement
+from dlsched.envs.episode_batch import (
+    BOOTING,
+    DONE,
+    HAS_ENDED,
+    MIGRATING,
+    RUNNING,
+    STARTING,
+    UNPLACED,
+    EpisodeBatch,
+    EpisodeJobs,
+    Generators,
+    Move,
+)
+from dlsched.envs.errors import BackendError
 from dlsched.envs.replay.contention import (
     busy_and_quotas,
     crowded,
@@ -31,7 +45,6 @@ from dlsched.envs.replay.profile import load_profile_set, load_set_contention
 from dlsched.envs.replay.sharing import water_fill
 from dlsched.envs.replay.workload_profile import WorkloadProfile
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
-from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 
 EPS = 1e-9  # work within which a unit counts as complete
 DRAWS = 32  # a service's units drawn at a time
@@ -87,6 +100,17 @@ class Job:
         return float(np.interp(cores, points, rates))
 
 
+#: A reference job's phase in the batch's arrays, by its state.
+PHASES = {
+    "unplaced": UNPLACED,
+    "starting": STARTING,
+    "booting": BOOTING,
+    "running": RUNNING,
+    "migrating": MIGRATING,
+    "done": DONE,
+}
+
+
 class ReferenceReplay(Backend):
     """The replay model, one job at a time (see the module docstring)."""
 
@@ -98,16 +122,58 @@ class ReferenceReplay(Backend):
     def __init__(self, loss_noise_cv: float = 0.01) -> None:
         self.loss_noise_cv = loss_noise_cv
 
-    def reset(
-        self, scenario: Scenario, jobs: Sequence[JobSpec], rng: np.random.Generator
-    ) -> Telemetry:
+    def episode_batch(
+        self, scenario: Scenario, episodes: int, jobs: Sequence[JobSpec] | None = None
+    ) -> ReferenceEpisode:
+        if episodes != 1:
+            raise BackendError(f"the reference runs one episode at a time, not {episodes}")
+        return ReferenceEpisode(scenario, self.loss_noise_cv, None if jobs is None else len(jobs))
+
+
+class ReferenceEpisode(EpisodeBatch):
+    """One episode of the reference model, its jobs written into the arrays after each call."""
+
+    def __init__(self, scenario: Scenario, loss_noise_cv: float, jobs: int | None) -> None:
+        super().__init__(scenario, 1, jobs)
+        self.loss_noise_cv = loss_noise_cv
+
+    def reset_rows(self, rows: Sequence[int], episodes: EpisodeJobs, rngs: Generators) -> None:
+        assert list(rows) == [0]
+        self.reset(episodes[0], rngs[0])
+        ordered = tuple(job.spec for job in self.jobs_of)
+        self.state.describe(np.zeros(1, dtype=np.int64), [ordered])
+        self.set_jobs(0, ordered)
+        self.write()
+
+    def place(
+        self, rows: np.ndarray, jobs: np.ndarray, workers: np.ndarray, slots: np.ndarray
+    ) -> None:
+        for job, worker, slot in zip(jobs.tolist(), workers.tolist(), slots.tolist(), strict=True):
+            self.place_job(self.jobs_of[job], worker, slot)
+        self.write()
+
+    def apply(self, limits: np.ndarray, migrations: Sequence[Move]) -> None:
+        for move in migrations:
+            self.migrate(self.jobs_of[move.job], move.worker, move.slot)
+        for job, limit in zip(self.jobs_of, limits[0].tolist(), strict=False):
+            if job.state not in ("unplaced", "done"):
+                job.limit = limit
+        self.write()
+
+    def advance(self, rows: np.ndarray, seconds: np.ndarray) -> None:
+        if rows[0]:
+            self.advance_by(float(seconds[0]))
+            self.write()
+
+    # ------------------------------------------------------------------ the episode
+
+    def reset(self, jobs: Sequence[JobSpec], rng: np.random.Generator) -> None:
+        scenario = self.scenario
         profiles = load_profile_set(scenario.profile_set)
         contention = load_set_contention(scenario.profile_set)
-        self.scenario = scenario
         self.rng = rng
-        self.now = 0.0
-        self.cores = [worker.cores for worker in scenario.workers]
-        self.jobs: list[Job] = []
+        self.time = 0.0
+        self.jobs_of: list[Job] = []
         for spec in sorted(jobs, key=lambda job: (job.arrival_s, job.job_id)):
             profile = profiles[spec.workload]
             exponent = profile.contention_exponent
@@ -116,40 +182,22 @@ class ReferenceReplay(Backend):
             training = spec.kind is JobKind.TRAINING
             total = (spec.iterations or profile.iterations or 0) if training else 0
             bound_scale = contention.bound_scales.get(profile.threading, 1.0)
-            self.jobs.append(Job(spec, profile, total, exponent, bound_scale))
-        self.by_id = {job.spec.job_id: job for job in self.jobs}
-        return self.telemetry()
+            self.jobs_of.append(Job(spec, profile, total, exponent, bound_scale))
 
-    def apply(
-        self,
-        limits: Mapping[str, float],
-        placements: Sequence[Placement] = (),
-        migrations: Sequence[Placement] = (),
-    ) -> None:
-        for placement in placements:
-            self.place(self.by_id[placement.job_id], placement)
-        for migration in migrations:
-            job = self.by_id[migration.job_id]
-            resume = self.now + self.scenario.migration_cost_s
-            if job.state == "starting":  # a timed start-up ends no earlier than it would have
-                resume = max(resume, job.resume_s)
-            job.worker, job.slot, job.state, job.resume_s = (
-                migration.worker,
-                migration.slot,
-                "migrating",
-                resume,
-            )
-        for job_id, limit in limits.items():
-            self.by_id[job_id].limit = limit
+    def migrate(self, job: Job, worker: int, slot: int) -> None:
+        resume = self.time + self.scenario.migration_cost_s
+        if job.state == "starting":  # a timed start-up ends no earlier than it would have
+            resume = max(resume, job.resume_s)
+        job.worker, job.slot, job.state, job.resume_s = worker, slot, "migrating", resume
 
-    def place(self, job: Job, placement: Placement) -> None:
-        job.worker, job.slot = placement.worker, placement.slot
+    def place_job(self, job: Job, worker: int, slot: int) -> None:
+        job.worker, job.slot, job.limit = worker, slot, 1.0
         if job.boot_demand > 0:
             job.state = "booting"
             job.startup_left = job.profile.startup_cpu_s or 0.0
         else:
             job.state = "starting"
-            job.resume_s = self.now + job.profile.startup_s
+            job.resume_s = self.time + job.profile.startup_s
         job.rng = np.random.default_rng(int(self.rng.integers(2**63)))
         if job.spec.kind is JobKind.TRAINING:
             job.bounds = np.cumsum(lognormal(job.rng, job.profile.noise_cv, job.total))
@@ -158,34 +206,30 @@ class ReferenceReplay(Backend):
         else:
             job.bounds = np.cumsum(lognormal(job.rng, job.profile.noise_cv, DRAWS))
 
-    def advance(self, seconds: float) -> Telemetry:
-        end = self.now + seconds
-        spent = [job.cpu_seconds for job in self.jobs]
+    def advance_by(self, seconds: float) -> None:
+        end = self.time + seconds
+        spent = [job.cpu_seconds for job in self.jobs_of]
         self.wake()
-        while self.now < end:
+        while self.time < end:
             self.allocate()
             until = self.next_event(end)
             self.integrate(until)
-            self.now = until
+            self.time = until
             self.wake()
-        self.now = end
+        self.time = end
         if seconds > 0:
-            for job, before in zip(self.jobs, spent, strict=True):
+            for job, before in zip(self.jobs_of, spent, strict=True):
                 job.usage = (job.cpu_seconds - before) / seconds
-        return self.telemetry()
-
-    def close(self) -> None:
-        pass
 
     # ------------------------------------------------------------------ the model
 
     def wake(self) -> None:
         """Start the first unit of jobs whose start-up ended; resume paused ones."""
-        for job in self.jobs:
+        for job in self.jobs_of:
             if job.state == "booting" and job.startup_left <= EPS:
-                job.startup_left, job.unit_start, job.state = 0.0, self.now, "running"
-        for job in self.jobs:
-            if job.state in ("starting", "migrating") and job.resume_s <= self.now:
+                job.startup_left, job.unit_start, job.state = 0.0, self.time, "running"
+        for job in self.jobs_of:
+            if job.state in ("starting", "migrating") and job.resume_s <= self.time:
                 if job.startup_left > 0:  # migrated while it started up on the CPU
                     job.state = "booting"
                 else:
@@ -196,12 +240,12 @@ class ReferenceReplay(Backend):
 
     def allocate(self) -> None:
         """Every worker's shares by water-filling, then rates, slowed by contention."""
-        for job in self.jobs:
+        for job in self.jobs_of:
             job.share = job.rate = 0.0
         for worker, cores in enumerate(self.cores):
             members = [
                 job
-                for job in self.jobs
+                for job in self.jobs_of
                 if job.worker == worker and job.state in ("running", "booting")
             ]
             if not members:
@@ -243,19 +287,19 @@ class ReferenceReplay(Backend):
 
     def next_event(self, end: float) -> float:
         """The first time before ``end`` at which the shares change."""
-        until = min([end, *(job.resume_s for job in self.jobs)])
-        for job in self.jobs:
+        until = min([end, *(job.resume_s for job in self.jobs_of)])
+        for job in self.jobs_of:
             if job.state == "booting" and job.share > 0:  # its start-up's CPU is delivered
-                until = min(until, self.now + job.startup_left / job.share)
+                until = min(until, self.time + job.startup_left / job.share)
             if job.state == "running" and job.total and job.rate > 0:
                 left = max(float(job.bounds[-1]) - job.work, 0.0)
-                until = min(until, self.now + left / job.rate)
+                until = min(until, self.time + left / job.rate)
         return until
 
     def integrate(self, until: float) -> None:
         """Constant shares from now to ``until``; record the units that complete."""
-        span = until - self.now
-        for job in self.jobs:
+        span = until - self.time
+        for job in self.jobs_of:
             before = job.work
             job.cpu_seconds += job.share * span
             job.work += job.rate * span
@@ -283,57 +327,32 @@ class ReferenceReplay(Backend):
             return
         # A batch ends when the work reaches its bound; it began where the one before ended.
         ends = np.minimum(
-            until, self.now + np.maximum(job.bounds[max(done - 2, 0) : done] - before, 0) / job.rate
+            until,
+            self.time + np.maximum(job.bounds[max(done - 2, 0) : done] - before, 0) / job.rate,
         )
         began = job.unit_start if done - 1 == first_new else float(ends[0])
         job.latency = float(ends[-1]) - began
         job.unit_start = float(ends[-1])
 
-    # ------------------------------------------------------------------ telemetry
+    # ------------------------------------------------------------------ the arrays
 
-    def telemetry(self) -> Telemetry:
-        states = {
-            "starting": JobState.RUNNING,
-            "booting": JobState.RUNNING,
-            "running": JobState.RUNNING,
-            "migrating": JobState.MIGRATING,
-            "done": JobState.DONE,
-        }
-        jobs = []
-        for job in self.jobs:
-            if job.state == "unplaced":
-                continue
-            training = job.spec.kind is JobKind.TRAINING
-            jobs.append(
-                JobTelemetry(
-                    job_id=job.spec.job_id,
-                    workload=job.spec.workload,
-                    kind=job.spec.kind,
-                    state=states[job.state],
-                    worker=job.worker,
-                    slot=job.slot,
-                    arrival_s=job.spec.arrival_s,
-                    age_s=self.now - job.spec.arrival_s,
-                    limit=job.limit,
-                    cpu_usage=job.usage,
-                    cpu_seconds=job.cpu_seconds,
-                    target_s=job.spec.target_s,
-                    tolerance=job.spec.tolerance,
-                    batches=0 if training else job.units,
-                    latency_s=None if math.isnan(job.latency) else job.latency,
-                    iterations=job.units if training else 0,
-                    total_iterations=job.total if training else None,
-                    loss=None if math.isnan(job.loss) else job.loss,
-                    completed_s=None if math.isnan(job.completed) else job.completed,
-                    loss_targets=job.spec.loss_targets,
-                )
-            )
-        workers = tuple(
-            WorkerTelemetry(
-                index,
-                cores,
-                sum(j.cpu_usage for j in jobs if j.worker == index and j.active),
-            )
-            for index, cores in enumerate(self.cores)
-        )
-        return Telemetry(self.now, self.scenario.interval_s, workers, tuple(jobs))
+    def write(self) -> None:
+        """Write every job as it is now into the batch's row."""
+        state = self.state
+        self.now[0] = self.time
+        for column, job in enumerate(self.jobs_of):
+            phase = PHASES[job.state]
+            if HAS_ENDED[phase] and not HAS_ENDED[state.phase[0, column]]:
+                self.ended_jobs += 1
+            at = (0, column)
+            state.phase[at] = phase
+            state.worker[at] = job.worker
+            state.slot[at] = job.slot
+            state.limit[at] = job.limit
+            state.cpu_seconds[at] = job.cpu_seconds
+            state.usage[at] = job.usage
+            state.units[at] = job.units
+            state.latency[at] = job.latency
+            state.loss[at] = job.loss
+            state.completed[at] = job.completed
+            state.total[at] = job.total

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Placement
 from dlsched.envs.errors import ProfileError, UnknownNameError
 from dlsched.envs.replay.backend import ReplayBackend
@@ -127,13 +128,13 @@ def default_docker_makespan(jobs: int, window_s: float, seed: int) -> float:
         for i, (arrival, workload) in enumerate(zip(arrivals, workloads, strict=True))
     ]
     scen = Scenario("makespan", JobKind.TRAINING, (WorkerSpec(8.0),), (), slots_per_worker=jobs)
-    backend = ReplayBackend()
-    backend.reset(scen, specs, rng)
+    backend = ControlledEpisode(ReplayBackend(), scen)
+    backend.reset(specs, rng)
     now = 0.0
     for slot, spec in enumerate(specs):
         backend.advance(spec.arrival_s - now)
         now = spec.arrival_s
-        backend.apply({}, [Placement(spec.job_id, 0, slot)])
+        backend.place([Placement(spec.job_id, 0, slot)])
     telemetry = backend.advance(0.0)
     while any(job.state is not JobState.DONE for job in telemetry.jobs):
         telemetry = backend.advance(100.0)

@@ -12,7 +12,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from dlsched.envs.backends import make_backend
+from dlsched.envs.backend_registry import make_backend
+from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Placement
 from dlsched.envs.errors import ActionError, BackendError, ScenarioError, UnknownNameError
 from dlsched.envs.replay.backend import ReplayBackend
@@ -105,20 +106,23 @@ def training(workloads: Sequence[str], iterations: Sequence[int | None] = ()) ->
     ]
 
 
+def episode(scen: Scenario, **options: Any) -> ControlledEpisode:
+    """A controlled episode of ``scen`` on a replay backend of ``options``."""
+    return ControlledEpisode(ReplayBackend(**options), scen)
+
+
 def started(
     scen: Scenario, jobs: Sequence[JobSpec], limit: float = 1.0, seed: int = 0, **options: Any
-) -> ReplayBackend:
-    """A backend with every job placed on worker 0 at time 0 under ``limit``."""
-    backend = ReplayBackend(**options)
-    backend.reset(scen, jobs, np.random.default_rng(seed))
-    backend.apply(
-        {job.job_id: limit for job in jobs},
-        [Placement(job.job_id, 0, slot) for slot, job in enumerate(jobs)],
-    )
+) -> ControlledEpisode:
+    """An episode with every job placed on worker 0 at time 0 under ``limit``."""
+    backend = episode(scen, **options)
+    backend.reset(jobs, np.random.default_rng(seed))
+    backend.place([Placement(job.job_id, 0, slot) for slot, job in enumerate(jobs)])
+    backend.set_limits({job.job_id: limit for job in jobs})
     return backend
 
 
-def run_until_done(backend: ReplayBackend, step_s: float = 10.0) -> Telemetry:
+def run_until_done(backend: ControlledEpisode, step_s: float = 10.0) -> Telemetry:
     telemetry = backend.advance(0.0)
     while any(job.state is not JobState.DONE for job in telemetry.jobs):
         assert telemetry.time_s < 100_000, "jobs never finished"
@@ -138,14 +142,14 @@ def test_registered_name_and_flags() -> None:
 
 
 def test_reset_places_nothing() -> None:
-    backend = ReplayBackend()
-    telemetry = backend.reset(scenario(JobKind.INFERENCE), serving(3), np.random.default_rng(0))
+    backend = episode(scenario(JobKind.INFERENCE))
+    telemetry = backend.reset(serving(3), np.random.default_rng(0))
     assert telemetry.time_s == 0.0
     assert telemetry.jobs == ()
     assert [w.cores for w in telemetry.workers] == [8.0]
     assert backend.advance(30.0).jobs == ()
-    backend.reset(scenario(JobKind.INFERENCE), [], np.random.default_rng(0))
-    backend.apply({})
+    backend.reset([], np.random.default_rng(0))
+    backend.set_limits({})
     assert backend.advance(10.0).time_s == 10.0
 
 
@@ -174,7 +178,7 @@ def test_limit_and_demand_share_the_worker_like_cfs() -> None:
     backend.advance(10.0)  # past every start-up
     usage = {job.workload: job.cpu_usage for job in backend.advance(10.0).jobs}
     assert usage == pytest.approx({"gru": 2.6, "lstm": 2.7, "mnist-pytorch": 2.7})
-    backend.apply({"j02": 0.25})  # cap mnist-pytorch at 2 cores: lstm gets its full 3
+    backend.set_limits({"j02": 0.25})  # cap mnist-pytorch at 2 cores: lstm gets its full 3
     usage = {job.workload: job.cpu_usage for job in backend.advance(10.0).jobs}
     assert usage == pytest.approx({"gru": 2.6, "lstm": 3.0, "mnist-pytorch": 2.0})
 
@@ -222,10 +226,10 @@ def test_finished_job_frees_its_cores_at_the_instant_it_finishes(linear_set: str
     final = run_until_done(backend, step_s=5.0).job("j01")
     assert final.completed_s == pytest.approx(75.0, abs=1e-9)
     # Its slot is free for the next job.
-    backend.reset(scen, training(["train", "train"], [50, 10]), np.random.default_rng(0))
-    backend.apply({}, [Placement("j00", 0, 0)])
+    backend.reset(training(["train", "train"], [50, 10]), np.random.default_rng(0))
+    backend.place([Placement("j00", 0, 0)])
     backend.advance(60.0)
-    backend.apply({}, [Placement("j01", 0, 0)])
+    backend.place([Placement("j01", 0, 0)])
     assert backend.advance(1.0).job("j01").state is JobState.RUNNING
 
 
@@ -294,7 +298,7 @@ def test_latency_lags_a_limit_change(linear_set: str) -> None:
     backend = started(scenario(JobKind.INFERENCE, profile_set=linear_set), jobs, limit=0.125)
     assert backend.advance(15.0).job("j00").latency_s == pytest.approx(10.0)
     # Halfway through the second batch, halve the CPU: its other 5 core-s take 10 s.
-    backend.apply({"j00": 0.0625})
+    backend.set_limits({"j00": 0.0625})
     old = backend.advance(9.0).job("j00")
     assert (old.batches, old.latency_s) == (1, pytest.approx(10.0))  # still the old batch
     new = backend.advance(1.0).job("j00")
@@ -307,7 +311,7 @@ def test_lowering_the_limit_mid_batch_lengthens_that_batch() -> None:
     backend = started(scenario(JobKind.INFERENCE), serving(1), limit=0.1)
     before = backend.advance(5.0 + 31.61 * 1.5).job("j00")
     assert before.batches == 1 and before.latency_s is not None
-    backend.apply({"j00": 0.05})
+    backend.set_limits({"j00": 0.05})
     lagging = backend.advance(10.0).job("j00")
     assert lagging.latency_s == before.latency_s
     later = backend.advance(40.0).job("j00")
@@ -337,7 +341,7 @@ def test_migration_costs_exactly_the_pause_and_keeps_progress() -> None:
 
     moved = started(scen, training(["mnist-pytorch"]))
     before = moved.advance(103.3).job("j00")  # mid-iteration
-    moved.apply({}, migrations=[Placement("j00", 1, 4)])
+    moved.migrate([Placement("j00", 1, 4)])
     during = moved.advance(5.0).job("j00")
     assert (during.state, during.worker, during.slot) == (JobState.MIGRATING, 1, 4)
     assert during.iterations == before.iterations
@@ -356,7 +360,7 @@ def test_migrating_a_starting_job_waits_for_the_later_of_startup_and_cost(
     scen = scenario(JobKind.INFERENCE, workers=2, profile_set=linear_set, migration_cost_s=1.0)
     jobs = [JobSpec("j00", "serve-slow-start", JobKind.INFERENCE, 0.0, target_s=10.0)]
     backend = started(scen, jobs, limit=0.125)
-    backend.apply({}, migrations=[Placement("j00", 1, 0)])
+    backend.migrate([Placement("j00", 1, 0)])
     job = backend.advance(12.0).job("j00")  # start-up (2 s) outlasts the 1 s cost
     assert job.latency_s == pytest.approx(10.0)
     assert job.worker == 1
@@ -368,7 +372,7 @@ def test_a_job_migrated_while_its_start_up_runs_on_the_cpu_finishes_it_after_the
     scen = scenario(JobKind.INFERENCE, workers=2, profile_set=linear_set, migration_cost_s=1.0)
     jobs = [JobSpec("j00", "serve-cpu-start", JobKind.INFERENCE, 0.0, target_s=10.0)]
     backend = started(scen, jobs, limit=0.125)  # one core: the start-up takes 2 s
-    backend.apply({}, migrations=[Placement("j00", 1, 0)])
+    backend.migrate([Placement("j00", 1, 0)])
     # 1 s of migration, the 2 s start-up, then a 10 s batch on one core.
     assert backend.advance(12.9).job("j00").batches == 0
     job = backend.advance(0.2).job("j00")
@@ -403,7 +407,7 @@ def _episode(seed: int) -> list[Telemetry]:
     backend = started(scenario(JobKind.INFERENCE), serving(4, "xception"), 0.2, seed=seed)
     snapshots = []
     for step in range(30):
-        backend.apply({"j01": 0.1 + 0.02 * (step % 5)})
+        backend.set_limits({"j01": 0.1 + 0.02 * (step % 5)})
         snapshots.append(backend.advance(10.0))
     return snapshots
 
@@ -438,55 +442,39 @@ def test_how_time_is_split_does_not_change_the_outcome() -> None:
 # ------------------------------------------------------------------------------- errors
 
 
-def test_calls_before_reset_are_refused() -> None:
-    backend = ReplayBackend()
-    with pytest.raises(BackendError, match="reset"):
-        backend.advance(1.0)
-    with pytest.raises(BackendError, match="reset"):
-        backend.apply({})
-
-
 def test_bad_constructor_argument() -> None:
     with pytest.raises(BackendError, match=r"loss_noise_cv=-0\.1"):
         ReplayBackend(loss_noise_cv=-0.1)
 
 
 def test_reset_rejects_unknown_workloads_and_kind_mismatches() -> None:
-    backend = ReplayBackend()
+    backend = episode(scenario(JobKind.INFERENCE))
     rng = np.random.default_rng(0)
     with pytest.raises(UnknownNameError, match=r"'resnet5'.*Did you mean 'resnet50'"):
-        backend.reset(scenario(JobKind.INFERENCE), serving(1, "resnet5"), rng)
+        backend.reset(serving(1, "resnet5"), rng)
     with pytest.raises(ScenarioError, match="'vae' is a training profile"):
-        backend.reset(scenario(JobKind.INFERENCE), serving(1, "vae"), rng)
+        backend.reset(serving(1, "vae"), rng)
 
 
 @pytest.mark.parametrize(
-    ("limits", "placements", "migrations"),
+    ("call", "argument"),
     [
-        ({"j09": 0.5}, [], []),
-        ({}, [Placement("j09", 0, 1)], []),
-        ({}, [], [Placement("j09", 1, 0)]),
+        ("set_limits", {"j00": 0.5, "j09": 0.5}),
+        ("place", [Placement("j01", 0, 1), Placement("j09", 0, 2)]),
+        ("migrate", [Placement("j09", 1, 0)]),
     ],
 )
-def test_apply_refuses_a_job_the_episode_has_not(
-    limits: dict[str, float], placements: list[Placement], migrations: list[Placement]
-) -> None:
-    """The environment checks what it hands a backend (limits, free slots); a caller of the
-    backend's own interface still learns of a job that is not there, and nothing changes."""
-    backend = ReplayBackend()
-    backend.reset(scenario(JobKind.INFERENCE, workers=2), serving(2), np.random.default_rng(0))
-    backend.apply({}, [Placement("j00", 0, 0)])
-    with pytest.raises(ActionError, match="unknown job 'j09'; jobs of this episode: "):
-        backend.apply(limits, placements, migrations)
-    job = backend.advance(1.0).job("j00")
-    assert (job.limit, job.worker, job.slot) == (1.0, 0, 0)
-
-
-def test_advance_refuses_negative_time() -> None:
-    backend = ReplayBackend()
-    backend.reset(scenario(JobKind.INFERENCE), serving(1), np.random.default_rng(0))
-    with pytest.raises(ActionError, match=r"advance\(seconds=-1.0\)"):
-        backend.advance(-1.0)
+def test_a_controlled_episode_refuses_a_job_it_has_not(call: str, argument: Any) -> None:
+    """A measurement learns of a job that is not there, and nothing of its call changes."""
+    backend = episode(scenario(JobKind.INFERENCE, workers=2))
+    backend.reset(serving(2), np.random.default_rng(0))
+    backend.place([Placement("j00", 0, 0)])
+    with pytest.raises(ActionError, match=r"unknown job 'j09'; jobs of this episode: \['j00'"):
+        getattr(backend, call)(argument)
+    telemetry = backend.advance(1.0)
+    assert [(job.job_id, job.limit, job.worker, job.slot) for job in telemetry.jobs] == [
+        ("j00", 1.0, 0, 0)
+    ]
 
 
 def test_measurements_built_without_init_are_whole_and_equal_to_constructed_ones() -> None:
