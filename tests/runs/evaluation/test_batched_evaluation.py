@@ -219,6 +219,8 @@ def test_each_episode_has_its_own_copy_of_the_policy():
     step = feed.step(np.array([True, False, True]))
     assert step.telemetry[1] is None
     assert step.telemetry[0] is not None and step.telemetry[2] is not None
+    # each running episode's decision is timed on its own; the ended one made none
+    assert np.isnan(step.decision_s[1]) and not np.isnan(step.decision_s[[0, 2]]).any()
 
 
 def test_bad_decisions_are_refused_as_the_single_env_refuses_them():
