@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 from telemetry_factories import inference_job, training_job
 
+from dlsched.envs.inference_env import InferenceVectorEnv
 from dlsched.envs.rewards import (
     CORE_CHARGE,
     allocated_cores,
@@ -16,8 +18,8 @@ from dlsched.envs.rewards import (
     satisfied_fraction_cores,
     telemetry_reward,
 )
-from dlsched.envs.scenarios.model import JobKind
-from dlsched.envs.telemetry import JobState, Telemetry, WorkerTelemetry
+from dlsched.envs.scenarios.model import JobGroup, JobKind, Scenario, WorkerSpec
+from dlsched.envs.telemetry import JobState, QoEClass, Telemetry, WorkerTelemetry
 from dlsched.envs.telemetry_columns import TelemetryColumns
 from dlsched.runs.evaluation import cost
 from dlsched.runs.evaluation.metrics import METRIC_SPECS, EpisodeMetrics
@@ -91,6 +93,37 @@ def test_the_core_charged_reward_is_the_satisfied_fraction_less_the_share_of_cor
     assert satisfied_fraction_cores(TelemetryColumns.of(frugal))[0] == pytest.approx(
         1 / 3 - CORE_CHARGE * 2.5 / 6.0
     )
+
+
+def test_the_batched_environment_charges_the_cores_the_evaluation_counts():
+    """On a cluster (workers of 4 and 2 cores), every episode's reward is its satisfied
+    fraction less the charge for the cores the evaluation counts as allocated from its
+    telemetry."""
+    scenario = Scenario(
+        name="test-cost-cluster",
+        kind=JobKind.INFERENCE,
+        workers=(WorkerSpec(cores=4.0), WorkerSpec(cores=2.0)),
+        groups=(JobGroup(workloads=("mobilenet-svc",), count=6, targets_s=(5.0,)),),
+        interval_s=10.0,
+        horizon_s=100.0,
+        slots_per_worker=3,
+        profile_set="measured",
+    )
+    env = InferenceVectorEnv(num_envs=2, scenario=scenario, reward="satisfied_fraction_cores")
+    env.reset(seed=3)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        actions = rng.uniform(0.0, 0.4, env.action_space.shape).astype(np.float32)
+        _, rewards, *_ = env.step(actions)
+        for index in range(2):
+            telemetry = env.telemetry(index)
+            active = telemetry.active_jobs
+            fraction = sum(1 for job in active if job.qoe_class is QoEClass.S) / len(active)
+            cluster = sum(worker.cores for worker in telemetry.workers)
+            assert cost.allocated_cores(telemetry) < cluster  # the caps hold less than all
+            expected = fraction - CORE_CHARGE * cost.allocated_cores(telemetry) / cluster
+            assert rewards[index] == pytest.approx(expected)
+    env.close()
 
 
 def _step(index, time_s, satisfied, allocated, used, decision_s, containers=()):
