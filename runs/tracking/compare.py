@@ -15,6 +15,8 @@ is counted once, by its first run. A row's ratios are to the ``default`` (and ``
 its own evaluation if there is one, else to the newest such row of the scenario. Where the
 episodes ran on a backend and scenario that have a bound (:mod:`dlsched.runs.evaluation.bounds`),
 it is computed again for their seeds from the scenario they ran, as ``evaluate`` computed it.
+Every row is ranked on what it achieves (the primary metric) and on what it costs (the cores
+allocated), and marked where it is on the Pareto front of the two.
 """
 
 from __future__ import annotations
@@ -356,7 +358,7 @@ def _columns(comparison: ScenarioComparison) -> list[Column]:
     rank = Column(
         "rank",
         f"the policy's rank on mean {primary}, then on mean {cost} (1 the best; tied policies "
-        f"share a rank; - without a mean); P: on the Pareto front of the two, no other policy "
+        "share a rank; - without a mean); P: on the Pareto front of the two, no other policy "
         "at least as good on both and better on one",
     )
     return [
