@@ -84,14 +84,14 @@ class ScenarioComparison:
         return metrics_for(self.kind)
 
     def best(self, metric: str) -> set[int]:
-        """Indices of the rows with the best mean of ``metric``; ties share it, and when every
-        row ties none is best; none for a metric that is not ranked
-        (:attr:`~dlsched.runs.evaluation.metrics.MetricSpec.ranked`)."""
+        """Indices of the rows with the best mean of ``metric``; ties (means that print alike,
+        :func:`_shown`) share it, and when every row ties none is best; none for a metric that
+        is not ranked (:attr:`~dlsched.runs.evaluation.metrics.MetricSpec.ranked`)."""
         spec = next(spec for spec in self.metrics if spec.name == metric)
         if not spec.ranked:
             return set()
         means = {
-            index: mean
+            index: _shown(spec, mean)
             for index, summary in enumerate(self.summaries)
             if (mean := summary.metric(metric).estimate.mean) is not None
         }
@@ -110,10 +110,14 @@ class ScenarioComparison:
         return PRIMARY_METRIC[self.kind], COST_METRIC
 
     def ranks(self, metric: str) -> list[int | None]:
-        """Each row's rank on ``metric``'s mean, 1 the best (competition ranking: rows that tie
-        share the better rank, and the next rank is skipped); ``None`` for a row without one."""
+        """Each row's rank on ``metric``'s mean, 1 the best (competition ranking: rows that tie,
+        their means printing alike, share the better rank, and the next rank is skipped);
+        ``None`` for a row without one."""
         spec = METRIC_SPECS[metric]
-        means = [summary.metric(metric).estimate.mean for summary in self.summaries]
+        means = [
+            None if (mean := summary.metric(metric).estimate.mean) is None else _shown(spec, mean)
+            for summary in self.summaries
+        ]
         sign = -1.0 if spec.higher_is_better else 1.0
         keyed = [sign * mean for mean in means if mean is not None]
         return [
@@ -128,7 +132,12 @@ class ScenarioComparison:
         signs = [-1.0 if METRIC_SPECS[name].higher_is_better else 1.0 for name in (primary, cost)]
         points: list[tuple[float, float] | None] = []
         for summary in self.summaries:
-            values = [summary.metric(name).estimate.mean for name in (primary, cost)]
+            values = [
+                None
+                if (mean := summary.metric(name).estimate.mean) is None
+                else _shown(METRIC_SPECS[name], mean)
+                for name in (primary, cost)
+            ]
             points.append(
                 None
                 if values[0] is None or values[1] is None
@@ -145,6 +154,13 @@ class ScenarioComparison:
             )
             for point in points
         ]
+
+
+def _shown(spec: MetricSpec, mean: float) -> float:
+    """``mean`` to the digits the tables print it with: what ranks and marks the best, so that
+    two policies whose means print alike tie (eight cores allocated, and a hair less from limits
+    in float32, are the same cost)."""
+    return round(mean, spec.decimals)
 
 
 def compare_stored(

@@ -168,3 +168,12 @@ def test_compare_ranks_on_both_and_marks_the_pareto_front():
     assert " 1/4 P " in ranks["generous"]
     assert " 4/1 " in ranks["starving"]
     assert " 5/- " in ranks["unmeasured"]
+
+
+def test_means_that_print_alike_tie():
+    """A learned policy's float32 limits can hold a hair less than the worker: the same cost."""
+    episodes = [_episode(1, "dqoes", 0.438, 8.0), _episode(2, "learned", 0.421, 7.9999996)]
+    (comparison,) = compare_stored(episodes)
+    assert comparison.ranks("cores_allocated_mean") == [1, 1]
+    assert comparison.best("cores_allocated_mean") == set()  # every row ties
+    assert comparison.pareto() == [True, False]  # as cheap, and less satisfied
