@@ -47,7 +47,10 @@ class InferenceEnv(_InferenceKind, SchedulingEnv):
     ## Rewards
     ``reward=`` names a function of :mod:`dlsched.envs.rewards`; the default, ``satisfied``, is
     the number of satisfied jobs after the step. ``satisfied_fraction`` and ``qoe_gap`` (DQoES
-    Eq. 2) are the alternatives for inference.
+    Eq. 2) are the alternatives for inference; ``satisfied_closeness`` gives partial credit near
+    the target; ``satisfied_fraction_cores`` charges the cores the limits hold (a quarter of the
+    satisfied fraction for the whole cluster's), so that an agent learns to satisfy as many
+    services with fewer cores.
 
     ## Starting State
     The scenario's jobs are drawn from the seed; those arriving at time 0 are placed (by the

@@ -25,6 +25,10 @@ RewardFn = Callable[[Telemetry, Telemetry], float]
 #: A named reward: per episode, from its columns.
 ColumnReward = Callable[[TelemetryColumns], np.ndarray]
 
+#: What :func:`satisfied_fraction_cores` charges for holding the whole cluster's cores, in
+#: satisfied fraction.
+CORE_CHARGE = 0.25
+
 
 def satisfied(columns: TelemetryColumns) -> np.ndarray:
     """The number of active inference jobs in S, DQoES's key metric (journal, Section V-A)."""
@@ -77,6 +81,41 @@ def satisfied_closeness(columns: TelemetryColumns) -> np.ndarray:
     return np.where(active > 0, _ordered_sum(score) / np.maximum(active, 1), 0.0)
 
 
+def allocated_cores(columns: TelemetryColumns) -> np.ndarray:
+    """Per episode, the cores the limits in force hold: per worker, the sum over its active jobs
+    of ``limit x`` its cores (an uncapped job holds the whole worker), at most its cores, summed
+    over the workers.
+
+    At most the worker's cores, because quotas that add up to more (Docker accepts them) hold
+    the worker and no more: three uncapped jobs on a 2-core worker hold its 2 cores, not 6. The
+    evaluation's ``cores_allocated`` is the same figure (``dlsched.runs.evaluation.cost``).
+    """
+    cores = np.asarray(columns.cores, dtype=np.float64)
+    held = np.zeros((columns.active.shape[0], len(cores)))
+    for worker, worker_cores in enumerate(cores.tolist()):
+        on_worker = columns.active & (columns.worker == worker)
+        held[:, worker] = _ordered_sum(np.where(on_worker, columns.limit * worker_cores, 0.0))
+    return _ordered_sum(np.minimum(held, cores))
+
+
+def satisfied_fraction_cores(columns: TelemetryColumns) -> np.ndarray:
+    """:func:`satisfied_fraction` less :data:`CORE_CHARGE` times the share of the cluster's
+    cores the limits hold (:func:`allocated_cores` over the cluster's cores).
+
+    Why: the other inference rewards are blind to the CPU a policy holds, so a policy trained
+    on them has no reason to release cores its services do not need; Autothrottle's Tower is
+    rewarded instead by the CPU it saves while the latency target is met. Here a core costs,
+    and a satisfied service pays more than the cores it could free: with ``n`` services, one
+    fewer satisfied is worth ``1 / n``, and holding the whole cluster costs
+    :data:`CORE_CHARGE`, so a policy gives up a service only to free more than
+    ``1 / (n x CORE_CHARGE)`` of the cluster (on a worker of 3 services, more than it has).
+    Among decisions that satisfy as many, it prefers the one that holds fewer cores. A charge
+    of one's own is a reward function ``(now, before) -> float`` of :func:`allocated_cores`.
+    """
+    share = allocated_cores(columns) / float(np.sum(columns.cores))
+    return satisfied_fraction(columns) - CORE_CHARGE * share
+
+
 def active_jobs(columns: TelemetryColumns) -> np.ndarray:
     """Minus the training jobs not yet finished (waiting ones included).
 
@@ -108,6 +147,7 @@ REWARDS: dict[str, ColumnReward] = {
     "satisfied": satisfied,
     "satisfied_fraction": satisfied_fraction,
     "satisfied_closeness": satisfied_closeness,
+    "satisfied_fraction_cores": satisfied_fraction_cores,
     "qoe_gap": qoe_gap,
     "active_jobs": active_jobs,
     "progress": progress,

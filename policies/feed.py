@@ -19,10 +19,14 @@ what it reads after every reset and step, and steps the environment with what it
 
 What a batch cannot run :func:`batched_refusal` says, and the caller runs it one episode at a
 time.
+
+A batched feed times the policy's call that decides each step (:attr:`BatchedStep.decision_s`),
+so that an evaluation reports what a decision costs beside what it achieves.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, SupportsFloat
@@ -119,12 +123,18 @@ class BatchedStep:
         truncated: per episode, whether the horizon cut it.
         telemetry: per episode, its telemetry after the step; ``None`` for an episode that was
             not running (it had ended before).
+        decision_s: per episode, the wall time in seconds of the policy's call that decided
+            the step (a handcrafted copy's ``decide``, which calls ``act``; a learned policy's
+            ``predict``), nothing of the environment; a predict over a batch decides every
+            episode at once, and each is given the batch's time; NaN for an episode that was
+            not running.
     """
 
     rewards: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
     telemetry: tuple[Telemetry | None, ...]
+    decision_s: np.ndarray
 
 
 class BatchedTelemetryFeed:
@@ -166,10 +176,15 @@ class BatchedTelemetryFeed:
             running: per episode, whether it still runs; the others get an empty decision (they
                 restart, or run on unwatched), and no telemetry is built for them.
         """
-        decisions = [
-            policy.decide() if running[index] and self._telemetry[index] is not None else Decision()
-            for index, policy in enumerate(self.policies)
-        ]
+        decisions = []
+        decision_s = np.full(self.env.num_envs, np.nan)
+        for index, policy in enumerate(self.policies):
+            if running[index] and self._telemetry[index] is not None:
+                started = time.perf_counter()
+                decisions.append(policy.decide())
+                decision_s[index] = time.perf_counter() - started
+            else:
+                decisions.append(Decision())
         _, rewards, terminated, truncated, _ = self.env.step_decisions(decisions)
         self._telemetry = [
             self.env.telemetry(index) if running[index] else None
@@ -178,7 +193,7 @@ class BatchedTelemetryFeed:
         for policy, now in zip(self.policies, self._telemetry, strict=True):
             if now is not None:
                 policy.observe(now)
-        return BatchedStep(rewards, terminated, truncated, tuple(self._telemetry))
+        return BatchedStep(rewards, terminated, truncated, tuple(self._telemetry), decision_s)
 
 
 class BatchedModelFeed:
@@ -228,14 +243,17 @@ class BatchedModelFeed:
             ResetNeededError: before :meth:`reset`.
         """
         observations = require_reset(self._observations, "step()", "a policy feed")
+        started = time.perf_counter()
         if self.policy.predicts_batches:
             limits, _ = self.policy.predict(observations, deterministic=True)
         else:  # one episode: the observation as a single environment gives it
             action, _ = self.policy.predict(observations[0], deterministic=True)
             limits = np.asarray(action)[None]
+        elapsed = time.perf_counter() - started
         self._observations, rewards, terminated, truncated, _ = self.env.step(limits)
         telemetry = tuple(
             self.env.telemetry(index) if running[index] else None
             for index in range(self.env.num_envs)
         )
-        return BatchedStep(rewards, terminated, truncated, telemetry)
+        decision_s = np.where(running, elapsed, np.nan)
+        return BatchedStep(rewards, terminated, truncated, telemetry, decision_s)

@@ -38,6 +38,7 @@ from dlsched.runs.evaluation.bounds import (
     satisfied_fraction_bound,
 )
 from dlsched.runs.evaluation.metrics import (
+    COST_METRIC,
     METRIC_SPECS,
     METRICS,
     PRIMARY_METRIC,
@@ -86,6 +87,7 @@ from dlsched.runs.evaluation.summaries import (
 
 __all__ = [
     "CONFIDENCE",
+    "COST_METRIC",
     "DEFAULT_POLICY",
     "ENV_IDS",
     "MAX_EPISODES",

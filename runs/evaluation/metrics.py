@@ -12,13 +12,23 @@ Metrics:
 - training: the mean completion time (arrival to finish) and the makespan (first arrival to last
   finish), FlowCon's measures (journal, Section 6); both are undefined for an episode in which a
   job did not finish, and ``unfinished_jobs`` counts such jobs.
+- both kinds, what the CPU costs (the measure of Autothrottle and the Kubernetes autoscalers: the
+  CPU allocated while the targets are met): the mean cores allocated and used, and the outcome
+  per allocated core-second (satisfied service-seconds for inference, completed iterations for
+  training); see :func:`~dlsched.runs.evaluation.runners.episode_metrics` for their exact
+  definitions.
+- both kinds, what a decision costs: the median and 99th percentile of the wall time the policy
+  took per decision, so that a learned scheduler's overhead reads beside a heuristic's. These
+  two measure the machine that ran the evaluation, not the episode: they are left out of
+  equality (two runs of one seed are the same episode) and of the recorded outcomes
+  (:attr:`MetricSpec.reproducible`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dlsched.envs.scenarios.model import JobKind
 
@@ -39,6 +49,12 @@ class EpisodeMetrics:
     mean_completion_s: float | None = None
     makespan_s: float | None = None
     unfinished_jobs: float | None = None
+    cores_allocated_mean: float | None = None
+    cores_used_mean: float | None = None
+    satisfied_per_core_s: float | None = None
+    iterations_per_core_s: float | None = None
+    decision_ms_median: float | None = field(default=None, compare=False)
+    decision_ms_p99: float | None = field(default=None, compare=False)
 
     def defined(self) -> dict[str, float]:
         """The metrics that have a value, by name."""
@@ -63,6 +79,10 @@ class MetricSpec:
         low: the least value it can take (``None``: unbounded); confidence intervals are
             clipped to ``[low, high]``.
         high: the largest value it can take (``None``: unbounded).
+        ranked: whether a comparison marks its best (the cores a job used are no aim in
+            themselves: a policy that starves its jobs uses few).
+        reproducible: whether an episode run again from its seed on a deterministic backend
+            gives it again (a wall time does not).
     """
 
     name: str
@@ -73,6 +93,8 @@ class MetricSpec:
     decimals: int
     low: float | None = 0.0
     high: float | None = None
+    ranked: bool = True
+    reproducible: bool = True
 
 
 _INFERENCE = (JobKind.INFERENCE,)
@@ -149,6 +171,42 @@ METRICS: tuple[MetricSpec, ...] = (
         1,
     ),
     MetricSpec(
+        "cores_allocated_mean",
+        "cores alloc",
+        "cores the limits in force hold, per worker the sum of its active jobs' limits in cores "
+        "(an uncapped job: the worker's) and at most its cores, summed over the workers, "
+        "averaged over the episode's time",
+        _BOTH,
+        False,
+        2,
+    ),
+    MetricSpec(
+        "cores_used_mean",
+        "cores used",
+        "cores the jobs used, summed over the jobs, averaged over the episode's time",
+        _BOTH,
+        False,
+        2,
+        ranked=False,
+    ),
+    MetricSpec(
+        "satisfied_per_core_s",
+        "sat.s/core.s",
+        "satisfied service-seconds per allocated core-second: the services in S times the "
+        "seconds they were in it, over the cores allocated times those seconds",
+        _INFERENCE,
+        True,
+        3,
+    ),
+    MetricSpec(
+        "iterations_per_core_s",
+        "iter/core.s",
+        "training iterations completed per allocated core-second",
+        _TRAINING,
+        True,
+        3,
+    ),
+    MetricSpec(
         "episode_return",
         "return",
         "the sum of the environment's rewards over the episode",
@@ -156,6 +214,25 @@ METRICS: tuple[MetricSpec, ...] = (
         True,
         2,
         low=None,
+    ),
+    MetricSpec(
+        "decision_ms_median",
+        "decide ms p50",
+        "median wall time of the policy's decisions (its act or predict call, nothing of the "
+        "environment), in milliseconds",
+        _BOTH,
+        False,
+        3,
+        reproducible=False,
+    ),
+    MetricSpec(
+        "decision_ms_p99",
+        "decide ms p99",
+        "99th percentile of the same wall times, in milliseconds",
+        _BOTH,
+        False,
+        3,
+        reproducible=False,
     ),
 )
 
@@ -167,6 +244,9 @@ PRIMARY_METRIC: Mapping[JobKind, str] = {
     JobKind.INFERENCE: "satisfied_fraction_mean",
     JobKind.TRAINING: "mean_completion_s",
 }
+
+#: The metric of what the CPU costs: comparisons rank policies on it beside the primary one.
+COST_METRIC = "cores_allocated_mean"
 
 
 def metrics_for(kind: JobKind) -> tuple[MetricSpec, ...]:

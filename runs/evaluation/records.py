@@ -82,6 +82,13 @@ class StepRecord:
             (above 1 means the caps overcommit the cluster).
         finished_jobs: training jobs done.
         containers: every job that has arrived, in arrival order.
+        cores_allocated: the cores the limits in force hold
+            (:func:`~dlsched.runs.evaluation.cost.allocated_cores`: per worker, its active
+            jobs' limits in cores, at most its cores; an uncapped job holds the worker).
+        cores_used: the cores every job used over the step's interval, summed.
+        decision_s: wall time of the policy's decision that this step applied, in seconds
+            (:mod:`~dlsched.runs.evaluation.cost`); ``None`` at the reset. A measurement of the
+            machine, not of the episode: left out of equality.
     """
 
     step: int
@@ -96,6 +103,10 @@ class StepRecord:
     total_limit: float
     finished_jobs: int
     containers: tuple[ContainerSample, ...]
+    # defaults: episode records written before these were kept read back without them
+    cores_allocated: float = 0.0
+    cores_used: float = 0.0
+    decision_s: float | None = field(default=None, compare=False)
 
     @property
     def satisfied_fraction(self) -> float | None:

@@ -7,8 +7,9 @@ seeds of a handcrafted policy at once (:func:`run_episodes`); a learned model (w
 a batch rounds otherwise than over one observation) and a backend of one episode at a time
 (Docker) run one episode at a time, on an environment of one episode.
 
-Every step is recorded (:func:`step_record`) and the episode is scored (:func:`episode_metrics`,
-the metrics of :mod:`~dlsched.runs.evaluation.metrics`).
+Every step is recorded (:func:`step_record`), with the wall time of the policy's decision the
+step applied, and the episode is scored (:func:`episode_metrics`, the metrics of
+:mod:`~dlsched.runs.evaluation.metrics`; what it cost, :mod:`~dlsched.runs.evaluation.cost`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from dlsched.envs.telemetry import JobState, QoEClass, Telemetry
 from dlsched.envs.training_env import TrainingEnv
 from dlsched.policies.feed import batched_feed, batched_refusal
 from dlsched.policies.policy import Policy
+from dlsched.runs.evaluation.cost import allocated_cores, cost_metrics, used_cores
 from dlsched.runs.evaluation.metrics import EpisodeMetrics
 from dlsched.runs.evaluation.records import (
     DEFAULT_POLICY,
@@ -196,7 +198,12 @@ def run_episodes(
             for index in np.flatnonzero(running).tolist():
                 telemetry = step.telemetry[index]
                 assert telemetry is not None  # built for every running episode
-                record = step_record(len(steps[index]), telemetry, float(step.rewards[index]))
+                record = step_record(
+                    len(steps[index]),
+                    telemetry,
+                    float(step.rewards[index]),
+                    float(step.decision_s[index]),
+                )
                 steps[index].append(record)
                 if on_step is not None:
                     on_step(record)
@@ -225,8 +232,11 @@ def run_episodes(
     ]
 
 
-def step_record(step: int, telemetry: Telemetry, reward: float | None) -> StepRecord:
-    """Record a telemetry snapshot as the state after step ``step``."""
+def step_record(
+    step: int, telemetry: Telemetry, reward: float | None, decision_s: float | None = None
+) -> StepRecord:
+    """Record a telemetry snapshot as the state after step ``step`` (``decision_s``: the wall
+    time of the policy's decision the step applied; ``None`` at the reset)."""
     cores = {worker.index: worker.cores for worker in telemetry.workers}
     containers = []
     for job in telemetry.jobs:
@@ -269,6 +279,9 @@ def step_record(step: int, telemetry: Telemetry, reward: float | None) -> StepRe
         total_limit=sum(c.limit_cores for c in containers if c.state in _ACTIVE) / cluster_cores,
         finished_jobs=sum(1 for job in telemetry.jobs if job.state is JobState.DONE),
         containers=tuple(containers),
+        cores_allocated=allocated_cores(telemetry),
+        cores_used=used_cores(telemetry),
+        decision_s=decision_s,
     )
 
 
@@ -284,6 +297,7 @@ def episode_metrics(
     terminated); without it the completion times of a training episode are undefined.
     """
     episode_return = float(sum(step.reward for step in steps if step.reward is not None))
+    cost = cost_metrics(kind, steps)
     if kind is JobKind.INFERENCE:
         fractions = [f for step in steps[1:] if (f := step.satisfied_fraction) is not None]
         last = steps[-1]
@@ -294,6 +308,7 @@ def episode_metrics(
             satisfied_final=float(last.satisfied),
             g_final=float(last.g),
             b_final=float(last.b),
+            **cost,
         )
     completions = [job.completion_s for job in jobs]
     finished = [c for c in completions if c is not None]
@@ -308,6 +323,7 @@ def episode_metrics(
             else None
         ),
         unfinished_jobs=float(len(jobs) - len(finished)),
+        **cost,
     )
 
 

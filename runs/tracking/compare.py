@@ -15,6 +15,8 @@ is counted once, by its first run. A row's ratios are to the ``default`` (and ``
 its own evaluation if there is one, else to the newest such row of the scenario. Where the
 episodes ran on a backend and scenario that have a bound (:mod:`dlsched.runs.evaluation.bounds`),
 it is computed again for their seeds from the scenario they ran, as ``evaluate`` computed it.
+Every row is ranked on what it achieves (the primary metric) and on what it costs (the cores
+allocated), and marked where it is on the Pareto front of the two.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from dlsched.envs.backend_registry import BACKENDS
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.runs.evaluation.metrics import (
+    COST_METRIC,
     METRIC_SPECS,
     PRIMARY_METRIC,
     MetricSpec,
@@ -81,11 +84,14 @@ class ScenarioComparison:
         return metrics_for(self.kind)
 
     def best(self, metric: str) -> set[int]:
-        """Indices of the rows with the best mean of ``metric``; ties share it, and when every
-        row ties none is best."""
+        """Indices of the rows with the best mean of ``metric``; ties (means that print alike,
+        :func:`_shown`) share it, and when every row ties none is best; none for a metric that
+        is not ranked (:attr:`~dlsched.runs.evaluation.metrics.MetricSpec.ranked`)."""
         spec = next(spec for spec in self.metrics if spec.name == metric)
+        if not spec.ranked:
+            return set()
         means = {
-            index: mean
+            index: _shown(spec, mean)
             for index, summary in enumerate(self.summaries)
             if (mean := summary.metric(metric).estimate.mean) is not None
         }
@@ -96,6 +102,65 @@ class ScenarioComparison:
         )
         best = {index for index, mean in means.items() if mean == top}
         return best if len(best) < len(means) else set()  # nothing stands out when all tie
+
+    @property
+    def ranked_metrics(self) -> tuple[str, str]:
+        """What the rows are ranked on: the scenario's primary metric, then the cores allocated
+        (:data:`~dlsched.runs.evaluation.metrics.COST_METRIC`)."""
+        return PRIMARY_METRIC[self.kind], COST_METRIC
+
+    def ranks(self, metric: str) -> list[int | None]:
+        """Each row's rank on ``metric``'s mean, 1 the best (competition ranking: rows that tie,
+        their means printing alike, share the better rank, and the next rank is skipped);
+        ``None`` for a row without one."""
+        spec = METRIC_SPECS[metric]
+        means = [
+            None if (mean := summary.metric(metric).estimate.mean) is None else _shown(spec, mean)
+            for summary in self.summaries
+        ]
+        sign = -1.0 if spec.higher_is_better else 1.0
+        keyed = [sign * mean for mean in means if mean is not None]
+        return [
+            None if mean is None else 1 + sum(1 for other in keyed if other < sign * mean)
+            for mean in means
+        ]
+
+    def pareto(self) -> list[bool]:
+        """Per row, whether no other row is at least as good on both :attr:`ranked_metrics`
+        and better on one (a row without both means is on no front)."""
+        primary, cost = self.ranked_metrics
+        signs = [-1.0 if METRIC_SPECS[name].higher_is_better else 1.0 for name in (primary, cost)]
+        points: list[tuple[float, float] | None] = []
+        for summary in self.summaries:
+            values = [
+                None
+                if (mean := summary.metric(name).estimate.mean) is None
+                else _shown(METRIC_SPECS[name], mean)
+                for name in (primary, cost)
+            ]
+            points.append(
+                None
+                if values[0] is None or values[1] is None
+                else (signs[0] * values[0], signs[1] * values[1])
+            )
+        return [
+            point is not None
+            and not any(
+                other is not None
+                and other[0] <= point[0]
+                and other[1] <= point[1]
+                and other != point
+                for other in points
+            )
+            for point in points
+        ]
+
+
+def _shown(spec: MetricSpec, mean: float) -> float:
+    """``mean`` to the digits the tables print it with: what ranks and marks the best, so that
+    two policies whose means print alike tie (eight cores allocated, and a hair less from limits
+    in float32, are the same cost)."""
+    return round(mean, spec.decimals)
 
 
 def compare_stored(
@@ -229,6 +294,7 @@ def _rows(comparison: ScenarioComparison, best_mark: tuple[str, str]) -> list[li
     primary = PRIMARY_METRIC[comparison.kind]
     best = {spec.name: comparison.best(spec.name) for spec in comparison.metrics}
     episodes = max((len(summary.seeds) for summary in comparison.summaries), default=0)
+    ranks = _rank_cells(comparison)
     rows = []
     for index, summary in enumerate(comparison.summaries):
         cells = [summary.label]
@@ -240,6 +306,7 @@ def _rows(comparison: ScenarioComparison, best_mark: tuple[str, str]) -> list[li
             if index in best[spec.name]:
                 text = f"{best_mark[0]}{text}{best_mark[1]}"
             cells.append(text)
+        cells.append(ranks[index])
         cells.append(_ratio(summary.metric(primary).ratio_to_default))
         cells.append(_ratio(summary.metric(primary).ratio_to_oracle))
         if comparison.bound is not None:
@@ -255,7 +322,18 @@ def _bound_row(comparison: ScenarioComparison, bound: BoundSummary) -> list[str]
     cells = [BOUND_LABEL]
     for spec in comparison.metrics:
         cells.append(_value(MetricSummary(spec, bound.estimate)) if spec == bound.spec else "")
-    return [*cells, "", "", ""]
+    return [*cells, "", "", "", ""]
+
+
+def _rank_cells(comparison: ScenarioComparison) -> list[str]:
+    """Each row's ranks on the primary metric and the cores allocated, ``<rank>/<rank>``
+    (``-`` for a rank without a mean), with `` P`` on the Pareto front of the two."""
+    primary, cost = (comparison.ranks(name) for name in comparison.ranked_metrics)
+    return [
+        f"{'-' if first is None else first}/{'-' if second is None else second}"
+        + (" P" if front else "")
+        for first, second, front in zip(primary, cost, comparison.pareto(), strict=True)
+    ]
 
 
 def _header(comparison: ScenarioComparison) -> list[str]:
@@ -292,9 +370,17 @@ def _columns(comparison: ScenarioComparison) -> list[Column]:
         ratios.append(
             Column("x bound", f"the policy's mean {primary} over the bound's on the same seeds")
         )
+    cost = METRIC_SPECS[COST_METRIC].label
+    rank = Column(
+        "rank",
+        f"the policy's rank on mean {primary}, then on mean {cost} (1 the best; tied policies "
+        "share a rank; - without a mean); P: on the Pareto front of the two, no other policy "
+        "at least as good on both and better on one",
+    )
     return [
         Column("policy", policy, left=True),
         *(Column(spec.label, spec.description) for spec in comparison.metrics),
+        rank,
         *ratios,
     ]
 
@@ -379,6 +465,8 @@ def comparison_data(comparisons: Sequence[ScenarioComparison]) -> list[dict[str,
     data = []
     for comparison in comparisons:
         best = {spec.name: comparison.best(spec.name) for spec in comparison.metrics}
+        ranks = {name: comparison.ranks(name) for name in comparison.ranked_metrics}
+        front = comparison.pareto()
         policies = []
         for index, summary in enumerate(comparison.summaries):
             entry: dict[str, Any] = {
@@ -399,6 +487,8 @@ def comparison_data(comparisons: Sequence[ScenarioComparison]) -> list[dict[str,
                     }
                     for metric in summary.metrics
                 },
+                "ranks": {name: ranked[index] for name, ranked in ranks.items()},
+                "pareto": front[index],
             }
             if comparison.evaluations:
                 entry["evaluation"] = comparison.evaluations[index]
@@ -410,6 +500,7 @@ def comparison_data(comparisons: Sequence[ScenarioComparison]) -> list[dict[str,
                 "kind": comparison.kind.value,
                 "backend": comparison.backend,
                 "primary_metric": PRIMARY_METRIC[comparison.kind],
+                "ranked_on": list(comparison.ranked_metrics),
                 "policies": policies,
                 "bound": _bound_data(comparison.bound),
             }

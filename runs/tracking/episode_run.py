@@ -25,7 +25,7 @@ from mlflow.store.artifact.artifact_repository_registry import get_artifact_repo
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID
 
 from dlsched.envs.scenarios.model import JobKind
-from dlsched.runs.evaluation.metrics import PRIMARY_METRIC, EpisodeMetrics
+from dlsched.runs.evaluation.metrics import COST_METRIC, PRIMARY_METRIC, EpisodeMetrics
 from dlsched.runs.evaluation.records import EpisodeResult, StepRecord
 from dlsched.runs.interruption import deferred
 from dlsched.runs.tracking.owners import end_run, owner_tags
@@ -72,6 +72,13 @@ def policy_headline_key(kind: JobKind, policy: str) -> str:
     key, so ``Satisfied fraction`` could not sit beside ``Satisfied fraction/<policy>``.
     """
     return metric_name(f"{policy} {HEADLINE_KEYS[PRIMARY_METRIC[kind]].lower()}")
+
+
+def policy_cost_key(policy: str) -> str:
+    """The metric of a policy's cores allocated (:data:`~dlsched.runs.evaluation.COST_METRIC`),
+    ``<policy> cores allocated``: its mean on the evaluation's run beside its headline, each
+    episode's own value on that policy's episode runs, as :func:`policy_headline_key` is."""
+    return metric_name(f"{policy} cores allocated")
 
 
 def backend_params(options: Mapping[str, str]) -> dict[str, str]:
@@ -132,12 +139,16 @@ def episode_metric_key(name: str) -> str:
 def episode_metrics_by_name(
     metrics: EpisodeMetrics, kind: JobKind, policy: str
 ) -> dict[str, float]:
-    """The per-episode metrics that have a value, by MLflow metric name; the headline also
-    under the policy's own name (:func:`policy_headline_key`)."""
+    """The per-episode metrics that have a value, by MLflow metric name; the headline and the
+    cores allocated also under the policy's own name (:func:`policy_headline_key`,
+    :func:`policy_cost_key`)."""
     values = {episode_metric_key(name): value for name, value in metrics.defined().items()}
     headline = getattr(metrics, PRIMARY_METRIC[kind])
     if headline is not None:
         values[policy_headline_key(kind, policy)] = headline
+    cost = getattr(metrics, COST_METRIC)
+    if cost is not None:
+        values[policy_cost_key(policy)] = cost
     return values
 
 

@@ -48,7 +48,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT
 from dlsched.envs.errors import TrackingError
 from dlsched.envs.scenarios.file_format import dump_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
-from dlsched.runs.evaluation.metrics import PRIMARY_METRIC
+from dlsched.runs.evaluation.metrics import COST_METRIC, PRIMARY_METRIC
 from dlsched.runs.evaluation.records import EpisodeResult, PolicyIdentity
 from dlsched.runs.evaluation.summaries import PolicySummary
 from dlsched.runs.interruption import deferred
@@ -56,6 +56,7 @@ from dlsched.runs.tracking.compare import ScenarioComparison, comparison_panels
 from dlsched.runs.tracking.episode_run import (
     TAG_INCIDENTS,
     backend_params,
+    policy_cost_key,
     policy_headline_key,
 )
 from dlsched.runs.tracking.episode_writer import (
@@ -462,18 +463,25 @@ class EvaluationTracker:
 
 
 def summary_metrics(summaries: Sequence[PolicySummary], kind: JobKind) -> list[Metric]:
-    """The parent run's metrics: ``<headline>/<policy>`` (:func:`~dlsched.runs.tracking.
-    episode_run.policy_headline_key`), each policy's mean, exact (the notes round it for people).
+    """The parent run's metrics: each policy's mean headline, ``<policy> <headline>``
+    (:func:`~dlsched.runs.tracking.episode_run.policy_headline_key`), and its mean cores
+    allocated, ``<policy> cores allocated`` (:func:`~dlsched.runs.tracking.episode_run.
+    policy_cost_key`), exact (the notes round them for people).
 
-    Only the headline (:data:`~dlsched.runs.evaluation.PRIMARY_METRIC`) is a metric, so the
-    run table shows it as a column per policy and MLflow's chart view draws a few charts, not
-    one single-bar chart per policy, metric and interval end; every metric with its confidence
+    Only these two (:data:`~dlsched.runs.evaluation.PRIMARY_METRIC`, what a policy achieves,
+    and :data:`~dlsched.runs.evaluation.COST_METRIC`, what it costs) are metrics, so the run
+    table shows them as columns per policy and MLflow's chart view draws a few charts, not one
+    single-bar chart per policy, metric and interval end; every metric with its confidence
     interval is in the ``summary.json`` and ``summary.txt`` artifacts beside it.
     """
     now_ms = int(time.time() * 1000)
     primary = PRIMARY_METRIC[kind]
     return [
-        Metric(policy_headline_key(kind, summary.label), mean, now_ms, 0)
+        Metric(key, mean, now_ms, 0)
         for summary in summaries
-        if (mean := summary.metric(primary).estimate.mean) is not None
+        for name, key in (
+            (primary, policy_headline_key(kind, summary.label)),
+            (COST_METRIC, policy_cost_key(summary.label)),
+        )
+        if (mean := summary.metric(name).estimate.mean) is not None
     ]

@@ -469,8 +469,13 @@ def _episode_result(
     traces: tuple[ProgressTrace, ...],
 ) -> EpisodeResult:
     step_fields = {f.name for f in dataclasses.fields(StepRecord)} - {"containers"}
+    # a field a record written by an earlier version lacks keeps its default (what the CPU and
+    # the decisions cost were not recorded before)
     steps = tuple(
-        StepRecord(**{key: step[key] for key in step_fields}, containers=rows.get(step["step"], ()))
+        StepRecord(
+            **{key: step[key] for key in step_fields if key in step},
+            containers=rows.get(step["step"], ()),
+        )
         for step in record["steps"]
     )
     jobs = tuple(

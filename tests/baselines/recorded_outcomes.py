@@ -10,6 +10,11 @@ this script the whole of it::
     python tests/baselines/recorded_outcomes.py --write    # record anew (a change that moves them)
 
 Record anew only in the commit that means to change outcomes, and say which and why in it.
+
+A metric added since the recording was made is no change of outcomes: the check holds the
+metrics the recording has, and the next recording takes the new one in. Metrics that measure the
+machine rather than the episode (wall times: ``MetricSpec.reproducible`` false) are never
+recorded.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 from dlsched.baselines import make
 from dlsched.envs.scenarios import load_scenario, scenario_names
 from dlsched.envs.scenarios.model import JobKind
+from dlsched.runs.evaluation.metrics import METRIC_SPECS
 from dlsched.runs.evaluation.runners import evaluate
 
 RECORDING = Path(__file__).resolve().parents[1] / "data" / "baseline-outcomes.json"
@@ -42,25 +48,39 @@ Outcomes = dict[str, dict[str, float | None]]  # "<policy>/seed<seed>" -> metric
 
 
 def outcomes(scenario_name: str, seeds: Iterable[int]) -> Outcomes:
-    """Every metric of every baseline's episode on ``scenario_name`` and ``seeds`` (replay)."""
+    """Every reproducible metric of every baseline's episode on ``scenario_name`` and ``seeds``
+    (replay)."""
     scenario = load_scenario(scenario_name)
     policies = [make(name) for name in BASELINES[scenario.kind]]
     episodes = evaluate(scenario, policies, list(seeds), progress=False)
     return {
-        f"{episode.policy.name}/seed{episode.seed}": dataclasses.asdict(episode.metrics)
+        f"{episode.policy.name}/seed{episode.seed}": {
+            metric: value
+            for metric, value in dataclasses.asdict(episode.metrics).items()
+            if METRIC_SPECS[metric].reproducible
+        }
         for episode in episodes
     }
 
 
 def differences(recorded: Outcomes, now: Outcomes) -> list[str]:
-    """Each episode and metric of ``now`` that is not as ``recorded``, as ``key metric: a != b``."""
+    """Each episode and recorded metric of ``now`` that is not as ``recorded``, as
+    ``key metric: a != b`` (a metric the recording does not have is an addition, not a
+    change)."""
     found = [f"{key}: recorded, not run now" for key in recorded if key not in now]
     for key, metrics in now.items():
         if key not in recorded:
             found.append(f"{key}: not in the recording")
             continue
+        found += [
+            f"{key} {metric}: recorded, not measured now"
+            for metric in recorded[key]
+            if metric not in metrics
+        ]
         for metric, value in metrics.items():
-            before = recorded[key].get(metric)
+            if metric not in recorded[key]:
+                continue
+            before = recorded[key][metric]
             same = (
                 value is None and before is None
                 if value is None or before is None

@@ -35,3 +35,18 @@ def test_a_changed_metric_is_found():
         "default/seed0: recorded, not run now",
         "equal/seed0: not in the recording",
     ]
+
+
+def test_a_metric_added_since_the_recording_is_no_change_and_a_lost_one_is():
+    recorded = {"default/seed0": {"mean_completion_s": 10.0}}
+    now = {"default/seed0": {"mean_completion_s": 10.0, "cores_allocated_mean": 4.0}}
+    assert differences(recorded, now) == []
+    assert differences({"default/seed0": {"makespan_s": 1.0}}, now) == [
+        "default/seed0 makespan_s: recorded, not measured now"
+    ]
+
+
+def test_wall_times_are_never_recorded():
+    (metrics, *_) = outcomes("flowcon-poc-3", [0]).values()
+    assert "cores_allocated_mean" in metrics
+    assert not {"decision_ms_median", "decision_ms_p99"} & set(metrics)
