@@ -46,7 +46,7 @@ from dlsched.envs.rendering import RENDER_MODES
 from dlsched.envs.rewards import ColumnReward, RewardFn, reward_function
 from dlsched.envs.scenarios.file_format import check_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
-from dlsched.envs.values import is_number, is_whole, shown
+from dlsched.envs.user_values import is_number, is_whole, shown
 
 #: Default lowest limit, as a fraction of a worker: 2% keeps a starved job alive and measurable.
 DEFAULT_LIMIT_FLOOR = 0.02

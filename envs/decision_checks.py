@@ -22,7 +22,7 @@ from dlsched.envs.decision import Decision, Migration
 from dlsched.envs.errors import ActionClippedWarning, ActionError
 from dlsched.envs.observation import ObservationLayout
 from dlsched.envs.telemetry_columns import TelemetryColumns
-from dlsched.envs.values import is_number, is_whole, shown
+from dlsched.envs.user_values import is_number, is_whole, shown
 
 
 def check_decision(decision: object) -> None:

@@ -57,8 +57,8 @@ from dlsched.envs.observation import encode
 from dlsched.envs.placement import Placer
 from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.rewards import RewardFn
-from dlsched.envs.scenarios.limits import MAX_BATCH_SLOTS
 from dlsched.envs.scenarios.model import JobKind, Scenario
+from dlsched.envs.size_bounds import MAX_BATCH_SLOTS
 from dlsched.envs.telemetry import Telemetry
 from dlsched.envs.telemetry_columns import TelemetryColumns
 

@@ -7,7 +7,7 @@ are read as they are. A zip declares each member's unpacked size in its table of
 file of a megabyte can declare gigabytes (a zip bomb). :func:`model_files` therefore measures
 before it reads: the size the table of contents takes, then the members' count and declared
 sizes with the other files' sizes, each against a
-:class:`~dlsched.envs.scenarios.limits.Limit` that its environment variable raises; only then
+:class:`~dlsched.envs.size_bounds.SizeBound` that its environment variable raises; only then
 is every member read once for its checksum, which unpacks no more than the member declares
 (:mod:`zipfile` stops there).
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlsched.envs.errors import DlschedError, ModelError, PolicyError
-from dlsched.envs.scenarios.limits import Limit
+from dlsched.envs.size_bounds import SizeBound
 
 MODEL_FILE = "model.zip"
 #: The observation statistics, JSON (:mod:`dlsched.policies.normalization`).
@@ -53,12 +53,12 @@ POLICY_ARTIFACT = "policy"
 #: What SB3's ``save`` writes into a model's zip; a zip without these is no SB3 model.
 SB3_ZIP_ENTRIES: tuple[str, ...] = ("data", "policy.pth")
 
-MAX_MODEL_BYTES = Limit("MAX_MODEL_BYTES", 32 << 20, "bytes of a model's files once unpacked")
+MAX_MODEL_BYTES = SizeBound("MAX_MODEL_BYTES", 32 << 20, "bytes of a model's files once unpacked")
 """What loading a model reads into memory: the members of ``model.zip`` as they declare
 themselves unpacked, the card and the statistics. A model ``dlsched train`` writes takes well
 under a megabyte (``docs/limits.md``); loading one at the limit stays within a few hundred
 megabytes (SB3 holds the ``data`` JSON twice as it parses it)."""
-MAX_MODEL_MEMBERS = Limit("MAX_MODEL_MEMBERS", 64, "members in a model.zip")
+MAX_MODEL_MEMBERS = SizeBound("MAX_MODEL_MEMBERS", 64, "members in a model.zip")
 """Members of ``model.zip``: SB3 writes six."""
 #: Bytes of the table of contents per member a zip may have: an entry takes 46 bytes and its
 #: name (SB3's are short), so a larger table holds more members than the limit, or padding.

@@ -153,7 +153,7 @@ def stop_report(interruption: KeyboardInterrupt, started: bool = True) -> str:
 
 def _containers_removed_on_stop() -> int:
     # a process that never loaded the Docker backend removed no container
-    docker = sys.modules.get("dlsched.envs.docker.interruption")
+    docker = sys.modules.get("dlsched.envs.docker.exit_cleanup")
     return docker.removed_on_stop() if docker is not None else 0
 
 

@@ -32,7 +32,7 @@ Every job runs in its own container of the workload image
   no CPU, as it is;
 - removes its containers on :meth:`~DockerBackend.close` (or the episode's own), on the next
   reset of the episode, at interpreter exit and on SIGINT/SIGTERM
-  (:mod:`dlsched.envs.docker.interruption`), one after another (a thread pool refuses work at
+  (:mod:`dlsched.envs.docker.exit_cleanup`), one after another (a thread pool refuses work at
   interpreter exit), and a signal that arrives during that removal waits for its end. What a
   killed process leaves behind, ``dlsched docker cleanup`` removes;
 - reports the jobs of an engine that stops answering mid-episode as ``FAILED`` (an incident of

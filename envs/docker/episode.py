@@ -32,7 +32,7 @@ from dlsched.envs.docker.container_start import ContainerStarter, inspected_cfs
 from dlsched.envs.docker.containers import managed_containers
 from dlsched.envs.docker.engine import endpoint_url, unix_time
 from dlsched.envs.docker.engine_connections import EngineConnections
-from dlsched.envs.docker.interruption import remove_episode, track, untrack
+from dlsched.envs.docker.exit_cleanup import remove_episode, track, untrack
 from dlsched.envs.docker.records import Job, Run, total_iterations
 from dlsched.envs.docker.sandbox import DEFAULT_LIMITS, ContainerLimits
 from dlsched.envs.episode_batch import (

@@ -18,8 +18,8 @@ import numpy as np
 from dlsched.envs.errors import ScenarioError, UnknownNameError
 from dlsched.envs.replay.profile import load_profile_set, load_set_contention
 from dlsched.envs.replay.workload_profile import WorkloadProfile
-from dlsched.envs.scenarios.limits import MAX_ITERATIONS, MAX_UNITS_PER_STEP
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
+from dlsched.envs.size_bounds import MAX_ITERATIONS, MAX_UNITS_PER_STEP
 
 
 class ProfileTable:
@@ -98,7 +98,7 @@ class ProfileTable:
 
     def _check_units_per_step(self, scenario: Scenario, cores: float) -> None:
         """Refuse a scenario whose steps are so long that a job would complete more units than
-        :data:`~dlsched.envs.scenarios.limits.MAX_UNITS_PER_STEP` in one: the model draws and
+        :data:`~dlsched.envs.size_bounds.MAX_UNITS_PER_STEP` in one: the model draws and
         completes each, so a step's work grows with its simulated time.
 
         Raises:
@@ -121,7 +121,7 @@ class ProfileTable:
         largest count, each job at its own iterations or its workloads' largest default.
 
         Raises:
-            ScenarioError: above :data:`~dlsched.envs.scenarios.limits.MAX_ITERATIONS`.
+            ScenarioError: above :data:`~dlsched.envs.size_bounds.MAX_ITERATIONS`.
         """
         total = 0
         for group in scenario.groups:

@@ -119,7 +119,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     Raises:
         UnknownNameError: an unknown shipped scenario name.
         ScenarioError: the file is missing, unreadable, larger than
-            :data:`~dlsched.envs.scenarios.limits.MAX_FILE_BYTES`, not YAML, or describes an
+            :data:`~dlsched.envs.size_bounds.MAX_FILE_BYTES`, not YAML, or describes an
             invalid scenario; the message lists every problem with its line.
     """
     path = scenario_path(name_or_path)

@@ -23,7 +23,6 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from dlsched.envs.errors import ProfileError, UnknownNameError
 from dlsched.envs.replay.profile import load_profile_set, profile_names, profile_set_names
-from dlsched.envs.scenarios.limits import Counts, check_counts
 from dlsched.envs.scenarios.model import ArrivalPattern, IntRange, JobKind
 from dlsched.envs.scenarios.problems import Report, join, suggest
 from dlsched.envs.scenarios.schema import (
@@ -35,6 +34,7 @@ from dlsched.envs.scenarios.schema import (
     to_count,
     worker_count,
 )
+from dlsched.envs.size_bounds import Counts, check_counts
 
 _STRICT = ConfigDict(strict=True)
 _ONLY_FOR = {JobKind.INFERENCE: INFERENCE_ONLY, JobKind.TRAINING: TRAINING_ONLY}

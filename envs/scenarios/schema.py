@@ -40,8 +40,8 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from dlsched.envs.scenarios import model
-from dlsched.envs.scenarios.limits import MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_TEXT_LENGTH
 from dlsched.envs.scenarios.model import JobKind
+from dlsched.envs.size_bounds import MAX_NAME_LENGTH, MAX_PATH_LENGTH, MAX_TEXT_LENGTH
 from dlsched.envs.workloads.cpu_quota import Threading
 
 SCHEMA_PATH = Path(__file__).with_name("scenario.schema.json")

@@ -3,10 +3,10 @@ every field.
 
 Reading goes in three steps, so that a check of the input's size can stand before each
 allocation it bounds: the raw text (its size is bounded by
-:data:`~dlsched.envs.scenarios.limits.MAX_FILE_BYTES` before it is read); the node tree PyYAML
+:data:`~dlsched.envs.size_bounds.MAX_FILE_BYTES` before it is read); the node tree PyYAML
 composes from it (nodes, anchors and aliases, not yet Python values), from which the line of
 each field path is taken and duplicate keys are found, and whose values, aliases expanded, are
-counted against :data:`~dlsched.envs.scenarios.limits.MAX_YAML_VALUES`; and the Python data
+counted against :data:`~dlsched.envs.size_bounds.MAX_YAML_VALUES`; and the Python data
 constructed from that tree.
 
 Aliases are allowed: PyYAML builds an alias as a reference to its anchor's value, but everything
@@ -24,8 +24,8 @@ from pathlib import Path
 import yaml
 
 from dlsched.envs.errors import DlschedError, ScenarioError
-from dlsched.envs.scenarios.limits import MAX_FILE_BYTES, MAX_YAML_VALUES
 from dlsched.envs.scenarios.problems import show
+from dlsched.envs.size_bounds import MAX_FILE_BYTES, MAX_YAML_VALUES
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def read_text(path: Path, kind: FileKind) -> str:
 
     Raises:
         DlschedError: ``kind.error``; the file cannot be read, is larger than
-            :data:`~dlsched.envs.scenarios.limits.MAX_FILE_BYTES`, or is not UTF-8.
+            :data:`~dlsched.envs.size_bounds.MAX_FILE_BYTES`, or is not UTF-8.
     """
     limit = MAX_FILE_BYTES.value
     try:
@@ -114,7 +114,7 @@ def read_yaml(text: str, origin: str, kind: FileKind) -> YamlDocument:
 
     Raises:
         DlschedError: ``kind.error``; the text is empty, not YAML, holds several documents,
-            expands to more values than :data:`~dlsched.envs.scenarios.limits.MAX_YAML_VALUES`
+            expands to more values than :data:`~dlsched.envs.size_bounds.MAX_YAML_VALUES`
             (or endlessly, through an alias inside its own anchor), or gives a key twice in one
             mapping (which plain YAML loading silently collapses to the last).
     """

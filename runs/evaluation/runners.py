@@ -31,9 +31,9 @@ from dlsched.envs.errors import ArgumentError
 from dlsched.envs.inference_env import InferenceEnv
 from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.replay.profile_table import ProfileTable
-from dlsched.envs.scenarios.limits import Limit
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
+from dlsched.envs.size_bounds import SizeBound
 from dlsched.envs.telemetry import JobState, QoEClass, Telemetry
 from dlsched.envs.training_env import TrainingEnv
 from dlsched.policies.feed import batched_feed, batched_refusal
@@ -50,7 +50,7 @@ from dlsched.runs.evaluation.records import (
 )
 from dlsched.runs.interruption import deferred, raise_if_stopped
 
-MAX_EPISODES = Limit("MAX_EPISODES", 100_000, "episodes in an evaluation (policies x seeds)")
+MAX_EPISODES = SizeBound("MAX_EPISODES", 100_000, "episodes in an evaluation (policies x seeds)")
 """Episodes one evaluation runs: memory is bounded whatever the count (episodes run in batches
 and are handed over as they end, and only their scores are kept), but each takes time (about
 20 a second on replay, minutes on Docker) and, tracked, a run in the store."""

@@ -76,8 +76,8 @@ def load_claims(path: str | Path = CLAIMS_FILE) -> ClaimsFile:
 
     Raises:
         ClaimsError: the file cannot be read, is larger than
-            :data:`~dlsched.envs.scenarios.limits.MAX_FILE_BYTES`, is not YAML, expands (its
-            aliases used) to more than :data:`~dlsched.envs.scenarios.limits.MAX_YAML_VALUES`
+            :data:`~dlsched.envs.size_bounds.MAX_FILE_BYTES`, is not YAML, expands (its
+            aliases used) to more than :data:`~dlsched.envs.size_bounds.MAX_YAML_VALUES`
             values, or has malformed fields; every problem is listed with its line and the
             field's path.
     """

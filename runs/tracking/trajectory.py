@@ -44,8 +44,8 @@ import numpy as np
 from dlsched.envs.errors import TrackingError
 from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.scenarios.file_format import load_scenario
-from dlsched.envs.scenarios.limits import Limit
 from dlsched.envs.scenarios.model import Scenario
+from dlsched.envs.size_bounds import SizeBound
 from dlsched.envs.telemetry import JobState, QoEClass
 from dlsched.runs.evaluation.metrics import EpisodeMetrics
 from dlsched.runs.evaluation.records import (
@@ -80,19 +80,19 @@ WRITING_DIR = ".writing"
 TRACKING_FILE = "tracking.json"
 PROGRESS_FILE = "progress.csv"
 
-MAX_RECORD_BYTES = Limit(
+MAX_RECORD_BYTES = SizeBound(
     "MAX_RECORD_BYTES", 256 << 20, "bytes in a record read back (episode.json, tracking.json)"
 )
 """An episode's record (its steps' aggregates and jobs) or a folder's tracking record: 256 MiB,
 an episode of a million steps (a paper's episode records a few hundred kB); read whole, it
 takes about ten times that in memory."""
-MAX_TRAJECTORY_BYTES = Limit(
+MAX_TRAJECTORY_BYTES = SizeBound(
     "MAX_TRAJECTORY_BYTES", 512 << 20, "bytes in an episode's trajectory table (trajectory.csv)"
 )
 """An episode's table of every container at every step: 512 MiB, about three million rows (a
 paper's episode writes a few MB); read back as one record per row, or uploaded by ``dlsched runs
 sync``."""
-MAX_PROGRESS_BYTES = Limit(
+MAX_PROGRESS_BYTES = SizeBound(
     "MAX_PROGRESS_BYTES", 512 << 20, "bytes in an episode's progress events (progress.csv)"
 )
 """An episode's every iteration and batch with its time: 512 MiB, about 15 million events (an
@@ -162,7 +162,7 @@ def read_tracking(folder: Path) -> TrackingRecord:
         raise TrackingError(f"{path} is not a dlsched tracking record: {error}") from None
 
 
-def _bounded(path: Path, limit: Limit) -> Path:
+def _bounded(path: Path, limit: SizeBound) -> Path:
     """``path``, once its size is found within ``limit`` (without reading it).
 
     Raises:

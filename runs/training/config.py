@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from dlsched.envs.errors import PolicyError
 from dlsched.envs.observation import FEATURES
 from dlsched.envs.placement import PLACERS
-from dlsched.envs.scenarios.limits import Limit
+from dlsched.envs.size_bounds import SizeBound
 from dlsched.policies.agent_actions import ActionMapping, ActionMode
 
 if TYPE_CHECKING:
@@ -33,10 +33,10 @@ ALGORITHM_NAMES: tuple[str, ...] = ("ppo", "a2c", "sac", "td3")
 
 HyperValue = float | int | str | bool
 
-MAX_TIMESTEPS = Limit("MAX_TIMESTEPS", 100_000_000, "timesteps of a training")
+MAX_TIMESTEPS = SizeBound("MAX_TIMESTEPS", 100_000_000, "timesteps of a training")
 """Environment steps of one training: a day or more on a few cores (``docs/limits.md``), and a
 line of the progress file per rollout."""
-MAX_ENVS = Limit("MAX_ENVS", 256, "environments stepped side by side")
+MAX_ENVS = SizeBound("MAX_ENVS", 256, "environments stepped side by side")
 """``n_envs``: each holds its episode, and SB3 keeps a rollout of observations per environment
 (``docs/limits.md`` says what 256 take)."""
 

@@ -8,7 +8,7 @@ renamed, or its value replaced by a random one); and random YAML text, read from
 :class:`Scenario` objects with a field replaced, given to ``gym.make`` as a Python user builds
 one; they are held to the same rules, refused with a ScenarioError naming the field, or run an
 episode that ends. Integers and floats are unbounded (``count: 10**40``):
-the reader's limits (:mod:`dlsched.envs.scenarios.limits`) keep every example small, and the
+the reader's limits (:mod:`dlsched.envs.size_bounds`) keep every example small, and the
 examples that run are held to lower limits still (:data:`SMALL`), set as a user would set them.
 """
 

@@ -1,5 +1,9 @@
-"""How large a scenario may be: the limits that keep reading and running one bounded in memory
-and time.
+"""How large an input may be: size bounds that keep reading and running it bounded in memory
+and time (not CPU limits, which are the scheduler's).
+
+Each bound is a :class:`SizeBound`, a count with a default that an environment variable raises.
+This module holds a scenario's; other inputs that size work (a model's files, a training's
+timesteps, an evaluation's episodes, a claims file) declare theirs where they are read.
 
 A scenario is read and run in memory: the file's text, its YAML values, one observation row per
 slot, one job record per job, one record per step. Each limit below is checked before what it
@@ -29,8 +33,8 @@ if TYPE_CHECKING:  # problems imports the schema, which imports the lengths belo
 
 
 @dataclass(frozen=True)
-class Limit:
-    """A limit on a count, with its default; raised by the environment variable
+class SizeBound:
+    """A bound on a count, with its default; raised by the environment variable
     ``DLSCHED_<name>``. Scenarios have theirs below; other inputs that size work (a model's
     files, a training's timesteps) declare theirs where they are read.
 
@@ -80,33 +84,33 @@ class Limit:
         )
 
 
-MAX_FILE_BYTES = Limit("MAX_FILE_BYTES", 1 << 20, "bytes in a scenario or claims file")
+MAX_FILE_BYTES = SizeBound("MAX_FILE_BYTES", 1 << 20, "bytes in a scenario or claims file")
 """A YAML file's size (a scenario, a claims file): 1 MiB, thousands of lines (a shipped scenario
 has tens, the shipped claims file 26 KB)."""
-MAX_YAML_VALUES = Limit("MAX_YAML_VALUES", 1_000_000, "YAML values (aliases expanded)")
+MAX_YAML_VALUES = SizeBound("MAX_YAML_VALUES", 1_000_000, "YAML values (aliases expanded)")
 """The values of a YAML file (a scenario, a claims file) once its aliases (``*name``) are
 expanded, each as often as it is used. Aliases are allowed (an arrival pattern written once,
 used by several groups), but a few lines of aliases of aliases can expand to billions of values
 (a "billion laughs" file)."""
-MAX_WORKERS = Limit("MAX_WORKERS", 4096, "workers")
+MAX_WORKERS = SizeBound("MAX_WORKERS", 4096, "workers")
 """Workers of a scenario."""
-MAX_SLOTS_PER_WORKER = Limit("MAX_SLOTS_PER_WORKER", 1024, "slots per worker")
+MAX_SLOTS_PER_WORKER = SizeBound("MAX_SLOTS_PER_WORKER", 1024, "slots per worker")
 """``slots_per_worker``: containers one worker runs at once."""
-MAX_SLOTS = Limit("MAX_SLOTS", 65_536, "slots (workers x slots_per_worker)")
+MAX_SLOTS = SizeBound("MAX_SLOTS", 65_536, "slots (workers x slots_per_worker)")
 """Rows of the observation and entries of the action (4 MiB of observation at the limit)."""
-MAX_JOBS = Limit("MAX_JOBS", 100_000, "jobs per episode")
+MAX_JOBS = SizeBound("MAX_JOBS", 100_000, "jobs per episode")
 """Jobs of one episode (the sum of the groups' counts, each at its largest); also the longest
 list a job group may hold (``targets_s``, ``times_s``, ...), one item per job."""
-MAX_STEPS = Limit("MAX_STEPS", 1_000_000, "steps per episode (horizon_s / interval_s)")
+MAX_STEPS = SizeBound("MAX_STEPS", 1_000_000, "steps per episode (horizon_s / interval_s)")
 """Steps of one episode: an evaluation keeps a record of each."""
-MAX_UNITS_PER_STEP = Limit(
+MAX_UNITS_PER_STEP = SizeBound(
     "MAX_UNITS_PER_STEP", 100_000, "units of work (batches or iterations) a job completes in a step"
 )
 """Units one job can complete in one step (its workload's fastest throughput times
 ``interval_s``): the replay model draws and completes every one (a service's batches over a
 step of 10**295 s never end). Checked against the profiles where a replay environment is made."""
 
-MAX_ITERATIONS = Limit(
+MAX_ITERATIONS = SizeBound(
     "MAX_ITERATIONS", 10_000_000, "training iterations per episode (every job's, summed)"
 )
 """Iterations of one episode's training jobs, each job's at its group's largest count (its own
@@ -114,7 +118,7 @@ MAX_ITERATIONS = Limit(
 loss when a job is placed and keeps them (16 bytes an iteration: 160 MB at the limit). Checked
 against the profiles where a replay environment is made."""
 
-MAX_BATCH_SLOTS = Limit(
+MAX_BATCH_SLOTS = SizeBound(
     "MAX_BATCH_SLOTS", 1 << 22, "slots in a batched environment (num_envs x the scenario's slots)"
 )
 """Slots of all the episodes of a batched environment (``gym.make_vec``): its observations
@@ -127,7 +131,7 @@ MAX_TEXT_LENGTH = 1000
 MAX_PATH_LENGTH = 4096
 """Characters of ``profile_set`` (a name or the path of a folder): Linux's longest path."""
 
-COUNT_LIMITS: tuple[Limit, ...] = (
+COUNT_BOUNDS: tuple[SizeBound, ...] = (
     MAX_FILE_BYTES,
     MAX_YAML_VALUES,
     MAX_WORKERS,

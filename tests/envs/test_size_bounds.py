@@ -203,7 +203,7 @@ def test_an_unbounded_scenario_is_refused_in_bounded_memory(refusals, command, c
 
 def test_a_limit_is_raised_by_its_environment_variable(monkeypatch):
     from dlsched.envs.scenarios import parse_scenario
-    from dlsched.envs.scenarios.limits import MAX_WORKERS
+    from dlsched.envs.size_bounds import MAX_WORKERS
 
     data = yaml.safe_load(BASE.replace("count: 1", "count: 5000"))
     with pytest.raises(dlsched.envs.ScenarioError) as caught:
@@ -281,8 +281,8 @@ def test_a_python_made_scenario_is_held_to_the_limits():
 
 def test_the_limits_are_documented_in_the_readme():
     readme = LIMITS_DOC.read_text()
-    from dlsched.envs.scenarios.limits import COUNT_LIMITS
+    from dlsched.envs.size_bounds import COUNT_BOUNDS
 
-    for limit in COUNT_LIMITS:
+    for limit in COUNT_BOUNDS:
         assert f"`{limit.variable}`" in readme, f"{limit.variable} is not in docs/limits.md"
         assert f"{limit.default:,}" in readme, f"{limit.name}'s default is not in docs/limits.md"
