@@ -8,6 +8,7 @@
 - cli: ``evaluated_labels`` (``dlsched evaluate`` on one untracked episode).
 - reliability: ``python_process``, ``dlsched_process`` and ``episode_process`` (children stopped
   with real signals), ``default_sigint``.
+- torch: ``torch_on_one_thread`` (autouse, session): the test process runs torch on one thread.
 """
 
 # --- mlflow ---
@@ -323,3 +324,26 @@ def episode_process(python_process):
         return process, episode
 
     return start
+
+
+# --- torch ---
+# The learned policies' networks are tiny: a forward pass on torch's default thread pool (one
+# thread per core) spends most of its time handing work between threads, many times longer than
+# on one thread when the machine is busy, as CI's 2 cores are. `dlsched train` runs one thread by
+# default (--torch-threads 1) for the same reason. Child processes keep torch's default.
+
+
+@pytest.fixture(scope="session", autouse=True)
+def torch_on_one_thread():
+    """torch on one thread in the test process, where torch is installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        yield
+        return
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -151,7 +151,8 @@ def register(subparsers: Subcommands) -> None:
         "--settle",
         type=positive_seconds,
         default=5.0,
-        help="with --contention: seconds after each change of limits before measuring (default: 5)",
+        help="seconds after each change of limits before measuring, with --contention and in a "
+        "workload's own contention cells (default: 5)",
     )
     parser.add_argument(
         "--wait-quiet",
@@ -283,6 +284,7 @@ def run(args: argparse.Namespace) -> int:
         parts=args.only,
         job_counts=args.job_counts,
         tolerance=args.tolerance,
+        settle_s=args.settle,
     )
     written = calibration.calibrate(args.workload, settings, args.output_dir)
     print(

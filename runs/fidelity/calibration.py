@@ -83,6 +83,7 @@ class CalibrationSettings:
         tolerance: how far apart two calibrations of one quiet host may be (a fraction of a
             rate): a run whose rate's 95% interval is wider than half of it is measured again,
             longer (:mod:`.rate_precision`).
+        settle_s: seconds after each change of limits of a contention cell before its window.
     """
 
     limits: tuple[float, ...] = DEFAULT_LIMITS
@@ -95,6 +96,7 @@ class CalibrationSettings:
     parts: tuple[str, ...] = PARTS
     job_counts: tuple[int, ...] | None = None
     tolerance: float = DEFAULT_TOLERANCE
+    settle_s: float = 5.0
 
     @property
     def all_limits(self) -> tuple[float, ...]:
@@ -108,7 +110,8 @@ class CalibrationSettings:
             f"--limits {','.join(f'{limit:g}' for limit in self.all_limits)} "
             f"--duration {self.duration_s:g} --wait-quiet {self.wait_quiet_s:g} "
             f"--quiet-cores {self.quiet_cores:g} --retries {self.retries} "
-            f"--threading {self.threading} --tolerance {self.tolerance:g}"
+            f"--threading {self.threading} --tolerance {self.tolerance:g} "
+            f"--settle {self.settle_s:g}"
             + ("" if set(self.parts) == set(PARTS) else f" --only {','.join(self.parts)}")
             + (
                 ""
@@ -187,6 +190,7 @@ def calibrate(
                 float(host.cores),
                 window_s=min(_EXPONENT_WINDOW_S[spec.kind], settings.duration_s),
                 job_counts=counts,
+                settle_s=settings.settle_s,
                 bound_scale=bound_scale,
             )
             set_contention(profile, fitted, counts, bound_scale)

@@ -24,6 +24,7 @@ import pytest
 from dlsched.envs.replay.profile import PROFILES_DIR, load_profile
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.runs import cli
+from dlsched.runs.commands import calibrate as calibrate_command
 from dlsched.runs.fidelity.calibration_fit import (
     demand_cores,
     loss_curve,
@@ -195,6 +196,17 @@ def test_calibrate_all_means_every_workload():
     assert args.limits == (0.1, 0.25, 0.5, 0.75, 1.0) and args.duration is None
 
 
+def test_a_profile_calibration_settles_its_contention_cells_as_asked(monkeypatch, tmp_path):
+    asked = []
+    monkeypatch.setattr(
+        calibrate_command, "calibrate", lambda _, settings, __: asked.append(settings) or []
+    )
+    argv = ["calibrate", "--workload", "mlp-digits", "--settle", "2", "--output-dir", str(tmp_path)]
+    assert cli.main(argv) == 0
+    (settings,) = asked
+    assert settings.settle_s == 2.0 and "--settle 2" in settings.command(["mlp-digits"])
+
+
 @pytest.fixture
 def busy_host():
     """Two processes spinning on the CPU while the test runs (this host's other work)."""
@@ -268,8 +280,11 @@ def test_calibrate_fits_a_workload_contention_curve_into_its_profile(
     shipped = Path(load_profile.__code__.co_filename).parent / "profiles" / "measured"
     shutil.copy(shipped / "mlp-digits.json", tmp_path / "mlp-digits.json")
     args = ["calibrate", "--workload", "mlp-digits", "--only", "contention", "--duration", "3"]
-    # 2 and 3 copies (a training's default adds 4 and 6) keep the test short.
-    options = ["--job-counts", "2,3", "--wait-quiet", "0", "--retries", "0", "--force"]
+    # 2 and 3 copies (a training's default adds 4 and 6) and 1 s to settle after each change of
+    # limits (5 by default) keep the test short: it checks the fit's shape, not its precision.
+    options = [
+        "--job-counts", "2,3", "--settle", "1", "--wait-quiet", "0", "--retries", "0", "--force"
+    ]  # fmt: skip
     assert cli.main([*args, *options, "--output-dir", str(tmp_path)]) == 0
     profile = load_profile(tmp_path / "mlp-digits.json")
     assert profile.contention_exponent is not None and 0 <= profile.contention_exponent <= 12

@@ -86,7 +86,7 @@ def test_a_server_killed_mid_evaluation_is_said_at_once_and_synced_after(
     scenario_file = tmp_path / "scenario.yaml"
     scenario_file.write_text(dump_scenario(scenario))
     process = dlsched_process(
-        ["evaluate", "--scenario", scenario_file, "--policy", "default,dqoes", "--episodes", "6",
+        ["evaluate", "--scenario", scenario_file, "--policy", "default,dqoes", "--episodes", "3",
          "--no-progress", "--no-plots", "--tracking-uri", uri],
         cwd=tmp_path,
     )  # fmt: skip
@@ -114,7 +114,7 @@ def test_a_server_killed_mid_evaluation_is_said_at_once_and_synced_after(
     assert error.endswith(f"upload them when the store answers: dlsched runs sync {folder}")
     assert "goes on" not in error and len(error) < 300 + len(str(folder))
     episodes = sorted(path.parent.name for path in folder.glob("*/episode.json"))
-    assert len(episodes) == 12  # every episode of the evaluation is on disk
+    assert len(episodes) == 6  # every episode of the evaluation is on disk
 
     restarted = _serve(port, backend_db)
     try:
@@ -138,7 +138,7 @@ def test_a_server_killed_mid_evaluation_is_said_at_once_and_synced_after(
 
         assert main(["runs", "sync", str(folder)]) == 0  # again: nothing to add
         second = capsys.readouterr().out
-        assert "uploaded nothing; 12 episodes were already there" in second
+        assert "uploaded nothing; 6 episodes were already there" in second
         assert len(client.search_runs(experiments)) == count
     finally:
         _stop(restarted)
