@@ -141,6 +141,7 @@ class BackendEpisode(EpisodeBatch):
             state.latency[0, column] = _number(job.latency_s)
             state.loss[0, column] = _number(job.loss)
             state.completed[0, column] = _number(job.completed_s)
+            state.throttle_ratio[0, column] = _number(job.throttle_ratio)
             state.total[0, column] = job.total_iterations or 0
 
 

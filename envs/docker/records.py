@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dlsched.envs.docker.cgroup import CfsLimit, CpuLimitFiles, CpuUsageFile, ProcessStat
+from dlsched.envs.docker.cgroup import (
+    NO_THROTTLING,
+    CfsLimit,
+    CfsThrottling,
+    CpuLimitFiles,
+    CpuUsageFile,
+    ProcessStat,
+)
 from dlsched.envs.docker.container_output import ContainerOutput, Progress
 from dlsched.envs.progress_trace import MAX_TRACE_EVENTS, ProgressTrace
 from dlsched.envs.scenarios.model import JobKind, JobSpec
@@ -42,19 +49,38 @@ class Run:
     cpu_seconds: float = 0.0  # the last reading
     cpu_usage: float = 0.0  # cores, over the last window that was long enough
     stopped: bool = False  # paused or stopped at the last measurement (an incident said so)
+    # The CFS counters count from the cgroup's creation: the first window starts at zero.
+    window_start_throttling: CfsThrottling = NO_THROTTLING
+    throttling: CfsThrottling | None = None  # the last reading; None: never read
+    throttle_ratio: float | None = None  # over the last window that was long enough
 
     @property
     def read_from_files(self) -> bool:
         """Whether its CPU time and limit are both read from this host's cgroup files."""
         return self.cpu_file is not None and self.limit_files is not None
 
-    def record(self, seconds: float, at: float, min_window_s: float) -> None:
-        """Take a reading of cumulative CPU-seconds at time ``at`` (the source's clock)."""
+    def record(
+        self,
+        seconds: float,
+        at: float,
+        min_window_s: float,
+        throttling: CfsThrottling | None = None,
+    ) -> None:
+        """Take a reading of cumulative CPU-seconds (and of the CFS counters, where read) at
+        time ``at`` (the source's clock); the throttle ratio is taken over the same window as
+        the usage."""
         self.cpu_seconds = max(seconds, self.cpu_seconds)
+        if throttling is not None:
+            self.throttling = throttling
         span = at - self.window_start_at
         if span >= min_window_s:
             self.cpu_usage = (self.cpu_seconds - self.window_start_cpu) / span
             self.window_start_at, self.window_start_cpu = at, self.cpu_seconds
+            if self.throttling is None:
+                self.throttle_ratio = None
+            else:
+                self.throttle_ratio = self.throttling.ratio_since(self.window_start_throttling)
+                self.window_start_throttling = self.throttling
 
 
 @dataclass
@@ -85,6 +111,14 @@ class Job:
     def cpu_usage(self) -> float:
         return self.run.cpu_usage if self.state is JobState.RUNNING else 0.0
 
+    @property
+    def throttle_ratio(self) -> float | None:
+        """The throttle ratio of its running container under the quota in force (``None``
+        without a quota, or once it stopped running)."""
+        if self.state is not JobState.RUNNING or self.in_force.cores is None:
+            return None
+        return self.run.throttle_ratio
+
     def telemetry(self, now: float) -> JobTelemetry:
         """What the job reports at episode time ``now``: its state, its CPU and its progress
         over all its runs."""
@@ -112,6 +146,7 @@ class Job:
             loss=latest.loss,
             completed_s=self.completed_s,
             loss_targets=spec.loss_targets,
+            throttle_ratio=self.throttle_ratio,
         )
 
     def progress_trace(self, epoch_start: float) -> ProgressTrace:

@@ -20,6 +20,10 @@ Per job, the model follows the profile of its workload (:mod:`dlsched.envs.repla
   its completed units and the part of its current unit already done.
 - ``usage`` is the mean over the last :meth:`ReplayEngine.advance` that let time pass;
   ``cpu_seconds`` is cumulative.
+- ``throttle_ratio`` of a job under a quota follows its pressure on the quota
+  (:mod:`dlsched.envs.replay.throttling`) at the shares in force at the end of the interval
+  (they change inside one only where a start-up or a pause ends, or a job finishes); NaN
+  without a quota, without CPU, or in a profile set without a throttling model.
 
 The integration is exact. Between two events the CPU shares, and therefore every job's rate,
 are constant, so progress is linear in time and each unit's completion time is solved for, not
@@ -459,6 +463,7 @@ class ReplayEngine(EpisodeBatch):
             self.ended_jobs += len(done)
             self.stale[done // self.jobs] = True
             state.phase.reshape(-1)[done] = DONE
+            state.throttle_ratio.reshape(-1)[done] = math.nan
             state.completed.reshape(-1)[done] = end_s[finished]
             physics.next_bound.reshape(-1)[done] = math.inf
             going = ~finished
@@ -500,6 +505,7 @@ class ReplayEngine(EpisodeBatch):
                 self.ended_jobs += 1
                 self.stale[row] = True
                 state.phase[row, job] = DONE
+                state.throttle_ratio[row, job] = math.nan
                 state.completed[row, job] = end_s
                 physics.next_bound[row, job] = math.inf
                 return

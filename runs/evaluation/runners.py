@@ -246,6 +246,7 @@ def step_record(step: int, telemetry: Telemetry, reward: float | None) -> StepRe
                 qoe_class=job.qoe_class,
                 loss=job.loss,
                 iterations=job.iterations,
+                throttle_ratio=job.throttle_ratio,
             )
         )
     active = telemetry.active_jobs

@@ -6,7 +6,8 @@ and per event, as a one-episode :class:`~dlsched.envs.backend.Backend`; an envir
 ``backend=ReferenceReplay()`` runs it through the adapter the Docker backend takes
 (:class:`~dlsched.envs.backend_episode.BackendEpisode`). ``test_replay_vector.py`` (beside it)
 holds the engine's episodes equal to this model's, step by step. It shares with the engine only
-what is tested on its own: the profiles, water-filling and the contention formulas. It has no
+what is tested on its own: the profiles, water-filling, the contention formulas and the
+throttling curves. It has no
 race (``envs/replay/race.py``): sets that carry one are held against it without it.
 """
 
@@ -27,8 +28,13 @@ from dlsched.envs.replay.contention import (
     job_efficiencies,
     runnable_threads,
 )
-from dlsched.envs.replay.profile import load_profile_set, load_set_contention
+from dlsched.envs.replay.profile import (
+    load_profile_set,
+    load_set_contention,
+    load_set_throttling,
+)
 from dlsched.envs.replay.sharing import water_fill
+from dlsched.envs.replay.throttling import BINDING_SHARE
 from dlsched.envs.replay.workload_profile import WorkloadProfile
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
@@ -73,6 +79,7 @@ class Job:
     usage: float = 0.0
     share: float = 0.0
     rate: float = 0.0
+    throttle: float = math.nan  # the throttle ratio at the shares of the last allocation
 
     @property
     def boot_demand(self) -> float:
@@ -103,6 +110,7 @@ class ReferenceReplay(Backend):
     ) -> Telemetry:
         profiles = load_profile_set(scenario.profile_set)
         contention = load_set_contention(scenario.profile_set)
+        self.throttling = load_set_throttling(scenario.profile_set)
         self.scenario = scenario
         self.rng = rng
         self.now = 0.0
@@ -198,6 +206,7 @@ class ReferenceReplay(Backend):
         """Every worker's shares by water-filling, then rates, slowed by contention."""
         for job in self.jobs:
             job.share = job.rate = 0.0
+            job.throttle = math.nan
         for worker, cores in enumerate(self.cores):
             members = [
                 job
@@ -222,6 +231,15 @@ class ReferenceReplay(Backend):
                 job.rate = 0.0 if boots else job.units_per_s(job.share)
             stock = np.array([job.profile.threading == "stock" for job in members]) & ~booting
             busy, quotas = busy_and_quotas(limits, demand, stock, cores)
+            if self.throttling is not None:
+                for job, used, busy_cores in zip(members, shares, busy, strict=True):
+                    if job.limit < 1.0 and used > 0:
+                        quota = job.limit * cores
+                        binding = used >= BINDING_SHARE * quota
+                        at = (max(busy_cores, used) if binding else used) / quota
+                        curve = self.throttling.curve(job.spec.workload)
+                        exponent = math.log(curve.half_pressure / at) / curve.burstiness
+                        job.throttle = 1.0 / (1.0 + math.exp(min(exponent, 700.0)))
             runnable = runnable_threads(busy, quotas, cores)
             if not crowded(runnable, cores):
                 continue
@@ -326,6 +344,9 @@ class ReferenceReplay(Backend):
                     loss=None if math.isnan(job.loss) else job.loss,
                     completed_s=None if math.isnan(job.completed) else job.completed,
                     loss_targets=job.spec.loss_targets,
+                    throttle_ratio=(
+                        None if job.state == "done" or math.isnan(job.throttle) else job.throttle
+                    ),
                 )
             )
         workers = tuple(
