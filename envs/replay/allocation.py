@@ -72,8 +72,8 @@ def allocate(
         stale: the rows to allocate.
         cells: per row and job, its ``worker * slots + slot``.
         jobs: the jobs (phase, worker, limit are read).
-        physics: the engine's arrays (``share`` and ``rate`` are written; the jobs'
-            ``throttle_ratio`` too, where the set has a throttling model).
+        physics: the engine's arrays (``share`` and ``rate`` are written; ``throttle_rate`` and
+            ``throttle_weight`` too, where the set has a throttling model).
         table: the scenario's profiles.
         cores: per worker, its cores.
         slots: slots per worker.
@@ -128,27 +128,27 @@ def _throttle(
     cores: np.ndarray,
 ) -> None:
     """The throttle ratio of every job of the rows ``stale`` under the shares just allocated
-    (:mod:`~dlsched.envs.replay.throttling`): NaN for a job under no quota or that gets no CPU.
-
-    A ratio changes only with the shares, limits and phases, which change only where a row is
-    allocated again: so it is computed here, not at every event.
-    """
-    jobs.throttle_ratio[stale] = np.nan
+    (:mod:`~dlsched.envs.replay.throttling`), as the rate at which its throttled periods
+    accrue while the shares hold (``throttle_rate``, and ``throttle_weight`` 1 where it runs
+    under a quota): the engine integrates both over time, so that the ratio it reports is that
+    of the interval's periods, whenever its shares changed (and a row allocated before its
+    next interval begins reports its last one's)."""
+    physics.throttle_rate[stale] = 0.0
+    physics.throttle_weight[stale] = 0.0
     at = layout.at
     limit = jobs.limit.reshape(-1)[at]
-    capped = limit < 1.0
+    capped = (limit < 1.0) & (share > 0)
     if not np.count_nonzero(capped):
         return
-    worker_cores = cores[layout.workers]
     stock = physics.stock.reshape(-1)[at] & ~booting
-    busy, quotas = busy_and_quotas(limit, demand, stock, worker_cores)
-    quota = np.where(capped, quotas, 1.0)
+    busy, quotas = busy_and_quotas(limit, demand, stock, cores[layout.workers])
     ratio = throttle_ratio(
-        pressure(busy, share, quota),
+        pressure(busy, share, np.where(capped, quotas, 1.0)),
         table.half_pressure[profile_of],
         table.burstiness[profile_of],
     )
-    jobs.throttle_ratio.reshape(-1)[at] = np.where(capped & (share > 0), ratio, np.nan)
+    physics.throttle_rate.reshape(-1)[at] = np.where(capped, ratio, 0.0)
+    physics.throttle_weight.reshape(-1)[at] = capped
 
 
 def _contend(

@@ -20,10 +20,11 @@ Per job, the model follows the profile of its workload (:mod:`dlsched.envs.repla
   its completed units and the part of its current unit already done.
 - ``usage`` is the mean over the last :meth:`ReplayEngine.advance` that let time pass;
   ``cpu_seconds`` is cumulative.
-- ``throttle_ratio`` of a job under a quota follows its pressure on the quota
-  (:mod:`dlsched.envs.replay.throttling`) at the shares in force at the end of the interval
-  (they change inside one only where a start-up or a pause ends, or a job finishes); NaN
-  without a quota, without CPU, or in a profile set without a throttling model.
+- ``throttle_ratio`` of a job under a quota is the mean over the last
+  :meth:`ReplayEngine.advance` that let time pass of its ratio at each moment's shares (its
+  pressure on the quota, :mod:`dlsched.envs.replay.throttling`), over the time it ran under a
+  quota, as the kernel counts the periods in which a job ran; NaN where it never did, once it is
+  done, or in a profile set without a throttling model.
 
 The integration is exact. Between two events the CPU shares, and therefore every job's rate,
 are constant, so progress is linear in time and each unit's completion time is solved for, not
@@ -278,6 +279,11 @@ class ReplayEngine(EpisodeBatch):
         every = np.count_nonzero(rows) == len(rows)
         end = self.now + seconds if every else np.where(rows, self.now + seconds, self.now)
         cpu_before = state.cpu_seconds.copy()
+        throttles = self.table.throttles
+        if throttles:
+            physics = self.physics
+            physics.throttled_s[rows] = 0.0
+            physics.quota_s[rows] = 0.0
         self._wake(rows)
         moving = self.now < end if every else rows & (self.now < end)
         cells = None  # jobs keep their worker and slot while time passes: found once, if needed
@@ -304,6 +310,17 @@ class ReplayEngine(EpisodeBatch):
         elif np.count_nonzero(timed):
             spent = (state.cpu_seconds - cpu_before)[timed]
             state.usage[timed] = spent / seconds[timed][:, None]
+        if throttles and np.count_nonzero(timed):
+            self._throttle_ratios(timed)
+
+    def _throttle_ratios(self, rows: np.ndarray) -> None:
+        """The throttle ratio of every job of ``rows`` (a mask) over the advance just ended."""
+        physics = self.physics
+        quota_s = physics.quota_s[rows]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = physics.throttled_s[rows] / quota_s
+        measured = (quota_s > 0) & (self.state.phase[rows] != DONE)
+        self.state.throttle_ratio[rows] = np.where(measured, np.minimum(ratio, 1.0), np.nan)
 
     def _wake(self, rows: np.ndarray) -> None:
         """Start the first unit of jobs whose start-up ended, resume migrated ones."""
@@ -406,6 +423,9 @@ class ReplayEngine(EpisodeBatch):
         work_before = physics.work.copy()
         state.cpu_seconds += physics.share * span
         physics.work += physics.rate * span
+        if self.table.throttles:
+            physics.throttled_s += physics.throttle_rate * span
+            physics.quota_s += physics.throttle_weight * span
         if self._any_booting:
             booting = state.phase == BOOTING
             physics.startup_left[booting] -= (physics.share * span)[booting]
@@ -463,7 +483,6 @@ class ReplayEngine(EpisodeBatch):
             self.ended_jobs += len(done)
             self.stale[done // self.jobs] = True
             state.phase.reshape(-1)[done] = DONE
-            state.throttle_ratio.reshape(-1)[done] = math.nan
             state.completed.reshape(-1)[done] = end_s[finished]
             physics.next_bound.reshape(-1)[done] = math.inf
             going = ~finished
@@ -505,7 +524,6 @@ class ReplayEngine(EpisodeBatch):
                 self.ended_jobs += 1
                 self.stale[row] = True
                 state.phase[row, job] = DONE
-                state.throttle_ratio[row, job] = math.nan
                 state.completed[row, job] = end_s
                 physics.next_bound[row, job] = math.inf
                 return

@@ -79,7 +79,10 @@ class Job:
     usage: float = 0.0
     share: float = 0.0
     rate: float = 0.0
-    throttle: float = math.nan  # the throttle ratio at the shares of the last allocation
+    throttle: float = math.nan  # the throttle ratio at the shares now (NaN: no quota or CPU)
+    throttled_s: float = 0.0  # seconds under a quota weighed by the ratio, this advance
+    quota_s: float = 0.0  # seconds under a quota, this advance
+    throttle_ratio: float = math.nan  # over the last advance that let time pass
 
     @property
     def boot_demand(self) -> float:
@@ -169,6 +172,8 @@ class ReferenceReplay(Backend):
     def advance(self, seconds: float) -> Telemetry:
         end = self.now + seconds
         spent = [job.cpu_seconds for job in self.jobs]
+        for job in self.jobs:
+            job.throttled_s = job.quota_s = 0.0
         self.wake()
         while self.now < end:
             self.allocate()
@@ -180,6 +185,10 @@ class ReferenceReplay(Backend):
         if seconds > 0:
             for job, before in zip(self.jobs, spent, strict=True):
                 job.usage = (job.cpu_seconds - before) / seconds
+                measured = job.quota_s > 0 and job.state != "done"
+                job.throttle_ratio = (
+                    min(job.throttled_s / job.quota_s, 1.0) if measured else math.nan
+                )
         return self.telemetry()
 
     def close(self) -> None:
@@ -277,6 +286,9 @@ class ReferenceReplay(Backend):
             before = job.work
             job.cpu_seconds += job.share * span
             job.work += job.rate * span
+            if not math.isnan(job.throttle):
+                job.throttled_s += job.throttle * span
+                job.quota_s += span
             if job.state == "booting":
                 job.startup_left -= job.share * span
             if job.state == "running" and job.work >= self.next_bound(job) - EPS:
@@ -344,9 +356,7 @@ class ReferenceReplay(Backend):
                     loss=None if math.isnan(job.loss) else job.loss,
                     completed_s=None if math.isnan(job.completed) else job.completed,
                     loss_targets=job.spec.loss_targets,
-                    throttle_ratio=(
-                        None if job.state == "done" or math.isnan(job.throttle) else job.throttle
-                    ),
+                    throttle_ratio=None if math.isnan(job.throttle_ratio) else job.throttle_ratio,
                 )
             )
         workers = tuple(
