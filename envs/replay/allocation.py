@@ -128,11 +128,10 @@ def _throttle(
     cores: np.ndarray,
 ) -> None:
     """The throttle ratio of every job of the rows ``stale`` under the shares just allocated
-    (:mod:`~dlsched.envs.replay.throttling`), as the rate at which its throttled periods
-    accrue while the shares hold (``throttle_rate``, and ``throttle_weight`` 1 where it runs
-    under a quota): the engine integrates both over time, so that the ratio it reports is that
-    of the interval's periods, whenever its shares changed (and a row allocated before its
-    next interval begins reports its last one's)."""
+    (:mod:`~dlsched.envs.replay.throttling`): ``throttle_rate``, with ``throttle_weight`` 1
+    where the job runs under a quota (0 and 0 elsewhere). The engine integrates both over time:
+    the ratio it reports is the interval's, even where a batch allocates a row for its next
+    interval before that row's telemetry is read."""
     physics.throttle_rate[stale] = 0.0
     physics.throttle_weight[stale] = 0.0
     at = layout.at
