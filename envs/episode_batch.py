@@ -119,6 +119,9 @@ class JobArrays(ArrayFields):
         latency: latency of its last completed batch (s); NaN before the first.
         loss: the loss of its last iteration; NaN before the first.
         completed: when a training job finished (s); NaN before.
+        throttle_ratio: the fraction of its quota's CFS periods in which it was throttled over
+            the last :meth:`EpisodeBatch.advance` that let time pass; NaN where not measured (no
+            quota in force, no period elapsed, or a backend that does not measure it).
     """
 
     exists: np.ndarray = field(metadata=column(False, bool))
@@ -136,6 +139,7 @@ class JobArrays(ArrayFields):
     latency: np.ndarray = field(metadata=column(np.nan))
     loss: np.ndarray = field(metadata=column(np.nan))
     completed: np.ndarray = field(metadata=column(np.nan))
+    throttle_ratio: np.ndarray = field(metadata=column(np.nan))
 
     def describe(
         self, rows: np.ndarray, jobs: Sequence[Sequence[JobSpec]]

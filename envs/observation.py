@@ -12,7 +12,10 @@ alike: the worker's size on a log scale, the equal share of its worker a job wou
 of its quota a job used, and, estimated from what the job reported under the CPU it used, the
 share of its worker a service needs to meet its target (and what the services cheaper than it
 need together), or the work a training job has left (and how many of its worker's jobs have
-less). ``docs/training.md`` says why these and how they were chosen.
+less), and the fraction of its quota's periods in which the job was throttled (0 where it is
+not measured: no quota in force). ``docs/training.md`` says why these and how they were chosen.
+A feature added later comes last: a model reads the features its card lists by name, so a
+model trained before it sees and does what it did.
 
 An empty slot is a row of zeros, and it is a slot all the same: a job may arrive in it. Training
 across layouts pads each environment's observation to one layout enclosing them all
@@ -54,6 +57,7 @@ FEATURES: tuple[str, ...] = (
     "cheaper_need",  # the same summed over the worker's services that need less, / NEED_CAP
     "work_left",  # a training job's work left, seconds of its whole worker (log scale)
     "shorter_jobs",  # fraction of its worker's other jobs with less work left
+    "throttle_ratio",  # fraction of its quota's CFS periods throttled in the last interval
 )
 
 #: The features whose meaning does not depend on the worker's size or the layout's slots.
@@ -160,6 +164,7 @@ def encode(columns: TelemetryColumns, layout: ObservationLayout, horizon_s: floa
     values[:, _FAIR_SHARE] = 1.0 / np.maximum(columns.worker_jobs.reshape(-1)[on_worker], 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         values[:, _QUOTA_USED] = used / (of(columns.limit) * worker_cores)
+    values[:, _THROTTLE_RATIO] = of(columns.throttle_ratio)
     if columns.training:
         left_s = _work_left_s(columns, of, used, worker_cores)
         known = np.isfinite(left_s)
@@ -283,3 +288,4 @@ _NEED = FEATURES.index("need")
 _CHEAPER_NEED = FEATURES.index("cheaper_need")
 _WORK_LEFT = FEATURES.index("work_left")
 _SHORTER_JOBS = FEATURES.index("shorter_jobs")
+_THROTTLE_RATIO = FEATURES.index("throttle_ratio")

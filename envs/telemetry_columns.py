@@ -72,6 +72,8 @@ class TelemetryColumns:
         loss: the last loss; NaN without one.
         first_loss: the first loss the job reported; NaN without one.
         completed_s: when a training job finished; NaN before.
+        throttle_ratio: the fraction of its quota's CFS periods in which it was throttled over
+            the last step; NaN where not measured.
         worker_usage: per worker, cores its active jobs used over the last step.
         worker_jobs: per worker, its active jobs.
     """
@@ -104,6 +106,7 @@ class TelemetryColumns:
     loss: np.ndarray
     first_loss: np.ndarray
     completed_s: np.ndarray
+    throttle_ratio: np.ndarray
     worker_usage: np.ndarray
     worker_jobs: np.ndarray
 
@@ -156,6 +159,7 @@ class TelemetryColumns:
         latency = self.latency_s[row].tolist()
         loss = self.loss[row].tolist()
         completed = self.completed_s[row].tolist()
+        throttle = self.throttle_ratio[row].tolist()
         total = self.total_iterations[row].tolist()
         specs = self.specs[row]
         state_of = STATE_OF_PHASE
@@ -186,6 +190,9 @@ class TelemetryColumns:
                 fields["loss"] = loss_s
             if completed_s == completed_s:
                 fields["completed_s"] = completed_s
+            throttle_ratio = throttle[job]
+            if throttle_ratio == throttle_ratio:
+                fields["throttle_ratio"] = throttle_ratio
             jobs.append(JobTelemetry.from_fields(fields))
         cores = self.cores.tolist()
         worker_usage = self.worker_usage[row].tolist()
@@ -256,6 +263,7 @@ class TelemetryColumns:
             loss=column([number(job.loss) for job in jobs], math.nan),
             first_loss=column([math.nan for _ in jobs], math.nan),
             completed_s=column([number(job.completed_s) for job in jobs], math.nan),
+            throttle_ratio=column([number(job.throttle_ratio) for job in jobs], math.nan),
             worker_usage=worker_usage,
             worker_jobs=worker_jobs,
         )
@@ -328,6 +336,7 @@ def columns_of(
         loss=state.loss[pick].copy(),
         first_loss=first_loss[pick].copy(),
         completed_s=state.completed[pick].copy(),
+        throttle_ratio=state.throttle_ratio[pick].copy(),
         worker_usage=worker_usage[pick],
         worker_jobs=worker_jobs[pick],
     )

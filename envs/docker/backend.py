@@ -19,8 +19,10 @@ Every job runs in its own container of the workload image
   set. Another process may change it (``docker update``): that is an incident of the episode,
   and the next decision is applied whatever the backend set before, since an update is skipped
   only when the limit read back already equals it;
-- measures CPU time from the container's cgroup files when the engine runs on this host
-  (:mod:`dlsched.envs.docker.cgroup`) and from the engine's one-shot statistics otherwise;
+- measures CPU time and the throttling of the quota (the fraction of CFS periods in which the
+  container used its whole quota, over the same window as its usage) from the container's
+  cgroup files when the engine runs on this host (:mod:`dlsched.envs.docker.cgroup`) and from
+  the engine's one-shot statistics otherwise;
 - reads progress from the JSON lines the workload prints
   (:mod:`dlsched.envs.docker.container_output`);
 - reports a container that dies as a ``FAILED`` job, never as an exception; one that vanished

@@ -1,5 +1,5 @@
-"""What this host's kernel shows of a container: its CPU time and CPU limit in its cgroup files,
-and whether its process is stopped in ``/proc``.
+"""What this host's kernel shows of a container: its CPU time, CPU limit and throttling in its
+cgroup files, and whether its process is stopped in ``/proc``.
 
 Reading a file costs microseconds where the engine's statistics endpoint costs about a second per
 container (and its inspect a round trip), so the Docker backend reads these files whenever the
@@ -21,7 +21,13 @@ v2         systemd   ``<root>/system.slice/docker-<id>.scope/``
 =========  ========  ===============================================================
 
 A v1 ``<controller dir>`` is ``cpuacct`` (CPU time) or ``cpu`` (limit), or ``cpu,cpuacct`` or
-``cpuacct,cpu`` where the host mounts the two together. An engine started with another
+``cpuacct,cpu`` where the host mounts the two together.
+
+The throttling of a quota is in the ``cpu.stat`` beside the limit (v1: the ``cpu`` controller's,
+``nr_periods``, ``nr_throttled``, ``throttled_time`` in nanoseconds; v2: the same file as the
+CPU time, ``nr_periods``, ``nr_throttled``, ``throttled_usec``): the CFS periods in which the
+cgroup ran under a quota, those of them in which it used the whole quota and waited for the next,
+and the time it waited (:class:`CfsThrottling`). An engine started with another
 ``--cgroup-parent`` puts containers elsewhere; the files are then found by following the
 container's main process through ``/proc/<pid>/cgroup``.
 """
@@ -29,10 +35,11 @@ container's main process through ``/proc/<pid>/cgroup``.
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
 DEFAULT_PROC_ROOT = Path("/proc")
@@ -41,6 +48,7 @@ _V2_USAGE_FILE = "cpu.stat"
 _V1_QUOTA_FILE = "cpu.cfs_quota_us"
 _V1_PERIOD_FILE = "cpu.cfs_period_us"
 _V2_LIMIT_FILE = "cpu.max"
+_THROTTLING_FILE = "cpu.stat"
 
 
 class CgroupVersion(StrEnum):
@@ -139,11 +147,11 @@ def cfs_limit(quota_us: int, period_us: int) -> CfsLimit:
 
 @dataclass(frozen=True)
 class CpuLimitFiles:
-    """The files holding one cgroup's CFS limit.
+    """The files holding one cgroup's CFS limit and its throttling.
 
     Attributes:
         directory: the cgroup's directory: ``cpu.max`` in it (v2), or ``cpu.cfs_quota_us`` and
-            ``cpu.cfs_period_us`` (v1).
+            ``cpu.cfs_period_us`` (v1); ``cpu.stat`` in both.
         version: which of the two the directory holds.
     """
 
@@ -167,6 +175,78 @@ class CpuLimitFiles:
         if quota_text is None or period_text is None:
             return None
         return cfs_limit(int(quota_text), int(period_text))
+
+    def read_throttling(self) -> CfsThrottling | None:
+        """The cgroup's throttling counters (its ``cpu.stat``); ``None`` once it is gone.
+
+        Raises:
+            ValueError: the file lacks a counter.
+        """
+        text = _read_unless_gone(self.directory / _THROTTLING_FILE)
+        return None if text is None else parse_cpu_stat_throttling(text, self.version)
+
+
+@dataclass(frozen=True)
+class CfsThrottling:
+    """A cgroup's cumulative CFS bandwidth counters (since it was created).
+
+    Attributes:
+        periods: CFS periods that elapsed while the cgroup had a quota and runnable threads.
+        throttled_periods: those of them in which it used its whole quota and was stopped until
+            the next period.
+        throttled_s: seconds its threads waited for the next period, summed.
+    """
+
+    periods: int
+    throttled_periods: int
+    throttled_s: float
+
+    def ratio_since(self, before: CfsThrottling) -> float | None:
+        """The fraction of the periods since ``before`` in which the cgroup was throttled;
+        ``None`` where no period elapsed (no quota in force, or no thread ran)."""
+        periods = self.periods - before.periods
+        if periods <= 0:
+            return None
+        return min(max((self.throttled_periods - before.throttled_periods) / periods, 0.0), 1.0)
+
+
+#: The counters of a cgroup just created.
+NO_THROTTLING = CfsThrottling(0, 0, 0.0)
+
+
+def parse_cpu_stat_throttling(text: str, version: CgroupVersion) -> CfsThrottling:
+    """The throttling counters in the text of a ``cpu.stat`` file of ``version``.
+
+    Raises:
+        ValueError: a counter is missing (the file is not a CPU controller's ``cpu.stat``).
+    """
+    values = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        values[key] = value
+    waited = "throttled_time" if version is CgroupVersion.V1 else "throttled_usec"
+    missing = [key for key in ("nr_periods", "nr_throttled", waited) if key not in values]
+    if missing:
+        raise ValueError(f"cpu.stat has no {', '.join(missing)} line: {text[:200]!r}")
+    scale = 1e9 if version is CgroupVersion.V1 else 1e6
+    return CfsThrottling(
+        periods=int(values["nr_periods"]),
+        throttled_periods=int(values["nr_throttled"]),
+        throttled_s=int(values[waited]) / scale,
+    )
+
+
+def stats_throttling(stats: Mapping[str, Any]) -> CfsThrottling | None:
+    """The throttling counters of the engine's statistics of a container
+    (``cpu_stats.throttling_data``); ``None`` where it has none."""
+    data = stats.get("cpu_stats", {}).get("throttling_data")
+    if not isinstance(data, Mapping) or "periods" not in data:
+        return None
+    return CfsThrottling(
+        periods=int(data["periods"]),
+        throttled_periods=int(data.get("throttled_periods", 0)),
+        throttled_s=int(data.get("throttled_time", 0)) / 1e9,
+    )
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import numpy as np
 import requests
 
 from dlsched.envs.decision import Placement
-from dlsched.envs.docker.cgroup import CfsLimit
+from dlsched.envs.docker.cgroup import CfsLimit, CfsThrottling, stats_throttling
 from dlsched.envs.docker.container_start import ContainerStarter, inspected_cfs
 from dlsched.envs.docker.containers import managed_containers
 from dlsched.envs.docker.engine import endpoint_url, unix_time
@@ -418,8 +418,9 @@ class DockerEpisode(EpisodeBatch):
 
     # ------------------------------------------------------------------ measurement
 
-    def _stats_reading(self, run: Run) -> tuple[float, float] | None:
-        """Cumulative CPU-seconds of a container and when the engine sampled them (Unix time).
+    def _stats_reading(self, run: Run) -> tuple[float, float, CfsThrottling | None] | None:
+        """Cumulative CPU-seconds of a container, when the engine sampled them (Unix time), and
+        its CFS counters (``None`` where the engine gives none).
 
         The engine answers a one-shot request at its next sampling tick (up to a second
         later), so the sample's own timestamp, not the time of the request, times it.
@@ -432,7 +433,7 @@ class DockerEpisode(EpisodeBatch):
         total = stats.get("cpu_stats", {}).get("cpu_usage", {}).get("total_usage")
         if not total:
             return None  # an exited container reports zeros; its last reading stands
-        return total / 1e9, unix_time(stats["read"])
+        return total / 1e9, unix_time(stats["read"]), stats_throttling(stats)
 
     def _read_limit(self, run: Run) -> CfsLimit | None:
         """The CFS limit in force on ``run``'s container, from its cgroup files where the engine
@@ -461,13 +462,15 @@ class DockerEpisode(EpisodeBatch):
     def _read_cpu(self, run: Run) -> None:
         if run.cpu_file is not None:
             seconds = run.cpu_file.read_seconds()
+            throttling = None if run.limit_files is None else run.limit_files.read_throttling()
             if seconds is not None:
-                run.record(seconds, self._now(), self._min_usage_window_s)
+                run.record(seconds, self._now(), self._min_usage_window_s, throttling)
             return
         with self._engines.answering(self._engines[run.worker].endpoint):
             reading = self._stats_reading(run)
             if reading is not None:
-                run.record(*reading, self._min_usage_window_s)
+                seconds, at, throttling = reading
+                run.record(seconds, at, self._min_usage_window_s, throttling)
 
     def _engine_states(self) -> dict[str, str]:
         """The state of every container of the episode, by id (one call per engine that

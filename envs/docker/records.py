@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dlsched.envs.docker.cgroup import CfsLimit, CpuLimitFiles, CpuUsageFile, ProcessStat
+from dlsched.envs.docker.cgroup import (
+    NO_THROTTLING,
+    CfsLimit,
+    CfsThrottling,
+    CpuLimitFiles,
+    CpuUsageFile,
+    ProcessStat,
+)
 from dlsched.envs.docker.container_output import ContainerOutput, Progress
 from dlsched.envs.episode_batch import JobArrays
 from dlsched.envs.progress_trace import MAX_TRACE_EVENTS, ProgressTrace
@@ -45,19 +52,38 @@ class Run:
     cpu_seconds: float = 0.0  # the last reading
     cpu_usage: float = 0.0  # cores, over the last window that was long enough
     stopped: bool = False  # paused or stopped at the last measurement (an incident said so)
+    # The CFS counters count from the cgroup's creation: the first window starts at zero.
+    window_start_throttling: CfsThrottling = NO_THROTTLING
+    throttling: CfsThrottling | None = None  # the last reading; None: never read
+    throttle_ratio: float | None = None  # over the last window that was long enough
 
     @property
     def read_from_files(self) -> bool:
         """Whether its CPU time and limit are both read from this host's cgroup files."""
         return self.cpu_file is not None and self.limit_files is not None
 
-    def record(self, seconds: float, at: float, min_window_s: float) -> None:
-        """Take a reading of cumulative CPU-seconds at time ``at`` (the source's clock)."""
+    def record(
+        self,
+        seconds: float,
+        at: float,
+        min_window_s: float,
+        throttling: CfsThrottling | None = None,
+    ) -> None:
+        """Take a reading of cumulative CPU-seconds (and of the CFS counters, where read) at
+        time ``at`` (the source's clock); the throttle ratio is taken over the same window as
+        the usage."""
         self.cpu_seconds = max(seconds, self.cpu_seconds)
+        if throttling is not None:
+            self.throttling = throttling
         span = at - self.window_start_at
         if span >= min_window_s:
             self.cpu_usage = (self.cpu_seconds - self.window_start_cpu) / span
             self.window_start_at, self.window_start_cpu = at, self.cpu_seconds
+            if self.throttling is None:
+                self.throttle_ratio = None
+            else:
+                self.throttle_ratio = self.throttling.ratio_since(self.window_start_throttling)
+                self.window_start_throttling = self.throttling
 
 
 @dataclass
@@ -88,10 +114,18 @@ class Job:
     def cpu_usage(self) -> float:
         return self.run.cpu_usage if self.state is JobState.RUNNING else 0.0
 
+    @property
+    def throttle_ratio(self) -> float | None:
+        """The throttle ratio of its running container under the quota in force (``None``
+        without a quota, or once it stopped running)."""
+        if self.state is not JobState.RUNNING or self.in_force.cores is None:
+            return None
+        return self.run.throttle_ratio
+
     def write(self, arrays: JobArrays, column: int) -> None:
-        """Write what the job reports now (where it runs, its limit, its CPU and its progress
-        over all its runs) into its ``column`` of a one-episode batch's ``arrays``; its phase
-        is the batch's to write."""
+        """Write what the job reports now (where it runs, its limit, its CPU, its throttle ratio
+        and its progress over all its runs) into its ``column`` of a one-episode batch's
+        ``arrays``; its phase is the batch's to write."""
         latest = _latest(run.output.progress() for run in self.runs)
         training = self.spec.kind is JobKind.TRAINING
         at = (0, column)
@@ -105,6 +139,7 @@ class Job:
         arrays.loss[at] = _number(latest.loss)
         arrays.completed[at] = _number(self.completed_s)
         arrays.total[at] = total_iterations(self.spec) or 0
+        arrays.throttle_ratio[at] = _number(self.throttle_ratio)
 
     def progress_trace(self, epoch_start: float) -> ProgressTrace:
         """Every iteration or batch the job's containers reported, one after another, in

@@ -3,7 +3,8 @@
 A worker's running (and booting) jobs share its cores by water-filling
 (:func:`~dlsched.envs.replay.sharing.water_fill`); a job's profile turns its share into units of
 work per second, slowed by contention where the worker's runnable threads exceed its cores
-(:mod:`dlsched.envs.replay.contention`). :func:`allocate` does this for every worker of every row
+(:mod:`dlsched.envs.replay.contention`); the shares give each capped job its throttle ratio
+(:mod:`dlsched.envs.replay.throttling`). :func:`allocate` does this for every worker of every row
 whose shares changed, in arrays laid out as ``(rows, workers, slots)`` (empty slots count as
 jobs capped at 0, which changes no level); the other rows keep their shares and rates.
 """
@@ -25,6 +26,7 @@ from dlsched.envs.replay.engine_arrays import PhysicsArrays
 from dlsched.envs.replay.profile_table import ProfileTable
 from dlsched.envs.replay.race import race_factor
 from dlsched.envs.replay.sharing import water_fill
+from dlsched.envs.replay.throttling import pressure, throttle_ratio
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ def allocate(
         stale: the rows to allocate.
         cells: per row and job, its ``worker * slots + slot``.
         jobs: the jobs (phase, worker, limit are read).
-        physics: the engine's arrays (``share`` and ``rate`` are written).
+        physics: the engine's arrays (``share`` and ``rate`` are written; ``throttle_rate`` and
+            ``throttle_weight`` too, where the set has a throttling model).
         table: the scenario's profiles.
         cores: per worker, its cores.
         slots: slots per worker.
@@ -106,8 +109,45 @@ def allocate(
     physics.rate.reshape(-1)[at] = rate
     if table.racing:
         physics.race_active[stale] = False
+    if table.throttles:
+        _throttle(stale, booting, demand, share, profile_of, layout, jobs, physics, table, cores)
     if table.contends:
         _contend(booting, demand, layout, jobs, physics, cores, table.racing)
+
+
+def _throttle(
+    stale: np.ndarray,
+    booting: np.ndarray,
+    demand: np.ndarray,
+    share: np.ndarray,
+    profile_of: np.ndarray,
+    layout: Layout,
+    jobs: JobArrays,
+    physics: PhysicsArrays,
+    table: ProfileTable,
+    cores: np.ndarray,
+) -> None:
+    """The throttle ratio of every job of the rows ``stale`` under the shares just allocated
+    (:mod:`~dlsched.envs.replay.throttling`): ``throttle_rate``, with ``throttle_weight`` 1
+    where the job runs under a quota (0 and 0 elsewhere). The engine integrates both over time:
+    the ratio it reports is the interval's, even where a batch allocates a row for its next
+    interval before that row's telemetry is read."""
+    physics.throttle_rate[stale] = 0.0
+    physics.throttle_weight[stale] = 0.0
+    at = layout.at
+    limit = jobs.limit.reshape(-1)[at]
+    capped = (limit < 1.0) & (share > 0)
+    if not np.count_nonzero(capped):
+        return
+    stock = physics.stock.reshape(-1)[at] & ~booting
+    busy, quotas = busy_and_quotas(limit, demand, stock, cores[layout.workers])
+    ratio = throttle_ratio(
+        pressure(busy, share, np.where(capped, quotas, 1.0)),
+        table.half_pressure[profile_of],
+        table.burstiness[profile_of],
+    )
+    physics.throttle_rate.reshape(-1)[at] = np.where(capped, ratio, 0.0)
+    physics.throttle_weight.reshape(-1)[at] = capped
 
 
 def _contend(

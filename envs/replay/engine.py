@@ -20,6 +20,11 @@ Per job, the model follows the profile of its workload (:mod:`dlsched.envs.repla
   its completed units and the part of its current unit already done.
 - ``usage`` is the mean over the last :meth:`ReplayEngine.advance` that let time pass;
   ``cpu_seconds`` is cumulative.
+- ``throttle_ratio`` of a job under a quota is the mean over the last
+  :meth:`ReplayEngine.advance` that let time pass of its ratio at each moment's shares (its
+  pressure on the quota, :mod:`dlsched.envs.replay.throttling`), over the time it ran under a
+  quota, as the kernel counts the periods in which a job ran; NaN where it never did, once it is
+  done, or in a profile set without a throttling model.
 
 The integration is exact. Between two events the CPU shares, and therefore every job's rate,
 are constant, so progress is linear in time and each unit's completion time is solved for, not
@@ -274,6 +279,11 @@ class ReplayEngine(EpisodeBatch):
         every = np.count_nonzero(rows) == len(rows)
         end = self.now + seconds if every else np.where(rows, self.now + seconds, self.now)
         cpu_before = state.cpu_seconds.copy()
+        throttles = self.table.throttles
+        if throttles:
+            physics = self.physics
+            physics.throttled_s[rows] = 0.0
+            physics.quota_s[rows] = 0.0
         self._wake(rows)
         moving = self.now < end if every else rows & (self.now < end)
         cells = None  # jobs keep their worker and slot while time passes: found once, if needed
@@ -300,6 +310,17 @@ class ReplayEngine(EpisodeBatch):
         elif np.count_nonzero(timed):
             spent = (state.cpu_seconds - cpu_before)[timed]
             state.usage[timed] = spent / seconds[timed][:, None]
+        if throttles and np.count_nonzero(timed):
+            self._throttle_ratios(timed)
+
+    def _throttle_ratios(self, rows: np.ndarray) -> None:
+        """The throttle ratio of every job of ``rows`` (a mask) over the advance just ended."""
+        physics = self.physics
+        quota_s = physics.quota_s[rows]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = physics.throttled_s[rows] / quota_s
+        measured = (quota_s > 0) & (self.state.phase[rows] != DONE)
+        self.state.throttle_ratio[rows] = np.where(measured, np.minimum(ratio, 1.0), np.nan)
 
     def _wake(self, rows: np.ndarray) -> None:
         """Start the first unit of jobs whose start-up ended, resume migrated ones."""
@@ -402,6 +423,9 @@ class ReplayEngine(EpisodeBatch):
         work_before = physics.work.copy()
         state.cpu_seconds += physics.share * span
         physics.work += physics.rate * span
+        if self.table.throttles:
+            physics.throttled_s += physics.throttle_rate * span
+            physics.quota_s += physics.throttle_weight * span
         if self._any_booting:
             booting = state.phase == BOOTING
             physics.startup_left[booting] -= (physics.share * span)[booting]

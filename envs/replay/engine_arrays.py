@@ -45,6 +45,11 @@ class PhysicsArrays(ArrayFields):
         race_switch_s: when its race moves to its next level (``inf``: never).
         race_active: whether its race changes its rate now (it is crowded): only then is its
             next switch an event.
+        throttle_rate: its throttle ratio at the shares now where it runs under a quota
+            (:mod:`~dlsched.envs.replay.throttling`), else 0.
+        throttle_weight: 1 where it runs under a quota (its periods count), else 0.
+        throttled_s: seconds under a quota weighed by the ratio, since the last advance began.
+        quota_s: seconds under a quota, since the last advance began.
     """
 
     profile_of: np.ndarray = field(metadata=column(-1, np.int64))
@@ -69,3 +74,7 @@ class PhysicsArrays(ArrayFields):
     race_fade: np.ndarray = field(metadata=column(0.0))
     race_switch_s: np.ndarray = field(metadata=column(np.inf))
     race_active: np.ndarray = field(metadata=column(False, bool))
+    throttle_rate: np.ndarray = field(metadata=column(0.0))
+    throttle_weight: np.ndarray = field(metadata=column(0.0))
+    throttled_s: np.ndarray = field(metadata=column(0.0))
+    quota_s: np.ndarray = field(metadata=column(0.0))

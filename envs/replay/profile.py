@@ -4,9 +4,10 @@ A profile file, ``<workload>.json``, holds one :class:`~.workload_profile.Worklo
 format is documented on :func:`load_profile`, which reports every malformed field at once.
 
 Profile sets are folders of ``<workload>.json`` files, with the set's contention model in
-``contention.json`` beside them. Shipped sets live in ``dlsched/envs/replay/profiles/<set>/`` and
-are named by the folder (``paper``, ``measured``); a path to any folder of profile files works too
-(a set calibrated on the user's own host).
+``contention.json`` and its throttling model in ``throttling.json`` beside them. Shipped sets
+live in ``dlsched/envs/replay/profiles/<set>/`` and are named by the folder (``paper``,
+``measured``); a path to any folder of profile files works too (a set calibrated on the user's
+own host).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 
 from dlsched.envs.errors import ProfileError, UnknownNameError
 from dlsched.envs.replay.contention import CONTENTION_FILE, ContentionModel, load_contention
+from dlsched.envs.replay.throttling import THROTTLING_FILE, ThrottlingModel, load_throttling
 from dlsched.envs.replay.workload_profile import (
     UNIT_OF_KIND,
     LossCurve,
@@ -536,7 +538,11 @@ def _load_shipped_set(
 
 
 def _profile_files(directory: Path) -> list[Path]:
-    return sorted(path for path in directory.glob("*.json") if path.name != CONTENTION_FILE)
+    return sorted(
+        path
+        for path in directory.glob("*.json")
+        if path.name not in (CONTENTION_FILE, THROTTLING_FILE)
+    )
 
 
 def _load_directory(directory: Path) -> dict[str, WorkloadProfile]:
@@ -568,6 +574,29 @@ def load_set_contention(name: str) -> ContentionModel:
 @functools.cache
 def _load_shipped_contention(name: str, stamp: tuple[tuple[str, int], ...]) -> ContentionModel:
     return load_contention(PROFILES_DIR / name)
+
+
+def load_set_throttling(name: str) -> ThrottlingModel | None:
+    """The throttling model of a profile set (:mod:`.throttling`; ``None`` without its file).
+
+    Args:
+        name: a shipped set's name or a folder path, as for :func:`load_profile_set`.
+
+    Raises:
+        UnknownNameError: no shipped set has that name.
+        ProfileError: the set's ``throttling.json`` is malformed.
+    """
+    directory = profile_set_directory(name)
+    if directory.parent == PROFILES_DIR:
+        return _load_shipped_throttling(directory.name, _stamp(directory))
+    return load_throttling(directory)
+
+
+@functools.cache
+def _load_shipped_throttling(
+    name: str, stamp: tuple[tuple[str, int], ...]
+) -> ThrottlingModel | None:
+    return load_throttling(PROFILES_DIR / name)
 
 
 def profile_names(name: str) -> list[str]:

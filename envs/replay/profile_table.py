@@ -3,7 +3,8 @@
 :class:`ProfileTable` checks a scenario's workloads against its profile set once (known, of the
 scenario's kind and threading) and lays out what the engine looks up per job by its workload's
 index: throughput curves, CPU demand, threading, the contention terms
-(:mod:`dlsched.envs.replay.contention`), start-up and noise. Every per-workload array has one
+(:mod:`dlsched.envs.replay.contention`), the throttling curves
+(:mod:`dlsched.envs.replay.throttling`), start-up and noise. Every per-workload array has one
 entry more, at the end, for padding columns (index ``-1``): a job that is no job demands nothing
 and never slows.
 """
@@ -16,7 +17,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from dlsched.envs.errors import ScenarioError, UnknownNameError
-from dlsched.envs.replay.profile import load_profile_set, load_set_contention
+from dlsched.envs.replay.profile import (
+    load_profile_set,
+    load_set_contention,
+    load_set_throttling,
+)
 from dlsched.envs.replay.workload_profile import WorkloadProfile
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.size_bounds import MAX_ITERATIONS, MAX_UNITS_PER_STEP
@@ -39,6 +44,9 @@ class ProfileTable:
             workload trains: services do not race (their latencies repeat over host reruns,
             ``docs/fidelity.md``).
         racing: whether any job of the scenario races (a race and a contention term).
+        throttles: whether the set has a throttling model (:mod:`dlsched.envs.replay.
+            throttling`): else no job's throttle ratio is modelled.
+        half_pressure, burstiness: per workload (and padding last), its throttling curve.
 
     Raises:
         UnknownNameError: a workload of the scenario is not in its profile set.
@@ -93,6 +101,11 @@ class ProfileTable:
         ]
         # A race changes only the efficiency of a crowded job, which only contention slows.
         self.racing = self.contends and any(race is not None for race in self.races)
+        throttling = load_set_throttling(scenario.profile_set)
+        self.throttles = throttling is not None
+        curves = [throttling.curve(name) for name in self.names] if throttling else []
+        self.half_pressure = _padded([curve.half_pressure for curve in curves], 1.0)
+        self.burstiness = _padded([curve.burstiness for curve in curves], 1.0)
         self._check_units_per_step(scenario, max_cores)
         self.max_iterations = self._max_iterations(scenario)
 

@@ -28,6 +28,7 @@ from dlsched.runs.commands.options import Subcommands, add_command_as_written
 from dlsched.runs.fidelity import calibration, contention_measurement, race_fit, rate_precision
 from dlsched.runs.fidelity.contention_fit import write_contention
 from dlsched.runs.fidelity.quiet_host import QUIET_CORES
+from dlsched.runs.fidelity.throttle_fit import fit_throttling_from
 
 _DESCRIPTION = """\
 Measure the replay model's numbers on the local Docker engine, on a quiet host.
@@ -55,6 +56,12 @@ speed (--host-speed FILE, by default the host-speed.json of the validation whose
 --race-from names). --race-like SET
 copies SET's race into <output-dir> with its levels divided by their long-run mean: the race's
 spread, keeping the mean contention of a set fitted elsewhere (the paper set's).
+
+Throttling (--throttling-from FOLDER): from host episodes already recorded (as --race-from),
+fit per workload how often a job under a quota is throttled (the fraction of CFS periods it
+used its whole quota in) against its pressure on the quota, written to
+<output-dir>/throttling.json; runs nothing on the host. A new <output-dir> starts as the set the
+episodes ran on.
 
 Every run waits for a quiet host (no other container, other processes using at most
 --quiet-cores) and records the load it saw; a calibration on a busy host is refused unless
@@ -92,6 +99,15 @@ def register(subparsers: Subcommands) -> None:
         help="fit the crowding curves and the race from the Docker episodes of this evaluation "
         "folder (repeatable) instead of measuring; --threading names the one threading fitted "
         "(default: stock)",
+    )
+    parser.add_argument(
+        "--throttling-from",
+        type=Path,
+        action="append",
+        metavar="FOLDER",
+        help="fit the throttling curves (the throttle ratio of a job under a quota against its "
+        "pressure on it) from the Docker episodes of this evaluation folder (repeatable) "
+        "instead of measuring, into <output-dir>/throttling.json",
     )
     parser.add_argument(
         "--host-speed",
@@ -261,6 +277,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.compare:
         return _run_compare(args)
+    if args.throttling_from:
+        return _run_throttling(args)
     if args.race_from or args.race_like:
         return _run_race(args)
     if args.contention:
@@ -291,6 +309,16 @@ def run(args: argparse.Namespace) -> int:
         f"wrote {len(written)} profile(s) to {args.output_dir} in "
         f"{time.monotonic() - started:.0f} s; use them with `profile_set: {args.output_dir}`"
     )
+    return 0
+
+
+def _run_throttling(args: argparse.Namespace) -> int:
+    fitted = fit_throttling_from(args.throttling_from, args.output_dir)
+    if fitted.started_from is not None:
+        print(f"started {args.output_dir} as profile set {fitted.started_from!r}")
+    for line in fitted.model.fit.residuals if fitted.model.fit else ():
+        print(f"  {line}")
+    print(f"wrote the throttling curves to {fitted.path}")
     return 0
 
 

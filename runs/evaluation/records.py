@@ -47,6 +47,8 @@ class ContainerSample:
         qoe_class: G, S or B (inference), ``None`` without a measurement.
         loss: last reported loss (training), ``None`` before the first iteration.
         iterations: training iterations completed.
+        throttle_ratio: the fraction of its quota's CFS periods in which it was throttled over
+            the last interval; ``None`` where not measured (no quota in force).
     """
 
     job_id: str
@@ -62,6 +64,7 @@ class ContainerSample:
     qoe_class: QoEClass | None
     loss: float | None
     iterations: int
+    throttle_ratio: float | None = None
 
 
 @dataclass(frozen=True)

@@ -256,6 +256,7 @@ def step_record(
                 qoe_class=job.qoe_class,
                 loss=job.loss,
                 iterations=job.iterations,
+                throttle_ratio=job.throttle_ratio,
             )
         )
     active = telemetry.active_jobs

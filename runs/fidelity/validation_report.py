@@ -6,7 +6,8 @@ gathers the statistics of :mod:`~dlsched.runs.fidelity.validation_statistics` in
 errors over all jobs and over the policies *held out* of calibration apart (CausalSim's
 discipline: calibrate on some policies, validate on others), the agreement of the two rankings,
 each policy over time, the host's own spread where every seed draws the same jobs, and where
-each workload's errors come from. :func:`render_report` prints it, :func:`report_data` is its
+each workload's errors come from, and each job's mean throttle ratio on both sides.
+:func:`render_report` prints it, :func:`report_data` is its
 JSON form (``--json``, ``validation.json``).
 """
 
@@ -23,6 +24,7 @@ from dlsched.runs.evaluation.metrics import PRIMARY_METRIC, metrics_for
 from dlsched.runs.evaluation.records import EpisodeResult
 from dlsched.runs.fidelity.distribution_statistics import DistributionSummary
 from dlsched.runs.fidelity.speed_interval import SpeedNoise
+from dlsched.runs.fidelity.throttle_validation import ThrottleSummary, compare_throttling
 from dlsched.runs.fidelity.validation_statistics import (
     ErrorSummary,
     JobComparison,
@@ -70,6 +72,9 @@ class ValidationReport:
             otherwise, or with one seed).
         speed_noise: where replay was rescaled to the host's speed, the errors beside the
             verdict: unscaled, and over the probe's interval (``None``: no rescale).
+        throttling: each job's mean throttle ratio on both sides, and the absolute errors
+            (:mod:`~dlsched.runs.fidelity.throttle_validation`; ``None``: neither side
+            measured one).
     """
 
     scenario: str
@@ -88,6 +93,7 @@ class ValidationReport:
     attribution: tuple[WorkloadAttribution, ...] = ()
     distributions: DistributionSummary | None = None
     speed_noise: SpeedNoise | None = None
+    throttling: ThrottleSummary | None = None
 
 
 def build_report(
@@ -132,6 +138,7 @@ def build_report(
         attribution=attribution(jobs),
         distributions=distributions([*replay, *replay_spread], host) if reruns else None,
         speed_noise=speed_noise,
+        throttling=compare_throttling(replay, host),
     )
 
 
@@ -194,6 +201,8 @@ def render_report(report: ValidationReport) -> str:
                 f"latency distributions: median Wasserstein-1 distance "
                 f"{statistics.median(distances):.2f} s per job"
             )
+    if report.throttling is not None:
+        lines.append(_throttling_line(report.throttling))
     if report.kendall_tau is not None:
         replay_order = _order(report, "replay")
         host_order = _order(report, "host")
@@ -223,6 +232,19 @@ def render_report(report: ValidationReport) -> str:
         )
     lines.extend(f"warning: {warning}" for warning in report.warnings)
     return "\n".join(lines)
+
+
+def _throttling_line(summary: ThrottleSummary) -> str:
+    """The mean throttle ratios' errors in one line."""
+    if summary.median_error is None or summary.max_error is None:
+        return (
+            f"throttle ratio: measured on one side only ({summary.missing} jobs); no error per job"
+        )
+    return (
+        f"throttle ratio: median |error| of the mean per job {summary.median_error:.3f}, max "
+        f"{summary.max_error:.3f} over {summary.jobs} jobs (absolute, a fraction of periods)"
+        + (f"; {summary.missing} measured on one side only" if summary.missing else "")
+    )
 
 
 def _job_measure(kind: JobKind) -> str:
@@ -402,6 +424,9 @@ def report_data(report: ValidationReport) -> dict[str, object]:
         "attribution": [dataclasses.asdict(item) for item in report.attribution],
         "distributions": _distribution_data(report.distributions),
         "speed_noise": _speed_noise_data(report.speed_noise),
+        "throttling": (
+            dataclasses.asdict(report.throttling) if report.throttling is not None else None
+        ),
     }
 
 

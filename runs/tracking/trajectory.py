@@ -117,6 +117,7 @@ TRAJECTORY_COLUMNS: tuple[str, ...] = (
     "qoe_class",
     "loss",
     "iterations",
+    "throttle_ratio",
 )
 
 
@@ -366,6 +367,8 @@ def read_trajectory(path: Path) -> dict[int, tuple[ContainerSample, ...]]:
                     qoe_class=_optional(row["qoe_class"], QoEClass),
                     loss=_optional(row["loss"], float),
                     iterations=int(row["iterations"]),
+                    # a table written before the column was added has none
+                    throttle_ratio=_optional(row.get("throttle_ratio") or "", float),
                 )
             )
     return {step: tuple(samples) for step, samples in rows.items()}

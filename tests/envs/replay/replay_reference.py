@@ -7,7 +7,8 @@ Docker backend is: an environment made with ``backend=ReferenceReplay()`` drives
 :class:`ReferenceEpisode`, which writes its jobs into the batch's arrays after each call.
 ``test_replay_vector.py`` (beside it)
 holds the engine's episodes equal to this model's, step by step. It shares with the engine only
-what is tested on its own: the profiles, water-filling and the contention formulas. It has no
+what is tested on its own: the profiles, water-filling, the contention formulas and the
+throttling curves. It has no
 race (``envs/replay/race.py``): sets that carry one are held against it without it.
 """
 
@@ -41,8 +42,13 @@ from dlsched.envs.replay.contention import (
     job_efficiencies,
     runnable_threads,
 )
-from dlsched.envs.replay.profile import load_profile_set, load_set_contention
+from dlsched.envs.replay.profile import (
+    load_profile_set,
+    load_set_contention,
+    load_set_throttling,
+)
 from dlsched.envs.replay.sharing import water_fill
+from dlsched.envs.replay.throttling import BINDING_SHARE
 from dlsched.envs.replay.workload_profile import WorkloadProfile
 from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 
@@ -86,6 +92,10 @@ class Job:
     usage: float = 0.0
     share: float = 0.0
     rate: float = 0.0
+    throttle: float = math.nan  # the throttle ratio at the shares now (NaN: no quota or CPU)
+    throttled_s: float = 0.0  # seconds under a quota weighed by the ratio, this advance
+    quota_s: float = 0.0  # seconds under a quota, this advance
+    throttle_ratio: float = math.nan  # over the last advance that let time pass
 
     @property
     def boot_demand(self) -> float:
@@ -171,6 +181,7 @@ class ReferenceEpisode(EpisodeBatch):
         scenario = self.scenario
         profiles = load_profile_set(scenario.profile_set)
         contention = load_set_contention(scenario.profile_set)
+        self.throttling = load_set_throttling(scenario.profile_set)
         self.rng = rng
         self.time = 0.0
         self.jobs_of: list[Job] = []
@@ -209,6 +220,8 @@ class ReferenceEpisode(EpisodeBatch):
     def advance_by(self, seconds: float) -> None:
         end = self.time + seconds
         spent = [job.cpu_seconds for job in self.jobs_of]
+        for job in self.jobs_of:
+            job.throttled_s = job.quota_s = 0.0
         self.wake()
         while self.time < end:
             self.allocate()
@@ -220,6 +233,10 @@ class ReferenceEpisode(EpisodeBatch):
         if seconds > 0:
             for job, before in zip(self.jobs_of, spent, strict=True):
                 job.usage = (job.cpu_seconds - before) / seconds
+                measured = job.quota_s > 0 and job.state != "done"
+                job.throttle_ratio = (
+                    min(job.throttled_s / job.quota_s, 1.0) if measured else math.nan
+                )
 
     # ------------------------------------------------------------------ the model
 
@@ -242,6 +259,7 @@ class ReferenceEpisode(EpisodeBatch):
         """Every worker's shares by water-filling, then rates, slowed by contention."""
         for job in self.jobs_of:
             job.share = job.rate = 0.0
+            job.throttle = math.nan
         for worker, cores in enumerate(self.cores):
             members = [
                 job
@@ -266,6 +284,15 @@ class ReferenceEpisode(EpisodeBatch):
                 job.rate = 0.0 if boots else job.units_per_s(job.share)
             stock = np.array([job.profile.threading == "stock" for job in members]) & ~booting
             busy, quotas = busy_and_quotas(limits, demand, stock, cores)
+            if self.throttling is not None:
+                for job, used, busy_cores in zip(members, shares, busy, strict=True):
+                    if job.limit < 1.0 and used > 0:
+                        quota = job.limit * cores
+                        binding = used >= BINDING_SHARE * quota
+                        at = (max(busy_cores, used) if binding else used) / quota
+                        curve = self.throttling.curve(job.spec.workload)
+                        exponent = math.log(curve.half_pressure / at) / curve.burstiness
+                        job.throttle = 1.0 / (1.0 + math.exp(min(exponent, 700.0)))
             runnable = runnable_threads(busy, quotas, cores)
             if not crowded(runnable, cores):
                 continue
@@ -303,6 +330,9 @@ class ReferenceEpisode(EpisodeBatch):
             before = job.work
             job.cpu_seconds += job.share * span
             job.work += job.rate * span
+            if not math.isnan(job.throttle):
+                job.throttled_s += job.throttle * span
+                job.quota_s += span
             if job.state == "booting":
                 job.startup_left -= job.share * span
             if job.state == "running" and job.work >= self.next_bound(job) - EPS:
@@ -356,3 +386,4 @@ class ReferenceEpisode(EpisodeBatch):
             state.loss[at] = job.loss
             state.completed[at] = job.completed
             state.total[at] = job.total
+            state.throttle_ratio[at] = job.throttle_ratio

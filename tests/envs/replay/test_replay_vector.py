@@ -313,7 +313,7 @@ def booting_profiles(tmp_path_factory) -> Path:
         PROFILES_DIR / "measured-stock", tmp_path_factory.mktemp("profiles") / "booting"
     )
     for index, path in enumerate(sorted(folder.glob("*.json"))):
-        if path.name == "contention.json":
+        if path.name in ("contention.json", "throttling.json"):
             continue
         data = json.loads(path.read_text())
         data["startup_s"] = 4.0

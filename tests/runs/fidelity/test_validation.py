@@ -40,7 +40,7 @@ def _scaled_set(tmp_path: Path, source: str, factor: float) -> str:
     directory = tmp_path / f"{source}-x{factor:g}"
     shutil.copytree(PROFILES_DIR / source, directory)
     for path in directory.glob("*.json"):
-        if path.name == "contention.json":
+        if path.name in ("contention.json", "throttling.json"):
             continue
         profile = json.loads(path.read_text())
         profile["throughput"]["units_per_s"] = [
