@@ -18,6 +18,7 @@ import docker.errors
 import numpy as np
 import pytest
 
+from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Placement
 from dlsched.envs.docker.backend import DockerBackend
 from dlsched.envs.docker.cgroup import (
@@ -150,11 +151,11 @@ def test_a_job_reports_no_ratio_without_a_quota_or_once_it_stopped():
     run.record(1.0, 1.0, 1.0, CfsThrottling(10, 5, 0.1))
     spec = JobSpec("j00", "mobilenet-svc", JobKind.INFERENCE, 0.0, 5.0)
     capped = Job(spec, 0, 0, 0.25, cfs_limit(50_000, 100_000), cfs_limit(50_000, 100_000), [run])
-    assert capped.telemetry(1.0).throttle_ratio == pytest.approx(0.5)
+    assert capped.throttle_ratio == pytest.approx(0.5)
     uncapped = dataclasses.replace(capped, in_force=NO_CFS_LIMIT, limit=1.0)
-    assert uncapped.telemetry(1.0).throttle_ratio is None
+    assert uncapped.throttle_ratio is None
     done = dataclasses.replace(capped, state=JobState.FAILED)
-    assert done.telemetry(1.0).throttle_ratio is None
+    assert done.throttle_ratio is None
 
 
 # ---------------------------------------------------------------------- real containers
@@ -197,14 +198,14 @@ def test_a_service_under_a_quota_far_below_its_demand_is_throttled_nearly_every_
     engine) is the one of the container's own ``cpu.stat`` over the same window, read right
     after each measurement; uncapped, it reports none."""
     cores = float(docker_engine.info()["NCPU"])
-    backend = DockerBackend(use_cgroup_files=use_cgroup_files)
+    scenario = _service(cores)
+    episode = ControlledEpisode(DockerBackend(use_cgroup_files=use_cgroup_files), scenario)
     try:
-        scenario = _service(cores)
         jobs = scenario.realise(np.random.default_rng(0))
-        backend.reset(scenario, jobs, np.random.default_rng(0))
+        episode.reset(jobs, np.random.default_rng(0))
         job_id = jobs[0].job_id
-        backend.apply({}, [Placement(job_id, 0, 0)])
-        uncapped = backend.advance(2.0)
+        episode.place([Placement(job_id, 0, 0)])
+        uncapped = episode.advance(2.0)
         assert uncapped.jobs[0].throttle_ratio is None
         (container,) = docker_engine.containers.list(
             filters={"label": [f"{LABEL_JOB}={job_id}", f"{LABEL_OWNER}.pid={os.getpid()}"]}
@@ -212,10 +213,10 @@ def test_a_service_under_a_quota_far_below_its_demand_is_throttled_nearly_every_
         files = find_cpu_limit_files(container.id, container.attrs["State"]["Pid"])
         if files is None:
             pytest.skip("the engine's cgroup files are not visible from this host")
-        backend.apply({job_id: QUOTA_BELOW / cores})
-        backend.advance(2.0)  # the new quota in force over a whole window from here
+        episode.set_limits({job_id: QUOTA_BELOW / cores})
+        episode.advance(2.0)  # the new quota in force over a whole window from here
         before = _counters(files)
-        measured = backend.advance(3.0).jobs[0]
+        measured = episode.advance(3.0).jobs[0]
         after = _counters(files)
         direct = after.ratio_since(before)
         assert measured.state is JobState.RUNNING
@@ -227,7 +228,7 @@ def test_a_service_under_a_quota_far_below_its_demand_is_throttled_nearly_every_
         slack = 2 / periods if use_cgroup_files else 0.1
         assert measured.throttle_ratio == pytest.approx(direct, abs=slack)
     finally:
-        backend.close()
+        episode.close()
     assert containers_left_behind() == []
 
 
