@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import re
 import sys
@@ -194,3 +195,15 @@ def given_options(args: argparse.Namespace, options: Mapping[str, tuple[str, obj
     """The flags of ``options`` (:func:`option_defaults`) whose value in ``args`` is not their
     default, in their order: the options a command line gave."""
     return [flag for dest, (flag, default) in options.items() if getattr(args, dest) != default]
+
+
+def same_named(args: argparse.Namespace, config_type: type, **given: Any) -> dict[str, Any]:
+    """The arguments of the dataclass ``config_type`` a command line asks for, by name: each
+    field ``args`` holds under the same name as it was parsed, unless ``given`` names it (the
+    fields a command reads or renames on the way), then ``given``."""
+    parsed = {
+        field.name: getattr(args, field.name)
+        for field in dataclasses.fields(config_type)
+        if hasattr(args, field.name) and field.name not in given
+    }
+    return parsed | given

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from dlsched.envs.errors import ArgumentError, OutputError, UnknownNameError
+from dlsched.envs.workloads.catalog import WORKLOADS
+from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 
 N = TypeVar("N", int, float)
 
@@ -245,3 +247,39 @@ def known_name_list(text: str, kind: str, known: Collection[str], expected: str)
     if not names:
         raise argparse.ArgumentTypeError(f"no {kind} given; expected {expected}")
     return names
+
+
+def workload_names(text: str) -> tuple[str, ...]:
+    """An argparse type: comma-separated workload names of the catalogue, or ``all``."""
+    if name_list(text) == ("all",):
+        return tuple(sorted(WORKLOADS))
+    return known_name_list(text, "workload", WORKLOADS, "e.g. mlp-digits,vgg-svc")
+
+
+def threading_names(text: str) -> tuple[Threading, ...]:
+    """An argparse type: comma-separated threadings (``tuned``, ``stock``)."""
+    names = known_name_list(text, "threading", THREADINGS, "tuned, stock or both")
+    return tuple("stock" if name == "stock" else "tuned" for name in names)
+
+
+def profile_set_pair(text: str) -> tuple[str, str]:
+    """An argparse type: two profile sets, names or folders, comma-separated."""
+    sets = name_list(text)
+    if len(sets) != 2:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names {len(sets)} profile set(s); expected two, e.g. measured,./my-profiles"
+        )
+    return sets[0], sets[1]
+
+
+def job_counts(text: str) -> tuple[int, ...]:
+    """An argparse type: comma-separated job counts, each at least 2 (contention needs
+    company)."""
+    counts = number_list(
+        text, int, f"job counts {text!r} are not comma-separated whole numbers; expected e.g. 2,3,4"
+    )
+    if not counts or min(counts) < 2:
+        raise argparse.ArgumentTypeError(
+            f"job counts {text!r}: each must be at least 2 (contention needs company)"
+        )
+    return counts

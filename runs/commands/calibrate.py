@@ -18,11 +18,13 @@ from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 from dlsched.runs.commands.argument_types import (
     cpu_limits,
     fraction,
+    job_counts,
     known_name_list,
-    name_list,
-    number_list,
     output_folder,
     positive_seconds,
+    profile_set_pair,
+    threading_names,
+    workload_names,
 )
 from dlsched.runs.commands.options import Subcommands, add_command_as_written
 from dlsched.runs.fidelity import calibration, contention_measurement, race_fit, rate_precision
@@ -82,7 +84,7 @@ def register(subparsers: Subcommands) -> None:
     )
     parser.add_argument(
         "--workload",
-        type=_workload_list,
+        type=workload_names,
         help=f"comma-separated workloads, or 'all' ({', '.join(sorted(WORKLOADS))}); with "
         f"--contention one training workload (default: {contention_measurement.DEFAULT_WORKLOAD})",
     )
@@ -125,7 +127,7 @@ def register(subparsers: Subcommands) -> None:
     )
     parser.add_argument(
         "--threading",
-        type=_threading_list,
+        type=threading_names,
         default=None,
         help="how the workloads size their thread pools: tuned (follow the quota) or stock "
         "(one thread per core, as unmodified frameworks); profiles take one (default: tuned), "
@@ -148,7 +150,7 @@ def register(subparsers: Subcommands) -> None:
     )
     parser.add_argument(
         "--job-counts",
-        type=_count_list,
+        type=job_counts,
         default=None,
         help="how many copies run together: for each workload's own contention curve "
         "(default: 2,3,4,6 for trainings, 2,3 for services), or with --contention "
@@ -209,7 +211,7 @@ def register(subparsers: Subcommands) -> None:
     )
     parser.add_argument(
         "--compare",
-        type=_two_sets,
+        type=profile_set_pair,
         metavar="SET_A,SET_B",
         help="measure nothing: each workload's speed in SET_B against SET_A (shipped set names "
         "or folders, e.g. two calibrations run back to back), at SET_A's measured cores, and "
@@ -225,42 +227,11 @@ def register(subparsers: Subcommands) -> None:
     parser.set_defaults(handler=run)
 
 
-def _workload_list(text: str) -> tuple[str, ...]:
-    if name_list(text) == ("all",):
-        return tuple(sorted(WORKLOADS))
-    return known_name_list(text, "workload", WORKLOADS, "e.g. mlp-digits,vgg-svc")
-
-
-def _threading_list(text: str) -> tuple[Threading, ...]:
-    names = known_name_list(text, "threading", THREADINGS, "tuned, stock or both")
-    return tuple("stock" if name == "stock" else "tuned" for name in names)
-
-
 def _part_list(text: str) -> tuple[str, ...]:
     parts = known_name_list(
         text, "part", calibration.PARTS, f"some of {', '.join(calibration.PARTS)}"
     )
     return tuple(part for part in calibration.PARTS if part in parts)
-
-
-def _two_sets(text: str) -> tuple[str, str]:
-    sets = name_list(text)
-    if len(sets) != 2:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} names {len(sets)} profile set(s); expected two, e.g. measured,./my-profiles"
-        )
-    return sets[0], sets[1]
-
-
-def _count_list(text: str) -> tuple[int, ...]:
-    counts = number_list(
-        text, int, f"job counts {text!r} are not comma-separated whole numbers; expected e.g. 2,3,4"
-    )
-    if not counts or min(counts) < 2:
-        raise argparse.ArgumentTypeError(
-            f"job counts {text!r}: each must be at least 2 (contention needs company)"
-        )
-    return counts
 
 
 def run(args: argparse.Namespace) -> int:

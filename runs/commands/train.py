@@ -26,15 +26,20 @@ from dlsched.runs.commands.options import (
     add_settings_option,
     add_tracking_uri,
 )
-from dlsched.runs.parser import ListOption, given_options, option_defaults
+from dlsched.runs.commands.train_groups import (
+    RLLIB_DEFAULTS,
+    add_imitation_options,
+    add_rllib_options,
+    imitation_config,
+    rllib_config,
+)
+from dlsched.runs.parser import ListOption, given_options, option_defaults, same_named
 from dlsched.runs.tracking.trajectory import DEFAULT_OUT
 from dlsched.runs.training.config import (
     ALGORITHM_NAMES,
     NETWORKS,
     RELATIVE_MAX_STEP,
     SHARE_MAX_STEP,
-    ImitationConfig,
-    RllibConfig,
     TrainingConfig,
     VecEnvKind,
 )
@@ -49,8 +54,6 @@ if TYPE_CHECKING:
 #: The training engines ``--engine`` takes.
 ENGINES: tuple[str, ...] = ("sb3", "rllib")
 _SB3_DEFAULTS = TrainingConfig(algo="ppo", scenarios=(), timesteps=1)
-RLLIB_DEFAULTS = RllibConfig(scenario="", timesteps=1)
-IMITATION_DEFAULTS = ImitationConfig(teacher="")
 
 
 def register(subparsers: Subcommands) -> None:
@@ -190,52 +193,8 @@ def register(subparsers: Subcommands) -> None:
         "telemetry)",
         choices=tuple(PLACERS),
     )
-    imitation = parser.add_argument_group(
-        "imitation", "learn a teacher's decisions before PPO: behaviour cloning, then DAgger"
-    )
-    imitation.add_argument(
-        "--imitate",
-        metavar="TEACHER",
-        help="a handcrafted policy to learn from first (oracle: the privileged one; replay, "
-        "the slot network)",
-    )
-    for name, what in (
-        ("rounds", "rounds of gathering and fitting; the first follows the teacher"),
-        ("steps", "steps of every environment per round"),
-        ("epochs", "passes over every label so far, per round"),
-    ):
-        imitation.add_argument(
-            f"--imitation-{name}",
-            type=int,
-            default=getattr(IMITATION_DEFAULTS, name),
-            help=f"{what} (%(default)s)",
-        )
-    imitation.add_argument(
-        "--imitation-log-std",
-        type=float,
-        default=IMITATION_DEFAULTS.log_std,
-        help="log standard deviation of PPO's actions after imitation (%(default)s)",
-    )
-    rllib = parser.add_argument_group("rllib", "options of --engine rllib")
-    rllib.add_argument(
-        "--ray-address",
-        metavar="ADDRESS",
-        help="the Ray cluster to train on (HOST:6379, ray://HOST:10001, or auto on one of its "
-        "machines; default: a Ray started on 127.0.0.1 for this training)",
-    )
-    add_config_option(
-        rllib,
-        RLLIB_DEFAULTS,
-        "--env-runners",
-        "Ray actors that sample, each with --n-envs episodes; 0 samples in this process",
-        type=int,
-    )
-    rllib.add_argument(
-        "--num-cpus",
-        type=int,
-        default=RLLIB_DEFAULTS.num_cpus,
-        help="CPUs of the local Ray (%(default)s; ignored with --ray-address)",
-    )
+    imitation = add_imitation_options(parser)
+    rllib = add_rllib_options(parser)
     add_tracking_uri(parser)
     parser.add_argument("--experiment", help="MLflow experiment (default <scenario>-training)")
     parser.add_argument(
@@ -266,33 +225,21 @@ def run(args: argparse.Namespace) -> int:
         return _run_rllib(args)
     _refuse_the_other_engine(args, "sb3")
     config = TrainingConfig(
-        algo=args.algo,
-        scenarios=tuple(args.scenario),
-        timesteps=args.timesteps,
-        n_envs=args.n_envs if args.n_envs is not None else TrainingConfig.n_envs,
-        seed=args.seed,
-        eval_scenarios=tuple(args.eval_scenario),
-        eval_episodes=args.eval_episodes,
-        eval_every=args.eval_every,
-        patience=args.patience,
-        reward=args.reward,
-        backend=args.backend,
-        network=args.network,
-        net_arch=parse_widths(args.net_arch),
-        actions=ActionMode(args.actions),
-        max_step=args.max_step,
-        frame_stack=args.frame_stack,
-        speed_spread=args.speed_spread,
-        slot_agents=args.slot_agents,
-        own_weight=args.own_weight,
-        hyperparams=parse_settings(args.hp, "--hp"),
-        policy_kwargs=parse_settings(args.policy_kwarg, "--policy-kwarg"),
-        normalize_reward=not args.no_reward_normalization,
-        vec_env=VecEnvKind(args.vec_env),
-        torch_threads=args.torch_threads,
-        features=FEATURES if args.features == "all" else tuple(args.features.split(",")),
-        imitation=_imitation(args),
-        placer=args.placer,
+        **same_named(
+            args,
+            TrainingConfig,
+            scenarios=tuple(args.scenario),
+            n_envs=args.n_envs if args.n_envs is not None else TrainingConfig.n_envs,
+            eval_scenarios=tuple(args.eval_scenario),
+            net_arch=parse_widths(args.net_arch),
+            actions=ActionMode(args.actions),
+            hyperparams=parse_settings(args.hp, "--hp"),
+            policy_kwargs=parse_settings(args.policy_kwarg, "--policy-kwarg"),
+            normalize_reward=not args.no_reward_normalization,
+            vec_env=VecEnvKind(args.vec_env),
+            features=FEATURES if args.features == "all" else tuple(args.features.split(",")),
+            imitation=imitation_config(args),
+        )
     )
     config.check_size()
     # imported here, so that parsing, --help and a refused size do not wait for torch, SB3 and
@@ -310,26 +257,6 @@ def run(args: argparse.Namespace) -> int:
         register_as=args.register_as,
     )
     return _print_outcome(result, target, config.scenarios[0], "sb3")
-
-
-def _imitation(args: argparse.Namespace) -> ImitationConfig | None:
-    """The imitation ``--imitate`` and its options ask for (``None`` without it).
-
-    Raises:
-        ArgumentError: an imitation option without ``--imitate``.
-    """
-    if args.imitate is None:
-        given = given_options(args, args.only_with["imitate"])
-        if given:
-            raise ArgumentError(f"{', '.join(given)} need --imitate TEACHER; add it, or drop them")
-        return None
-    return ImitationConfig(
-        teacher=args.imitate,
-        rounds=args.imitation_rounds,
-        steps=args.imitation_steps,
-        epochs=args.imitation_epochs,
-        log_std=args.imitation_log_std,
-    )
 
 
 def _print_outcome(
@@ -370,25 +297,7 @@ def _refuse_the_other_engine(args: argparse.Namespace, engine: str) -> None:
 def _run_rllib(args: argparse.Namespace) -> int:
     """``dlsched train --engine rllib``."""
     _refuse_the_other_engine(args, "rllib")
-    if len(args.scenario) != 1:
-        raise ArgumentError(
-            f"--engine rllib trains on one scenario (its batched environment runs one), got "
-            f"{', '.join(args.scenario)}; give one --scenario"
-        )
-    config = RllibConfig(
-        scenario=args.scenario[0],
-        timesteps=args.timesteps,
-        num_envs=args.n_envs if args.n_envs is not None else RLLIB_DEFAULTS.num_envs,
-        env_runners=args.env_runners,
-        seed=args.seed,
-        reward=args.reward,
-        net_arch=parse_widths(args.net_arch),
-        hyperparams=parse_settings(args.hp, "--hp"),
-        address=args.ray_address,
-        num_cpus=args.num_cpus,
-        torch_threads=args.torch_threads,
-    )
-    config.check()
+    config = rllib_config(args)
     from dlsched.runs.training.rllib import require_ray, train_rllib
 
     # before the store is touched: a missing extra is the first thing to say
