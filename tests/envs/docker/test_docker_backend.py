@@ -26,7 +26,7 @@ from docker_helpers import (
 
 from dlsched.envs.controlled_episode import ControlledEpisode
 from dlsched.envs.decision import Decision, Placement
-from dlsched.envs.docker import container_output, interruption
+from dlsched.envs.docker import container_output, exit_cleanup
 from dlsched.envs.docker import engine as docker_engine
 from dlsched.envs.docker import episode as docker_episode
 from dlsched.envs.docker.backend import DockerBackend
@@ -391,12 +391,12 @@ def test_interrupt_handler_cleans_up_then_chains_the_previous_handler():
     cleanup = weakref.finalize(owner, calls.append, "cleanup")
     original = signal.signal(signal.SIGTERM, previous)
     try:
-        interruption.track(cleanup)
-        assert signal.getsignal(signal.SIGTERM) is interruption._on_interrupt
+        exit_cleanup.track(cleanup)
+        assert signal.getsignal(signal.SIGTERM) is exit_cleanup._on_interrupt
         os.kill(os.getpid(), signal.SIGTERM)
         assert calls == ["cleanup", "previous"]
         assert not cleanup.alive
-        interruption.untrack(cleanup)
+        exit_cleanup.untrack(cleanup)
         assert signal.getsignal(signal.SIGTERM) is previous
     finally:
         signal.signal(signal.SIGTERM, original)
@@ -408,11 +408,11 @@ def test_sigint_cleans_up_and_still_raises_keyboard_interrupt():
     cleanup = weakref.finalize(owner, calls.append, "cleanup")
     original = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        interruption.track(cleanup)
+        exit_cleanup.track(cleanup)
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
         assert calls == ["cleanup"]
-        interruption.untrack(cleanup)
+        exit_cleanup.untrack(cleanup)
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, original)
