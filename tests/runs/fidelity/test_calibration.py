@@ -24,7 +24,7 @@ import pytest
 from dlsched.envs.replay.profile import PROFILES_DIR, load_profile
 from dlsched.envs.workloads.catalog import WORKLOADS
 from dlsched.runs import cli
-from dlsched.runs.commands import calibrate as calibrate_command
+from dlsched.runs.fidelity import calibration
 from dlsched.runs.fidelity.calibration_fit import (
     demand_cores,
     loss_curve,
@@ -199,7 +199,7 @@ def test_calibrate_all_means_every_workload():
 def test_a_profile_calibration_settles_its_contention_cells_as_asked(monkeypatch, tmp_path):
     asked = []
     monkeypatch.setattr(
-        calibrate_command, "calibrate", lambda _, settings, __: asked.append(settings) or []
+        calibration, "calibrate", lambda _, settings, __: asked.append(settings) or []
     )
     argv = ["calibrate", "--workload", "mlp-digits", "--settle", "2", "--output-dir", str(tmp_path)]
     assert cli.main(argv) == 0
