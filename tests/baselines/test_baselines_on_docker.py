@@ -19,11 +19,12 @@ from dlsched.runs.evaluation.records import EpisodeResult
 
 
 def _services_on_this_engine(client) -> Scenario:
-    """``docker-inference-3`` with the engine's cores, cut to 40 s."""
+    """``docker-inference-3`` with the engine's cores, cut to 20 s (four steps: enough for a
+    window of several recommendations and for a Captain's first round)."""
     scenario = load_scenario("docker-inference-3")
     cores = float(client.info()["NCPU"])
     workers = tuple(dataclasses.replace(worker, cores=cores) for worker in scenario.workers)
-    return dataclasses.replace(scenario, workers=workers, horizon_s=40.0)
+    return dataclasses.replace(scenario, workers=workers, horizon_s=20.0)
 
 
 def _limits_cores(result: EpisodeResult, job_id: str) -> list[tuple[float, float, float]]:
