@@ -46,6 +46,8 @@ READABLE_FORMATS = (1, 2)
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 
 _E = TypeVar("_E", bound=Enum)
+#: What a profile set's file reads as (its contention model, its throttling model).
+_Part = TypeVar("_Part")
 
 
 class _FieldReader:
@@ -565,15 +567,7 @@ def load_set_contention(name: str) -> ContentionModel:
         UnknownNameError: no shipped set has that name.
         ProfileError: the set's ``contention.json`` is malformed.
     """
-    directory = profile_set_directory(name)
-    if directory.parent == PROFILES_DIR:
-        return _load_shipped_contention(directory.name, _stamp(directory))
-    return load_contention(directory)
-
-
-@functools.cache
-def _load_shipped_contention(name: str, stamp: tuple[tuple[str, int], ...]) -> ContentionModel:
-    return load_contention(PROFILES_DIR / name)
+    return _load_set_file(load_contention, name)
 
 
 def load_set_throttling(name: str) -> ThrottlingModel | None:
@@ -586,17 +580,23 @@ def load_set_throttling(name: str) -> ThrottlingModel | None:
         UnknownNameError: no shipped set has that name.
         ProfileError: the set's ``throttling.json`` is malformed.
     """
+    return _load_set_file(load_throttling, name)
+
+
+def _load_set_file(load: Callable[[Path], _Part], name: str) -> _Part:
+    """What ``load`` reads from profile set ``name``'s folder; a shipped set's read once per
+    version of its files (their stamp), a folder's at every call."""
     directory = profile_set_directory(name)
     if directory.parent == PROFILES_DIR:
-        return _load_shipped_throttling(directory.name, _stamp(directory))
-    return load_throttling(directory)
+        return _load_shipped_file(load, directory.name, _stamp(directory))
+    return load(directory)
 
 
 @functools.cache
-def _load_shipped_throttling(
-    name: str, stamp: tuple[tuple[str, int], ...]
-) -> ThrottlingModel | None:
-    return load_throttling(PROFILES_DIR / name)
+def _load_shipped_file(
+    load: Callable[[Path], _Part], name: str, stamp: tuple[tuple[str, int], ...]
+) -> _Part:
+    return load(PROFILES_DIR / name)
 
 
 def profile_names(name: str) -> list[str]:
