@@ -19,6 +19,12 @@ of ``dlsched evaluate`` (its distance on the papers' scenarios: ``docs/papers/RE
   the run-to-run noise and a capped stock service's throttling push it over (on
   ``docker-inference-3-stock`` the exact needs satisfied 0.851 of the services, equal shares
   0.883; nothing changed on the other shipped inference scenarios).
+- **Frugal** (``frugal=True``, a teacher for schedulers that save CPU): the same admission, but
+  the cores no admitted service needs stay idle: the services left out get the floor, and a
+  worker is never shared equally (each service gets its need). It satisfies at most as many
+  services as the default oracle and allocates what the satisfied ones need, which is what a
+  scheduler charged for the cores it holds (the ``satisfied_fraction_cores`` reward) should
+  learn to do.
 - **Training**: shortest remaining work first. On each worker, jobs ordered by the time they
   would still need alone (remaining iterations over their uncapped throughput) get their CPU
   demand in that order until the worker is full; the rest get the environment's floor.
@@ -108,13 +114,16 @@ def admitted(needs: Sequence[ServiceNeed], capacity: float) -> list[ServiceNeed]
     return chosen
 
 
-def satisfy_most(needs: Sequence[ServiceNeed], capacity: float) -> dict[str, float]:
+def satisfy_most(
+    needs: Sequence[ServiceNeed], capacity: float, share_the_rest: bool = True
+) -> dict[str, float]:
     """Cores per service that satisfy as many as fit in ``capacity`` (cheapest first).
 
-    Admitted services get exactly their need; the others share the rest equally.
+    Admitted services get exactly their need; the others share the rest equally
+    (``share_the_rest``) or get none of it (0 cores: the environment's floor).
     """
     cores = {need.job_id: need.cores for need in admitted(needs, capacity) if need.cores}
-    left = capacity - sum(cores.values())
+    left = capacity - sum(cores.values()) if share_the_rest else 0.0
     rest = [need.job_id for need in needs if need.job_id not in cores]
     for job_id in rest:
         cores[job_id] = left / len(rest)
@@ -150,14 +159,20 @@ class CheatingOracle(Baseline):
             the middle of the satisfied band, which leaves room for the run-to-run noise.
         equal_when_all_fit: share a worker equally where an equal share keeps each of its
             services within its band (see the module docstring).
+        frugal: hold back the cores no admitted service needs: a service that cannot be
+            satisfied gets the floor instead of a share of what is left, and a worker shared
+            equally gives each service its need instead (see the module docstring).
     """
 
     name = "oracle"
 
-    def __init__(self, aim: float = 1.0, equal_when_all_fit: bool = True) -> None:
+    def __init__(
+        self, aim: float = 1.0, equal_when_all_fit: bool = True, frugal: bool = False
+    ) -> None:
         super().__init__()
         self.aim = check_number(self.name, "aim", aim, low=0.0, low_open=True)
         self.equal_when_all_fit = check_flag(self.name, "equal_when_all_fit", equal_when_all_fit)
+        self.frugal = check_flag(self.name, "frugal", frugal)
         self._placer = CheatingPlacer(self)
         self._cores_known: dict[tuple[int, float], tuple[WorkloadProfile, float | None]] = {}
 
@@ -177,13 +192,17 @@ class CheatingOracle(Baseline):
                     self.need(job.job_id, job.workload, job.target_s, profiles) for job in jobs
                 ]
                 share = worker.cores / len(jobs)
-                if self.equal_when_all_fit and all(
-                    equal_share_satisfies(need, share, job.tolerance)
-                    for need, job in zip(needs, jobs, strict=True)
+                if (
+                    self.equal_when_all_fit
+                    and not self.frugal
+                    and all(
+                        equal_share_satisfies(need, share, job.tolerance)
+                        for need, job in zip(needs, jobs, strict=True)
+                    )
                 ):
                     cores = {job.job_id: share for job in jobs}
                 else:
-                    cores = satisfy_most(needs, worker.cores)
+                    cores = satisfy_most(needs, worker.cores, share_the_rest=not self.frugal)
             else:
                 works = [self.work(job.job_id, job.workload, _left(job), profiles) for job in jobs]
                 cores = shortest_first(works, worker.cores)

@@ -85,6 +85,13 @@ def add_imitation_options(parser: argparse.ArgumentParser) -> argparse._Argument
         help="a handcrafted policy to learn from first (oracle: the privileged one; replay, "
         "the slot network)",
     )
+    imitation.add_argument(
+        "--teacher-set",
+        action="append",
+        default=[],
+        metavar="PARAM=VALUE",
+        help="set a parameter of the teacher (repeatable), e.g. --teacher-set frugal=true",
+    )
     for name, what in (
         ("rounds", "rounds of gathering and fitting; the first follows the teacher"),
         ("steps", "steps of every environment per round"),
@@ -118,6 +125,7 @@ def imitation_config(args: argparse.Namespace) -> ImitationConfig | None:
         return None
     return ImitationConfig(
         teacher=args.imitate,
+        teacher_params=parse_settings(args.teacher_set, "--teacher-set"),
         rounds=args.imitation_rounds,
         steps=args.imitation_steps,
         epochs=args.imitation_epochs,

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from dlsched.envs.errors import PolicyError
+from dlsched.baselines import make as make_baseline
+from dlsched.envs.errors import PolicyError, UnknownNameError
 from dlsched.envs.observation import FEATURES
 from dlsched.envs.placement import PLACERS
 from dlsched.envs.size_bounds import SizeBound
@@ -56,6 +57,8 @@ class ImitationConfig:
 
     Attributes:
         teacher: the handcrafted policy learned from, by name (``oracle``: the privileged one).
+        teacher_params: the teacher's parameters (``(("frugal", True),)``: the oracle that
+            leaves the cores no satisfied service needs idle); the baseline's defaults otherwise.
         rounds: rounds of gathering states and fitting them; the first follows the teacher
             (behaviour cloning), the later ones the student (DAgger: the teacher labels the
             states the student visits).
@@ -68,6 +71,7 @@ class ImitationConfig:
     """
 
     teacher: str
+    teacher_params: tuple[tuple[str, HyperValue], ...] = ()
     rounds: int = 4
     steps: int = 64
     epochs: int = 6
@@ -83,6 +87,10 @@ class ImitationConfig:
                 problems.append(f"imitation {name}={getattr(self, name)} must be at least 1")
         if not self.learning_rate > 0:
             problems.append(f"imitation learning_rate={self.learning_rate} must be > 0")
+        try:  # the teacher is built when imitation starts, after the environments: refuse now
+            make_baseline(self.teacher, **dict(self.teacher_params))
+        except (UnknownNameError, PolicyError) as error:
+            problems.append(f"teacher {self.teacher!r}: {error}")
         return problems
 
 
@@ -299,6 +307,8 @@ class TrainingConfig:
         data["training_seeds"] = list(self.training_seeds)
         data["validation_seeds"] = list(self.validation_seeds)
         data["features"] = list(self.features)
+        if self.imitation is not None:
+            data["imitation"]["teacher_params"] = dict(self.imitation.teacher_params)
         data["resolved_network"] = self.resolved_network
         return data
 

@@ -142,13 +142,14 @@ class Teachers:
                 copies[index].reset()
 
 
-def teacher_policy(name: str) -> HandcraftedPolicy:
-    """The handcrafted policy of ``name`` (a baseline).
+def teacher_policy(config: ImitationConfig) -> HandcraftedPolicy:
+    """The handcrafted policy ``config`` names (a baseline), with its parameters.
 
     Raises:
         UnknownNameError: no baseline has the name.
+        PolicyError: a parameter the baseline does not take, or a bad value for one.
     """
-    return make(name)
+    return make(config.teacher, **dict(config.teacher_params))
 
 
 def imitate(
@@ -181,7 +182,7 @@ def imitate(
         raise PolicyError(
             f"imitation fits an actor-critic policy (PPO, A2C), not {type(policy).__name__}"
         )
-    teachers = Teachers(batched, teacher_policy(config.teacher), mapping)
+    teachers = Teachers(batched, teacher_policy(config), mapping)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
     gathered: list[Gathered] = []
     rounds: list[ImitationRound] = []

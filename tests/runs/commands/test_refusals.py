@@ -112,6 +112,24 @@ def test_a_bad_hyperparameter_is_refused_before_training_starts(
     assert not (tmp_path / "trainings").exists()
 
 
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--imitate", "oracle", "--teacher-set", "frugl=true"], "has no parameter 'frugl'"),
+        (["--imitate", "oracel"], "unknown baseline 'oracel'. Did you mean 'oracle'?"),
+        (["--teacher-set", "frugal=true"], "--teacher-set need --imitate TEACHER"),
+    ],
+)
+def test_a_bad_teacher_is_refused_before_training_starts(capsys, store, tmp_path, options, named):
+    code, err = cli(
+        capsys, "train", "--scenario", "train-host-inference", "--timesteps", "64",
+        "--actions", "share-idle", *options, "--out", "trainings", "--no-progress",
+    )  # fmt: skip
+    assert code == 2 and "Traceback" not in err
+    assert named in err
+    assert not (tmp_path / "trainings").exists()
+
+
 def test_sb3s_own_assertions_are_refused_as_a_configuration(capsys, store, tmp_path):
     # PPO asserts n_steps * n_envs > 1 as it builds the model: the range check cannot see it
     code, err = cli(

@@ -59,7 +59,7 @@ def _held_out_limit_error(model, normalizer, config: TrainingConfig, seed: int) 
     ``seed`` on (states of seeds the student never trained on)."""
     _, _, venv = _student(config)
     batched = batched_under(venv)
-    teachers = Teachers(batched, teacher_policy("oracle"), config.action_mapping)
+    teachers = Teachers(batched, teacher_policy(IMITATION), config.action_mapping)
     venv.seed(seed)
     observations = venv.reset()
     errors = []
