@@ -32,6 +32,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from dlsched.envs.errors import ModelError, PolicyError
 from dlsched.policies.learned import (
+    SB3_LOAD_ERRORS,
     LearnedPolicy,
     algorithm_class,
     load_model,
@@ -160,18 +161,8 @@ def _unpickled_model(algo: str, path: Path) -> Any:
     cls = algorithm_class(algo)
     try:
         return cls.load(str(path), device="cpu")
-    except (
-        OSError,
-        ValueError,
-        KeyError,
-        TypeError,
-        AttributeError,
-        RuntimeError,
-        AssertionError,
-        EOFError,
-        ImportError,
-        pickle.UnpicklingError,
-    ) as error:
+    # it unpickles every entry: one naming a module that is not installed raises ImportError
+    except (*SB3_LOAD_ERRORS, ImportError) as error:
         raise ModelError(
             f"{str(path)!r}: {cls.__name__}.load cannot read it ({type(error).__name__}: "
             f"{error}); expected a {MODEL_FILE} that dlsched 0.1.0 wrote"
