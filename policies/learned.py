@@ -96,6 +96,9 @@ SB3_LOAD_ERRORS: tuple[type[Exception], ...] = (
     EOFError,
     pickle.UnpicklingError,
 )
+#: What loading a model folder's archive raises on a file that is not a model: SB3's load
+#: errors, and a ``model.zip`` that is not a zip.
+_ARCHIVE_LOAD_ERRORS: tuple[type[Exception], ...] = (*SB3_LOAD_ERRORS, zipfile.BadZipFile)
 
 
 def algorithm_class(name: str) -> type[BaseAlgorithm]:
@@ -690,7 +693,7 @@ def _load_sb3(card: ModelCard, path: Path) -> BaseAlgorithm:
         return load_archive(algorithm_class(card.algo), path, from_card, card.sb3_objects)
     except DlschedError:
         raise
-    except (*SB3_LOAD_ERRORS, zipfile.BadZipFile) as error:
+    except _ARCHIVE_LOAD_ERRORS as error:
         raise not_a_model(
             path, f"{card.algo} cannot load it ({type(error).__name__}: {error})"
         ) from error
