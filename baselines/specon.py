@@ -95,32 +95,45 @@ def slowness(job: JobGrowth, slow_rule: str) -> float:
     return job.G
 
 
+@dataclass(frozen=True)
+class SpeculationRules:
+    """How a SpeCon round decides: the threshold and the choices of the module docstring.
+
+    Attributes:
+        alpha: the slow threshold.
+        slow_rule: ``"relative"`` or ``"absolute"``.
+        victim: ``"slowest"`` or ``"most_cpu"``.
+        destination: ``"fewest_jobs"`` or ``"fewest_fast"``.
+        max_migrations_per_round: migrations per round.
+        max_moves_per_job: how often one job may be migrated.
+        min_remaining_s: a job expected to finish sooner is not moved (seconds).
+        min_job_gap: how many more active jobs the source must have than the destination.
+    """
+
+    alpha: float
+    slow_rule: str = "relative"
+    victim: str = "slowest"
+    destination: str = "fewest_jobs"
+    max_migrations_per_round: int = 1
+    max_moves_per_job: int = 1
+    min_remaining_s: float = 30.0
+    min_job_gap: int = 2
+
+
 def speculate(
-    jobs: Sequence[JobGrowth],
-    workers: Sequence[WorkerLoad],
-    *,
-    alpha: float,
-    slow_rule: str = "relative",
-    victim: str = "slowest",
-    destination: str = "fewest_jobs",
-    max_migrations_per_round: int = 1,
-    max_moves_per_job: int = 1,
-    min_remaining_s: float = 30.0,
-    min_job_gap: int = 2,
+    jobs: Sequence[JobGrowth], workers: Sequence[WorkerLoad], rules: SpeculationRules
 ) -> SpeculationRound:
     """One SpeCon round: flag slow-growing jobs and choose which of them move where.
 
     Args:
         jobs: the measured running jobs.
         workers: every worker's load.
-        alpha: the slow threshold.
-        slow_rule, victim, destination, max_migrations_per_round, max_moves_per_job,
-            min_remaining_s, min_job_gap: the choices of the module docstring.
+        rules: the threshold and the choices.
 
     Returns:
-        The slow jobs (in job order) and at most ``max_migrations_per_round`` migrations.
+        The slow jobs (in job order) and at most ``rules.max_migrations_per_round`` migrations.
     """
-    slow = [job for job in jobs if slowness(job, slow_rule) < alpha]
+    slow = [job for job in jobs if slowness(job, rules.slow_rule) < rules.alpha]
     slow_ids = {job.job_id for job in slow}
     fast_on = {w.index: 0 for w in workers}
     for job in jobs:
@@ -130,29 +143,29 @@ def speculate(
         job
         for job in slow
         if fast_on[job.worker] > 0
-        and job.moves < max_moves_per_job
-        and (job.remaining_s is None or job.remaining_s > min_remaining_s)
+        and job.moves < rules.max_moves_per_job
+        and (job.remaining_s is None or job.remaining_s > rules.min_remaining_s)
     ]
-    if victim == "slowest":
-        candidates.sort(key=lambda job: (slowness(job, slow_rule), job.job_id))
+    if rules.victim == "slowest":
+        candidates.sort(key=lambda job: (slowness(job, rules.slow_rule), job.job_id))
     else:
         candidates.sort(key=lambda job: (-job.R, job.job_id))
     load = {w.index: w.jobs for w in workers}
     free = {w.index: w.free_slots for w in workers}
     migrations: list[Migration] = []
     for job in candidates:
-        if len(migrations) >= max_migrations_per_round:
+        if len(migrations) >= rules.max_migrations_per_round:
             break
         targets = [
             w.index
             for w in workers
             if w.index != job.worker
             and free[w.index] > 0
-            and load[job.worker] - load[w.index] >= min_job_gap
+            and load[job.worker] - load[w.index] >= rules.min_job_gap
         ]
         if not targets:
             continue
-        if destination == "fewest_jobs":
+        if rules.destination == "fewest_jobs":
             target = min(targets, key=lambda index: (load[index], index))
         else:
             target = min(targets, key=lambda index: (fast_on[index], load[index], index))
@@ -213,6 +226,16 @@ class SpeCon(GrowthRounds):
         self.min_remaining_s = check_number(self.name, "min_remaining_s", min_remaining_s, low=0.0)
         self.min_job_gap = check_integer(self.name, "min_job_gap", min_job_gap, low=1)
         self.normalise_loss = check_flag(self.name, "normalise_loss", normalise_loss)
+        self._rules = SpeculationRules(
+            alpha=self.alpha,
+            slow_rule=self.slow_rule,
+            victim=self.victim,
+            destination=self.destination,
+            max_migrations_per_round=self.max_migrations_per_round,
+            max_moves_per_job=self.max_moves_per_job,
+            min_remaining_s=self.min_remaining_s,
+            min_job_gap=self.min_job_gap,
+        )
         self._meter = GrowthMeter(normalise_loss=self.normalise_loss)
         self._peak: dict[str, float] = {}
         self._moves: dict[str, int] = {}
@@ -256,18 +279,7 @@ class SpeCon(GrowthRounds):
             WorkerLoad(w.index, slots_in_use[w.index], slots - slots_in_use[w.index])
             for w in telemetry.workers
         ]
-        self.last_round = speculate(
-            measured,
-            workers,
-            alpha=self.alpha,
-            slow_rule=self.slow_rule,
-            victim=self.victim,
-            destination=self.destination,
-            max_migrations_per_round=self.max_migrations_per_round,
-            max_moves_per_job=self.max_moves_per_job,
-            min_remaining_s=self.min_remaining_s,
-            min_job_gap=self.min_job_gap,
-        )
+        self.last_round = speculate(measured, workers, self._rules)
         for migration in self.last_round.migrations:
             self._moves[migration.job_id] = self._moves.get(migration.job_id, 0) + 1
         return Decision(migrations=self.last_round.migrations)

@@ -32,6 +32,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from dlsched.envs.errors import ModelError, PolicyError
 from dlsched.policies.learned import (
+    SB3_LOAD_ERRORS,
     LearnedPolicy,
     algorithm_class,
     load_model,
@@ -155,23 +156,17 @@ def refuse_untrusted(model: str, trust_pickle: bool) -> None:
         )
 
 
+#: What SB3's load raises on a file it cannot read, unpickling every entry: its load errors, and
+#: an entry naming a module that is not installed.
+_UNPICKLING_LOAD_ERRORS: tuple[type[Exception], ...] = (*SB3_LOAD_ERRORS, ImportError)
+
+
 def _unpickled_model(algo: str, path: Path) -> Any:
     """The SB3 model at ``path``, loaded as SB3 loads it: every pickled entry unpickled."""
     cls = algorithm_class(algo)
     try:
         return cls.load(str(path), device="cpu")
-    except (
-        OSError,
-        ValueError,
-        KeyError,
-        TypeError,
-        AttributeError,
-        RuntimeError,
-        AssertionError,
-        EOFError,
-        ImportError,
-        pickle.UnpicklingError,
-    ) as error:
+    except _UNPICKLING_LOAD_ERRORS as error:
         raise ModelError(
             f"{str(path)!r}: {cls.__name__}.load cannot read it ({type(error).__name__}: "
             f"{error}); expected a {MODEL_FILE} that dlsched 0.1.0 wrote"

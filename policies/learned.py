@@ -81,6 +81,24 @@ ALGORITHMS: Mapping[str, type[BaseAlgorithm]] = {"ppo": PPO, "a2c": A2C, "sac": 
 #: The networks a model is built with (``--network``): ``slot``, the slot network of
 #: :mod:`dlsched.policies.slot_network`; ``mlp``, the algorithm's own ``MlpPolicy``.
 MODEL_NETWORKS: tuple[str, ...] = ("slot", "mlp")
+#: What an SB3 algorithm's ``load`` raises on a file it cannot read: SB3 asserts what it finds
+#: in the zip and builds the model of it, so whatever it raises on a damaged or tampered file
+#: means the file is not a model it can read (``UnpicklingError``: a pickle that nothing
+#: rebuilds, or a .pth holding more than tensors, which weights_only refuses).
+SB3_LOAD_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    RuntimeError,
+    AssertionError,
+    EOFError,
+    pickle.UnpicklingError,
+)
+#: What loading a model folder's archive raises on a file that is not a model: SB3's load
+#: errors, and a ``model.zip`` that is not a zip.
+_ARCHIVE_LOAD_ERRORS: tuple[type[Exception], ...] = (*SB3_LOAD_ERRORS, zipfile.BadZipFile)
 
 
 def algorithm_class(name: str) -> type[BaseAlgorithm]:
@@ -675,20 +693,7 @@ def _load_sb3(card: ModelCard, path: Path) -> BaseAlgorithm:
         return load_archive(algorithm_class(card.algo), path, from_card, card.sb3_objects)
     except DlschedError:
         raise
-    # SB3 asserts what it finds in the zip and builds the model of it: whatever it raises on a
-    # damaged or tampered file means the file is not a model it can read
-    except (
-        OSError,
-        ValueError,
-        KeyError,
-        TypeError,
-        AttributeError,
-        RuntimeError,
-        AssertionError,
-        EOFError,
-        pickle.UnpicklingError,  # a .pth holding more than tensors (weights_only refuses it)
-        zipfile.BadZipFile,
-    ) as error:
+    except _ARCHIVE_LOAD_ERRORS as error:
         raise not_a_model(
             path, f"{card.algo} cannot load it ({type(error).__name__}: {error})"
         ) from error

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlsched.envs.scenarios.model import JobKind
-from dlsched.envs.telemetry import JobState, JobTelemetry
+from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
 
 
 def inference_job(job_id: str, **fields: Any) -> JobTelemetry:
@@ -36,3 +36,14 @@ def _job(job_id: str, workload: str, kind: JobKind, fields: dict[str, Any]) -> J
         "cpu_seconds": 0.0,
     }
     return JobTelemetry(job_id=job_id, workload=workload, kind=kind, **(defaults | fields))
+
+
+def snapshot(time_s: float, *jobs: JobTelemetry, cores: float = 8.0) -> Telemetry:
+    """The telemetry at ``time_s`` of ``jobs`` on one worker of ``cores`` cores, 10 s a step;
+    the worker's usage is the sum of theirs."""
+    return Telemetry(
+        time_s=time_s,
+        interval_s=10.0,
+        workers=(WorkerTelemetry(0, cores, sum(j.cpu_usage for j in jobs)),),
+        jobs=jobs,
+    )

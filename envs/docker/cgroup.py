@@ -236,6 +236,14 @@ def parse_cpu_stat_throttling(text: str, version: CgroupVersion) -> CfsThrottlin
     )
 
 
+def stats_cpu_seconds(stats: Mapping[str, Any]) -> float | None:
+    """The cumulative CPU-seconds in the engine's statistics of a container
+    (``cpu_stats.cpu_usage.total_usage``); ``None`` where they are zero or missing, as an
+    exited container reports them."""
+    total = stats.get("cpu_stats", {}).get("cpu_usage", {}).get("total_usage")
+    return total / 1e9 if total else None
+
+
 def stats_throttling(stats: Mapping[str, Any]) -> CfsThrottling | None:
     """The throttling counters of the engine's statistics of a container
     (``cpu_stats.throttling_data``); ``None`` where it has none."""

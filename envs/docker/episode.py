@@ -27,7 +27,7 @@ import numpy as np
 import requests
 
 from dlsched.envs.decision import Placement
-from dlsched.envs.docker.cgroup import CfsLimit, CfsThrottling, stats_throttling
+from dlsched.envs.docker.cgroup import CfsLimit, CfsThrottling, stats_cpu_seconds, stats_throttling
 from dlsched.envs.docker.container_start import ContainerStarter, inspected_cfs
 from dlsched.envs.docker.containers import managed_containers
 from dlsched.envs.docker.engine import endpoint_url, unix_time
@@ -430,10 +430,10 @@ class DockerEpisode(EpisodeBatch):
             stats = client.api.stats(run.container_id, stream=False, one_shot=True)
         except docker.errors.NotFound:
             return None
-        total = stats.get("cpu_stats", {}).get("cpu_usage", {}).get("total_usage")
-        if not total:
+        seconds = stats_cpu_seconds(stats)
+        if seconds is None:
             return None  # an exited container reports zeros; its last reading stands
-        return total / 1e9, unix_time(stats["read"]), stats_throttling(stats)
+        return seconds, unix_time(stats["read"]), stats_throttling(stats)
 
     def _read_limit(self, run: Run) -> CfsLimit | None:
         """The CFS limit in force on ``run``'s container, from its cgroup files where the engine

@@ -56,9 +56,8 @@ A profile set holds its model in ``contention.json`` beside the profiles (format
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast, overload
@@ -67,6 +66,7 @@ import numpy as np
 
 from dlsched.envs.errors import ProfileError
 from dlsched.envs.replay.fit_provenance import FitProvenance, parse_provenance, provenance_data
+from dlsched.envs.replay.model_file import read_model_file
 from dlsched.envs.replay.race import RaceModel, race_data, races_by_threading
 from dlsched.envs.workloads.cpu_quota import THREADINGS, Threading
 
@@ -427,13 +427,8 @@ def load_contention(directory: Path) -> ContentionModel:
             file, the field, the value and what was expected.
     """
     path = directory / CONTENTION_FILE
-    if not path.is_file():
-        return NO_CONTENTION
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise ProfileError(f"cannot read contention file {path}: {error}") from None
-    return parse_contention(data, str(path))
+    data = read_model_file(path, "contention")
+    return NO_CONTENTION if data is None else parse_contention(data, str(path))
 
 
 def parse_contention(data: Any, where: str) -> ContentionModel:
@@ -457,42 +452,22 @@ def parse_contention(data: Any, where: str) -> ContentionModel:
         problems.append(f"{key}: unknown field; known fields: {listing}")
     if data.get("format") != CONTENTION_FORMAT:
         problems.append(f"format: got {data.get('format')!r}, expected {CONTENTION_FORMAT}")
-    exponents: dict[Threading, float] = {}
-    raw = data.get("exponents")
-    if not isinstance(raw, dict):
-        problems.append(f"exponents: got {raw!r}, expected an object of threading to exponent")
-    else:
-        for key, value in raw.items():
-            if key not in THREADINGS:
-                problems.append(f"exponents.{key}: unknown threading; expected one of {THREADINGS}")
-            elif (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not (math.isfinite(value) and value >= 0)
-            ):
-                problems.append(f"exponents.{key}: got {value!r}, expected a number >= 0")
-            else:
-                exponents[key] = float(value)
-    bound_scales: dict[Threading, float] = {}
-    raw_scales = data.get("bound_scales", {})
-    if not isinstance(raw_scales, dict):
-        problems.append(
-            f"bound_scales: got {raw_scales!r}, expected an object of threading to factor"
-        )
-    else:
-        for key, value in raw_scales.items():
-            if key not in THREADINGS:
-                problems.append(
-                    f"bound_scales.{key}: unknown threading; expected one of {THREADINGS}"
-                )
-            elif (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not (math.isfinite(value) and 0 <= value <= 1)
-            ):
-                problems.append(f"bound_scales.{key}: got {value!r}, expected a number in [0, 1]")
-            else:
-                bound_scales[key] = float(value)
+    exponents = _numbers_per_threading(
+        data.get("exponents"),
+        "exponents",
+        "exponent",
+        lambda value: value >= 0,
+        "a number >= 0",
+        problems,
+    )
+    bound_scales = _numbers_per_threading(
+        data.get("bound_scales", {}),
+        "bound_scales",
+        "factor",
+        lambda value: 0 <= value <= 1,
+        "a number in [0, 1]",
+        problems,
+    )
     races: dict[Threading, RaceModel] = {}
     raw_races = data.get("races", {})
     if not isinstance(raw_races, dict):
@@ -517,6 +492,43 @@ def parse_contention(data: Any, where: str) -> ContentionModel:
         bound_scales={threading: bound_scales.get(threading, 1.0) for threading in THREADINGS},
         races=races,
     )
+
+
+def _numbers_per_threading(
+    raw: Any,
+    field: str,
+    number: str,
+    accepts: Callable[[float], bool],
+    expected: str,
+    problems: list[str],
+) -> dict[Threading, float]:
+    """The numbers of ``raw``, an object of threading to number (the file's ``field``); what is
+    wrong with it is added to ``problems``, and its wrong entries are left out.
+
+    Args:
+        raw: the field's decoded JSON.
+        field: the field's name, for the problems.
+        number: what each number is (``exponent``), for the problems.
+        accepts: whether a finite number is in the field's range.
+        expected: the range, for the problems (``a number >= 0``).
+        problems: where the problems go.
+    """
+    numbers: dict[Threading, float] = {}
+    if not isinstance(raw, dict):
+        problems.append(f"{field}: got {raw!r}, expected an object of threading to {number}")
+        return numbers
+    for key, value in raw.items():
+        if key not in THREADINGS:
+            problems.append(f"{field}.{key}: unknown threading; expected one of {THREADINGS}")
+        elif (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not (math.isfinite(value) and accepts(value))
+        ):
+            problems.append(f"{field}.{key}: got {value!r}, expected {expected}")
+        else:
+            numbers[key] = float(value)
+    return numbers
 
 
 def contention_data(model: ContentionModel) -> dict[str, Any]:

@@ -32,7 +32,6 @@ has no throttling model, and its jobs' ratios are not measured (NaN; ``None`` in
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ import numpy as np
 
 from dlsched.envs.errors import ProfileError
 from dlsched.envs.replay.fit_provenance import FitProvenance, parse_provenance, provenance_data
+from dlsched.envs.replay.model_file import read_model_file
 
 #: Version of the throttling file format this module reads and writes.
 THROTTLING_FORMAT = 1
@@ -135,28 +135,12 @@ def load_throttling(directory: Path) -> ThrottlingModel | None:
             file, the field, the value and what was expected.
     """
     path = directory / THROTTLING_FILE
-    if not path.is_file():
+    data = read_model_file(path, "throttling")
+    if data is None:
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise ProfileError(f"cannot read throttling file {path}: {error}") from None
-    return parse_throttling(data, str(path))
-
-
-def parse_throttling(data: Any, where: str) -> ThrottlingModel:
-    """Check and read a throttling object (the contents of ``throttling.json``).
-
-    Args:
-        data: the decoded JSON.
-        where: names the source in messages.
-
-    Raises:
-        ProfileError: a field is missing or malformed.
-    """
     if not isinstance(data, dict):
         raise ProfileError(
-            f"throttling file {where} holds {type(data).__name__}, expected an object"
+            f"throttling file {path} holds {type(data).__name__}, expected an object"
         )
     problems: list[str] = []
     known = {"format", "default", "workloads", "fit"}
@@ -177,7 +161,7 @@ def parse_throttling(data: Any, where: str) -> ThrottlingModel:
     fit, fit_problems = parse_provenance(data.get("fit"), "fit")
     problems += fit_problems
     if problems or default is None:
-        raise ProfileError(f"throttling file {where} is malformed:\n  " + "\n  ".join(problems))
+        raise ProfileError(f"throttling file {path} is malformed:\n  " + "\n  ".join(problems))
     return ThrottlingModel(default=default, workloads=workloads, fit=fit)
 
 

@@ -181,12 +181,21 @@ def positive_ints(text: str) -> tuple[int, ...]:
     return values
 
 
+def _number(text: str, not_a_number: str) -> float:
+    """The number ``text`` spells.
+
+    Raises:
+        argparse.ArgumentTypeError: ``not_a_number``, where it spells none.
+    """
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(not_a_number) from None
+
+
 def positive_float(text: str) -> float:
     """An argparse type: a finite number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; expected e.g. 2.5") from None
+    value = _number(text, f"{text!r} is not a number; expected e.g. 2.5")
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"{value} is not a finite number above 0")
     return value
@@ -194,10 +203,7 @@ def positive_float(text: str) -> float:
 
 def positive_seconds(text: str) -> float:
     """An argparse type: a number of seconds above 0."""
-    try:
-        seconds = float(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from error
+    seconds = _number(text, f"{text!r} is not a number of seconds")
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"{seconds:g} s is not positive; give seconds > 0")
     return seconds
@@ -205,10 +211,7 @@ def positive_seconds(text: str) -> float:
 
 def fraction(text: str) -> float:
     """An argparse type: a fraction strictly between 0 and 1 (a tolerance, a share)."""
-    try:
-        value = float(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; expected e.g. 0.05") from error
+    value = _number(text, f"{text!r} is not a number; expected e.g. 0.05")
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"{value:g} is outside (0, 1); expected e.g. 0.05")
     return value

@@ -38,7 +38,7 @@ import docker.errors
 import numpy as np
 from docker.models.containers import Container
 
-from dlsched.envs.docker.cgroup import CpuUsageFile, find_cpu_usage_file
+from dlsched.envs.docker.cgroup import CpuUsageFile, find_cpu_usage_file, stats_cpu_seconds
 from dlsched.envs.docker.container_output import JsonLineReader
 from dlsched.envs.docker.containers import LABEL_OWNER
 from dlsched.envs.docker.image import IMAGE_TAG, MANAGED_LABEL
@@ -343,10 +343,8 @@ def _cpu_sample(
         stats = client.api.stats(container.id, stream=False, one_shot=True)
     except docker.errors.APIError:
         return None
-    total = stats.get("cpu_stats", {}).get("cpu_usage", {}).get("total_usage")
-    if not total:
-        return None
-    return CpuSample(_parse_engine_time(stats["read"]), total / 1e9, None)
+    seconds = stats_cpu_seconds(stats)
+    return None if seconds is None else CpuSample(_parse_engine_time(stats["read"]), seconds, None)
 
 
 _ENGINE_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$")

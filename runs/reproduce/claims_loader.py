@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -391,14 +392,11 @@ class _Checker:
         self.check_kind(scenario, STATISTICS[base.statistic], where)
         if self.report.count > before:
             return None
-        return Measure(
-            spec.scenario,
-            base.policy,
-            base.statistic,
-            base.args,
-            base.reference,
-            spec.seeds or base.seeds,
-            tuple(sorted(spec.backend_options.items())),
+        return replace(
+            base,
+            scenario=spec.scenario,
+            seeds=spec.seeds or base.seeds,
+            backend_options=tuple(sorted(spec.backend_options.items())),
         )
 
     def scenario(self, name: str, where: str) -> Scenario | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from telemetry_factories import inference_job
+from telemetry_factories import inference_job, snapshot
 
 from dlsched.baselines.autothrottle import (
     Autothrottle,
@@ -21,16 +21,7 @@ from dlsched.baselines.autothrottle import (
     predicted_costs,
     sample_costs,
 )
-from dlsched.envs.telemetry import JobTelemetry, Telemetry, WorkerTelemetry
-
-
-def snapshot(time_s: float, *jobs: JobTelemetry, cores: float) -> Telemetry:
-    return Telemetry(
-        time_s=time_s,
-        interval_s=10.0,
-        workers=(WorkerTelemetry(0, cores, sum(j.cpu_usage for j in jobs)),),
-        jobs=jobs,
-    )
+from dlsched.envs.telemetry import JobTelemetry
 
 
 class OneService:

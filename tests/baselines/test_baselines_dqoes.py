@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from telemetry_factories import inference_job
+from telemetry_factories import inference_job, snapshot
 
 from dlsched.baselines.dqoes import (
     Container,
@@ -15,7 +15,7 @@ from dlsched.baselines.dqoes import (
     classify,
     performance_management,
 )
-from dlsched.envs.telemetry import JobState, JobTelemetry, Telemetry, WorkerTelemetry
+from dlsched.envs.telemetry import JobState, JobTelemetry
 
 TOL = 1e-9
 
@@ -207,15 +207,6 @@ def service(
         target_s=target,
         latency_s=latency,
         **fields,
-    )
-
-
-def snapshot(time_s: float, *jobs: JobTelemetry, cores: float = 8.0) -> Telemetry:
-    return Telemetry(
-        time_s=time_s,
-        interval_s=10.0,
-        workers=(WorkerTelemetry(0, cores, sum(j.cpu_usage for j in jobs)),),
-        jobs=jobs,
     )
 
 

@@ -4,19 +4,9 @@ largest recommendation of its stabilisation window."""
 from __future__ import annotations
 
 import pytest
-from telemetry_factories import inference_job, training_job
+from telemetry_factories import inference_job, snapshot, training_job
 
 from dlsched.baselines.k8s_autoscaler import K8sAutoscaler
-from dlsched.envs.telemetry import JobTelemetry, Telemetry, WorkerTelemetry
-
-
-def snapshot(time_s: float, *jobs: JobTelemetry, cores: float = 8.0) -> Telemetry:
-    return Telemetry(
-        time_s=time_s,
-        interval_s=10.0,
-        workers=(WorkerTelemetry(0, cores, sum(j.cpu_usage for j in jobs)),),
-        jobs=jobs,
-    )
 
 
 def rounds(policy: K8sAutoscaler, usages: list[float], every_s: float = 10.0) -> list[float | None]:
