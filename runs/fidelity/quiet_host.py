@@ -79,7 +79,7 @@ def wait_until_quiet(
     patience_s: float,
     quiet_cores: float = QUIET_CORES,
     force: bool = False,
-) -> HostLoad:
+) -> HostLoad | None:
     """Wait up to ``patience_s`` for a quiet host; the load it last saw.
 
     Args:
@@ -88,9 +88,15 @@ def wait_until_quiet(
         quiet_cores: cores other processes may use while the host counts as quiet.
         force: go on when the host stays busy (the load is returned, to be recorded).
 
+    Returns:
+        The load of the last sample; ``None`` when ``force`` is on and ``patience_s`` is 0 or
+        less, where no sample could change what follows and none is taken (it lasts seconds).
+
     Raises:
         HostBusyError: the host stayed busy for ``patience_s`` and ``force`` is off.
     """
+    if force and patience_s <= 0:
+        return None
     deadline = time.monotonic() + patience_s
     announced = False
     while True:

@@ -19,12 +19,14 @@ from dlsched.runs.evaluation.records import EpisodeResult
 
 
 def _services_on_this_engine(client) -> Scenario:
-    """``docker-inference-3`` with the engine's cores, cut to 20 s (four steps: enough for a
-    window of several recommendations and for a Captain's first round)."""
+    """``docker-inference-3`` with the engine's cores, cut to four steps of 2.5 s: enough for a
+    window of several recommendations and for a Captain's first round (both policies decide
+    once per step, whatever its length, and what is asserted is read off the steps' own
+    usage)."""
     scenario = load_scenario("docker-inference-3")
     cores = float(client.info()["NCPU"])
     workers = tuple(dataclasses.replace(worker, cores=cores) for worker in scenario.workers)
-    return dataclasses.replace(scenario, workers=workers, horizon_s=20.0)
+    return dataclasses.replace(scenario, workers=workers, interval_s=2.5, horizon_s=10.0)
 
 
 def _limits_cores(result: EpisodeResult, job_id: str) -> list[tuple[float, float, float]]:

@@ -227,6 +227,11 @@ def test_cleanup_from_another_process_spares_a_live_episode(
         # asked by name, it removes them, says so first, and the episode is marked
         assert main(["docker", "cleanup", "--episode", episode, "--include-live"]) == 0
         assert "removing a LIVE container" in capsys.readouterr().out
+
+        # while that episode runs out its horizon: a killed owner's containers are orphans,
+        # and cleanup takes them
+        _orphans_of_a_killed_owner_are_removed(scenario, docker_engine, episode_process, capsys)
+
         code = process.wait(timeout=120)
         err = process.communicate()[1]
         assert code == 0, err
@@ -240,7 +245,8 @@ def test_cleanup_from_another_process_spares_a_live_episode(
     finally:
         _remove_leftovers(docker_engine, process.pid)
 
-    # a killed owner's containers are orphans: cleanup takes them
+
+def _orphans_of_a_killed_owner_are_removed(scenario, client, episode_process, capsys) -> None:
     script = _EPISODE.format(scenario=str(scenario), ending="import time; time.sleep(300)")
     owner, episode = episode_process(script)
     try:
@@ -251,8 +257,8 @@ def test_cleanup_from_another_process_spares_a_live_episode(
     finally:
         if owner.poll() is None:
             owner.kill()
-        _remove_leftovers(docker_engine, owner.pid)
-    assert _owned_by(docker_engine, owner.pid) == []
+        _remove_leftovers(client, owner.pid)
+    assert _owned_by(client, owner.pid) == []
 
 
 _PROXY = """

@@ -241,7 +241,7 @@ def test_a_training_container_follows_its_quota_and_reports_json_lines(
         workload_image,
         ["python", "-m", "dlsched_workloads", "mlp-digits", "--iterations", "3"],
         cpu_period=100_000,
-        cpu_quota=50_000,
+        cpu_quota=100_000,  # one core: one thread where uncapped it would take every core
         network_mode="none",
     )
     assert status == 0, stderr

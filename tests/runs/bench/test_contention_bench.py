@@ -47,7 +47,9 @@ def test_bad_arguments_are_refused_before_any_container(arguments, message):
 def test_stock_jobs_are_measured_under_every_allocation(
     workload_image, containers_left_behind, capsys
 ):
-    result = measure_contention(jobs=2, window_s=3.0, settle_s=1.0, threadings=("stock",))
+    # Windows of 2 s hold dozens of iterations even at a quarter of the host: enough for the
+    # rates' order, which is all that is asserted.
+    result = measure_contention(jobs=2, window_s=2.0, settle_s=1.0, threadings=("stock",))
     (stock,) = result.threadings
     assert stock.threading == "stock" and stock.alone_rate > 0
     assert [rates.allocation for rates in stock.allocations] == list(ALLOCATIONS)

@@ -67,7 +67,9 @@ def test_stock_jobs_lose_progress_in_free_competition_on_replay():
 def test_a_mix_is_measured_on_the_engine_and_the_model(
     workload_image, containers_left_behind, capsys
 ):
-    result = measure_mix(["mlp-digits", "cnn-digits"], "stock", window_s=3.0, settle_s=1.0)
+    # Windows of 2 s hold dozens of iterations of each job in every cell (the parked jobs are
+    # not measured): enough for efficiencies held only within (0, 2).
+    result = measure_mix(["mlp-digits", "cnn-digits"], "stock", window_s=2.0, settle_s=1.0)
     assert result.workloads == ("mlp-digits", "cnn-digits") and result.cores > 0
     assert all(alone.rate > 0 for alone in result.host_solo)
     assert [cell.allocation for cell in result.cells] == list(MIX_ALLOCATIONS)

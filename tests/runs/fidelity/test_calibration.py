@@ -38,7 +38,7 @@ from dlsched.runs.fidelity.calibration_measurement import (
     measure_run,
 )
 from dlsched.runs.fidelity.calibration_profile import build_profile
-from dlsched.runs.fidelity.quiet_host import host_busy_seconds
+from dlsched.runs.fidelity.quiet_host import host_busy_seconds, wait_until_quiet
 
 # --- calibration: from measured runs to profiles ---
 
@@ -165,6 +165,15 @@ def test_host_busy_time_counts_every_state_but_idle_and_iowait(tmp_path):
     assert host_busy_seconds(stat) == pytest.approx(170 / os.sysconf("SC_CLK_TCK"))
 
 
+def test_a_forced_measurement_that_may_not_wait_samples_no_load():
+    class _NoEngine:
+        def info(self):
+            raise AssertionError("the load was sampled")
+
+    # force with no patience: whatever a sample said, the measurement would go on at once
+    assert wait_until_quiet(_NoEngine(), 0.0, force=True) is None
+
+
 def test_interference_counts_other_processes_and_containers():
     alone = limit_run(1.0, None, 2.0, 1.9)
     assert alone.interference == pytest.approx(0.01)
@@ -279,9 +288,10 @@ def test_calibrate_fits_a_workload_contention_curve_into_its_profile(
 ):
     shipped = Path(load_profile.__code__.co_filename).parent / "profiles" / "measured"
     shutil.copy(shipped / "mlp-digits.json", tmp_path / "mlp-digits.json")
-    args = ["calibrate", "--workload", "mlp-digits", "--only", "contention", "--duration", "3"]
-    # 2 and 3 copies (a training's default adds 4 and 6) and 1 s to settle after each change of
-    # limits (5 by default) keep the test short: it checks the fit's shape, not its precision.
+    args = ["calibrate", "--workload", "mlp-digits", "--only", "contention", "--duration", "2"]
+    # 2 and 3 copies (a training's default adds 4 and 6), windows of 2 s (15 by default) and 1 s
+    # to settle after each change of limits (5 by default) keep the test short: it checks the
+    # fit's shape, not its precision.
     options = [
         "--job-counts", "2,3", "--settle", "1", "--wait-quiet", "0", "--retries", "0", "--force"
     ]  # fmt: skip
