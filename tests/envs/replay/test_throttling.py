@@ -15,7 +15,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from mobilenet_services import mobilenet_services
+from scenario_factories import mobilenet_services
 
 import dlsched.envs  # noqa: F401  (registers the ids)
 from dlsched.envs.decision import Decision

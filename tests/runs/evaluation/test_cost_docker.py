@@ -8,7 +8,7 @@ import itertools
 import math
 
 import pytest
-from mobilenet_services import mobilenet_services
+from scenario_factories import mobilenet_services
 
 from dlsched.envs.decision import Decision
 from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_OWNER, MANAGED_FILTER
