@@ -150,6 +150,27 @@ def environment_setup(
     )
 
 
+class EnvironmentKind:
+    """The job kind and defaults an environment fixes, shared by its single and batched
+    classes (:mod:`dlsched.envs.inference_env`, :mod:`dlsched.envs.training_env`)."""
+
+    #: The kind of job the environment runs.
+    kind: typing.ClassVar[JobKind]
+    #: Registered id, for messages.
+    env_id: typing.ClassVar[str]
+    #: The scenario it runs when given none.
+    default_scenario: typing.ClassVar[str]
+    #: The reward it pays when given none.
+    default_reward: typing.ClassVar[str]
+
+    @classmethod
+    def resolve_arguments(cls, given: Mapping[str, Any]) -> EnvironmentSetup:
+        """:func:`environment_setup` of this environment's constructor arguments ``given``."""
+        return environment_setup(
+            cls.env_id, cls.kind, (cls.default_scenario, cls.default_reward), given
+        )
+
+
 def resolve_scenario(
     scenario: str | os.PathLike[str] | Scenario,
     kind: JobKind,

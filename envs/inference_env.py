@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
+from dlsched.envs.arguments import EnvironmentKind
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.scheduling_env import SchedulingEnv
 from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 
 
-class _InferenceKind:
+class _InferenceKind(EnvironmentKind):
     """The kind and defaults of dlsched/Inference-v0, single and batched."""
 
-    kind: ClassVar[JobKind] = JobKind.INFERENCE
-    env_id: ClassVar[str] = "dlsched/Inference-v0"
-    default_scenario: ClassVar[str] = "dqoes-varied-burst"
-    default_reward: ClassVar[str] = "satisfied"
+    kind = JobKind.INFERENCE
+    env_id = "dlsched/Inference-v0"
+    default_scenario = "dqoes-varied-burst"
+    default_reward = "satisfied"
 
 
 class InferenceEnv(_InferenceKind, SchedulingEnv):

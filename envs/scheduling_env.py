@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from os import PathLike
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from dlsched.envs.arguments import DEFAULT_LIMIT_FLOOR, check_seed, environment_setup
+from dlsched.envs.arguments import DEFAULT_LIMIT_FLOOR, EnvironmentKind, check_seed
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Decision
 from dlsched.envs.decision_checks import (
@@ -35,7 +35,7 @@ from dlsched.envs.placement import Placer
 from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.rendering import RENDER_FPS, RENDER_MODES, FrameRenderer, render_ansi
 from dlsched.envs.rewards import RewardFn
-from dlsched.envs.scenarios.model import JobKind, Scenario
+from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.telemetry import Telemetry
 from dlsched.envs.telemetry_columns import TelemetryColumns
 
@@ -45,17 +45,10 @@ _ONE = np.ones(1, dtype=bool)
 _SUBJECT = "an environment"
 
 
-class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
+class SchedulingEnv(EnvironmentKind, gym.Env[np.ndarray, np.ndarray]):
     """Base of the dlsched environments; see the subclasses for the documentation."""
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": RENDER_FPS}  # noqa: RUF012  (Gymnasium declares it so)
-
-    #: The kind of job the environment runs.
-    kind: ClassVar[JobKind]
-    #: Registered id, for messages.
-    env_id: ClassVar[str]
-    default_scenario: ClassVar[str]
-    default_reward: ClassVar[str]
 
     def __init__(
         self,
@@ -69,9 +62,7 @@ class SchedulingEnv(gym.Env[np.ndarray, np.ndarray]):
         render_mode: str | None = None,
         **unknown: object,  # refused, with the closest name: gym.make passes misspellings here
     ) -> None:
-        setup = environment_setup(
-            self.env_id, self.kind, (self.default_scenario, self.default_reward), locals()
-        )
+        setup = self.resolve_arguments(locals())
         self._setup = setup
         self._clip_notice = ClipNotice()
         self.render_mode = render_mode

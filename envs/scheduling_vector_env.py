@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from os import PathLike
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from gymnasium.utils import seeding
@@ -44,9 +44,9 @@ from gymnasium.vector.utils import batch_space
 
 from dlsched.envs.arguments import (
     DEFAULT_LIMIT_FLOOR,
+    EnvironmentKind,
     check_seed,
     check_vector_arguments,
-    environment_setup,
 )
 from dlsched.envs.backend import Backend
 from dlsched.envs.decision import Decision, Migration
@@ -57,13 +57,13 @@ from dlsched.envs.observation import encode
 from dlsched.envs.placement import Placer
 from dlsched.envs.progress_trace import ProgressTrace
 from dlsched.envs.rewards import RewardFn
-from dlsched.envs.scenarios.model import JobKind, Scenario
+from dlsched.envs.scenarios.model import Scenario
 from dlsched.envs.size_bounds import MAX_BATCH_SLOTS
 from dlsched.envs.telemetry import Telemetry
 from dlsched.envs.telemetry_columns import TelemetryColumns
 
 
-class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
+class SchedulingVectorEnv(EnvironmentKind, VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     """``num_envs`` episodes of one scenario, stepped together; see the module docstring.
 
     Args:
@@ -90,11 +90,6 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         "autoreset_mode": AutoresetMode.NEXT_STEP,
     }
 
-    kind: ClassVar[JobKind]
-    env_id: ClassVar[str]
-    default_scenario: ClassVar[str]
-    default_reward: ClassVar[str]
-
     def __init__(
         self,
         num_envs: int = 1,
@@ -110,9 +105,7 @@ class SchedulingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         **unknown: object,
     ) -> None:
         mode = check_vector_arguments(num_envs, autoreset_mode)
-        setup = environment_setup(
-            self.env_id, self.kind, (self.default_scenario, self.default_reward), locals()
-        )
+        setup = self.resolve_arguments(locals())
         if MAX_BATCH_SLOTS.exceeded(num_envs * setup.slots):
             raise ArgumentError(
                 f"num_envs={num_envs:,} episodes x {setup.slots:,} slots of scenario "

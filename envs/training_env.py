@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
+from dlsched.envs.arguments import EnvironmentKind
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.scheduling_env import SchedulingEnv
 from dlsched.envs.scheduling_vector_env import SchedulingVectorEnv
 
 
-class _TrainingKind:
+class _TrainingKind(EnvironmentKind):
     """The kind and defaults of dlsched/Training-v0, single and batched."""
 
-    kind: ClassVar[JobKind] = JobKind.TRAINING
-    env_id: ClassVar[str] = "dlsched/Training-v0"
-    default_scenario: ClassVar[str] = "flowcon-10-random"
-    default_reward: ClassVar[str] = "active_jobs"
+    kind = JobKind.TRAINING
+    env_id = "dlsched/Training-v0"
+    default_scenario = "flowcon-10-random"
+    default_reward = "active_jobs"
 
 
 class TrainingEnv(_TrainingKind, SchedulingEnv):

@@ -31,7 +31,7 @@ from dlsched.envs.scenarios.schema import (
     Arrival,
     JobGroupFile,
     ScenarioFile,
-    to_count,
+    to_whole_or_range,
     worker_count,
 )
 from dlsched.envs.size_bounds import Counts, check_counts
@@ -100,7 +100,7 @@ def _check_counts(
             path = f"jobs[{index}]"
             count = _value(JobGroupFile, group, "count")
             if count is not None:
-                drawn = to_count(count)
+                drawn = to_whole_or_range(count)
                 group_counts.append((path, drawn.high if isinstance(drawn, IntRange) else drawn))
             for key, value in _per_job_lists(group):
                 lists.append((join(path, key), len(value)))
@@ -206,7 +206,7 @@ def _check_group(group: Mapping[Any, Any], path: str, context: _Context, report:
         )
     count = _value(JobGroupFile, group, "count")
     if count is not None:
-        drawn = to_count(count)
+        drawn = to_whole_or_range(count)
         most = drawn.high if isinstance(drawn, IntRange) else drawn
         _check_arrivals(group, path, most, context, report)
         if not isinstance(drawn, IntRange):

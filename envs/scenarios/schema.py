@@ -252,19 +252,14 @@ class CountRange(_Range):
     high: PositiveInt = Field(description="a whole number >= 1, the most jobs")
 
 
-Count = Annotated[
+#: A whole number, or a range of them of type ``_T`` (a :class:`_Range` of whole numbers).
+WholeOrRange = Annotated[
     Annotated[PositiveInt, Tag("number")]
-    | Annotated[CountRange, Tag("mapping"), Expected("a range {low: L, high: H}")],
+    | Annotated[_T, Tag("mapping"), Expected("a range {low: L, high: H}")],
     Discriminator(_container),
     Expected("a whole number >= 1 or a range {low: L, high: H}"),
 ]
-
-
-def to_count(count: int | CountRange) -> int | model.IntRange:
-    """The job count a ``count:`` field describes."""
-    if isinstance(count, CountRange):
-        return model.IntRange(low=count.low, high=count.high)
-    return count
+Count = WholeOrRange[CountRange]
 
 
 class IterationRange(_Range):
@@ -274,19 +269,15 @@ class IterationRange(_Range):
     high: PositiveInt = Field(description="a whole number >= 1, the most iterations")
 
 
-Iterations = Annotated[
-    Annotated[PositiveInt, Tag("number")]
-    | Annotated[IterationRange, Tag("mapping"), Expected("a range {low: L, high: H}")],
-    Discriminator(_container),
-    Expected("a whole number >= 1 or a range {low: L, high: H}"),
-]
+Iterations = WholeOrRange[IterationRange]
 
 
-def to_iterations(iterations: int | IterationRange | None) -> int | model.IntRange | None:
-    """The iterations an ``iterations:`` field describes (``None``: the workload's own)."""
-    if isinstance(iterations, IterationRange):
-        return model.IntRange(low=iterations.low, high=iterations.high)
-    return iterations
+def to_whole_or_range(value: int | CountRange | IterationRange) -> int | model.IntRange:
+    """The number, or the range of whole numbers, a ``count:`` or ``iterations:`` field
+    describes."""
+    if isinstance(value, CountRange | IterationRange):
+        return model.IntRange(low=value.low, high=value.high)
+    return value
 
 
 class TargetRange(_Range):
@@ -445,7 +436,7 @@ class JobGroupFile(_FileMapping):
         targets = self.target_range_s
         return model.JobGroup(
             workloads=self.workload_names(),
-            count=to_count(self.count),
+            count=to_whole_or_range(self.count),
             arrival=self.arrival.to_pattern()
             if self.arrival is not None
             else model.ArrivalPattern(),
@@ -455,7 +446,7 @@ class JobGroupFile(_FileMapping):
             if targets
             else None,
             tolerance=self.tolerance,
-            iterations=to_iterations(self.iterations),
+            iterations=None if self.iterations is None else to_whole_or_range(self.iterations),
             worker=self.worker,
             loss_targets=(
                 (self.loss_targets[0], self.loss_targets[1]) if self.loss_targets else None

@@ -210,6 +210,15 @@ def service(
     )
 
 
+def twins(latencies: tuple[float, float], limit: float) -> tuple[JobTelemetry, ...]:
+    """Services j0 and j1 of a 40 s target, each using 2 cores under ``limit``, their last
+    batches at ``latencies``."""
+    return tuple(
+        service(f"j{index}", target=40.0, latency=latency, usage=2.0, limit=limit)
+        for index, latency in enumerate(latencies)
+    )
+
+
 def test_policy_reads_uncapped_limit_as_usage_and_counts_unmeasured() -> None:
     policy = DQoES(resource_unit="fraction")
     jobs = (
@@ -257,16 +266,10 @@ def test_policy_holds_limits_between_runs_of_algorithm_1() -> None:
 
 def test_policy_runs_at_once_when_s_drops() -> None:
     policy = DQoES(iv_initial_s=10.0, resource_unit="fraction")
-    satisfied = (
-        service("j0", target=40.0, latency=40.0, usage=2.0, limit=0.3),
-        service("j1", target=40.0, latency=40.0, usage=2.0, limit=0.3),
-    )
+    satisfied = twins((40.0, 40.0), limit=0.3)
     policy.act(snapshot(0.0, *satisfied))
     # at t = 5 Alg. 1 is not due, but one container left S: the listener runs it now.
-    dropped = (
-        service("j0", target=40.0, latency=30.0, usage=2.0, limit=0.3),
-        service("j1", target=40.0, latency=50.0, usage=2.0, limit=0.3),
-    )
+    dropped = twins((30.0, 50.0), limit=0.3)
     decision = policy.act(snapshot(5.0, *dropped))
     # R_G = 2 / 8; j0 alone in G, j1 alone in B
     assert decision.limits["j0"] == pytest.approx(0.3 * (1 - 1 * 0.25 * 0.1), abs=TOL)
@@ -275,10 +278,7 @@ def test_policy_runs_at_once_when_s_drops() -> None:
 
 def test_policy_arrival_and_departure_between_rounds() -> None:
     policy = DQoES(resource_unit="fraction")
-    first = (
-        service("j0", target=40.0, latency=30.0, usage=2.0, limit=0.5),
-        service("j1", target=40.0, latency=30.0, usage=2.0, limit=0.5),
-    )
+    first = twins((30.0, 30.0), limit=0.5)
     policy.act(snapshot(0.0, *first))
     # j1 finished (not active any more), j2 arrived without a batch yet: |C| = 2, j0 alone in G.
     second = (

@@ -6,19 +6,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils import seeding
 from mlp_crowds import mlp_crowd
+from scenario_factories import jobs_alone
 
 from dlsched.envs.loop import episode_generators
 from dlsched.envs.replay.episode_draws import JobDraws, job_draws
 from dlsched.envs.replay.profile import load_profile_set
-from dlsched.envs.scenarios.model import (
-    ArrivalKind,
-    ArrivalPattern,
-    JobGroup,
-    JobKind,
-    JobSpec,
-    Scenario,
-    WorkerSpec,
-)
+from dlsched.envs.scenarios.model import JobKind, JobSpec, Scenario
 from dlsched.envs.training_env import TrainingVectorEnv
 
 SEED = 31
@@ -27,22 +20,9 @@ SEED = 31
 def _apart(kind: JobKind, workload: str) -> Scenario:
     """Three jobs of ``workload`` arriving 50 s apart on three 8-core workers: the spread puts
     each on a worker of its own, where it runs alone at its profile's full pace."""
-    return Scenario(
-        name=f"apart-{workload}",
-        kind=kind,
-        workers=(WorkerSpec(8.0),) * 3,
-        groups=(
-            JobGroup(
-                workloads=(workload,),
-                count=3,
-                arrival=ArrivalPattern(ArrivalKind.EXPLICIT, times_s=(0.0, 50.0, 100.0)),
-                targets_s=(30.0,) if kind is JobKind.INFERENCE else (),
-            ),
-        ),
-        interval_s=10.0,
-        horizon_s=400.0,
-        slots_per_worker=2,
-        profile_set="paper",
+    target_s = 30.0 if kind is JobKind.INFERENCE else None
+    return jobs_alone(
+        kind, workload, (0.0, 50.0, 100.0), target_s=target_s, slots_per_worker=2, horizon_s=400.0
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from scenario_factories import mobilenet_services
 
 import dlsched.envs  # noqa: F401  (registers the ids)
 from dlsched.envs.decision import Decision
@@ -29,7 +30,7 @@ from dlsched.envs.replay.throttling import (
     pressure,
     throttle_ratio,
 )
-from dlsched.envs.scenarios.model import JobGroup, JobKind, Scenario, WorkerSpec
+from dlsched.envs.scenarios.model import Scenario
 
 # --------------------------------------------------------------------------- the curve
 
@@ -131,15 +132,8 @@ def test_every_shipped_set_has_a_throttling_model_with_its_provenance(name) -> N
 
 
 def _services(cores: float, profile_set: str = "measured") -> Scenario:
-    return Scenario(
-        name="test-throttled-services",
-        kind=JobKind.INFERENCE,
-        workers=(WorkerSpec(cores=cores),),
-        groups=(JobGroup(workloads=("mobilenet-svc",), count=1, targets_s=(5.0,)),),
-        interval_s=10.0,
-        horizon_s=200.0,
-        slots_per_worker=1,
-        profile_set=profile_set,
+    return mobilenet_services(
+        "test-throttled-services", cores, interval_s=10.0, horizon_s=200.0, profile_set=profile_set
     )
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scenario_factories import jobs_alone
 
 from dlsched.baselines import make as make_baseline
 from dlsched.baselines import names as baseline_names
@@ -19,14 +20,7 @@ from dlsched.envs.arguments import DEFAULT_LIMIT_FLOOR
 from dlsched.envs.decision import Decision
 from dlsched.envs.errors import PolicyError, ScenarioError
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario, scenario_names
-from dlsched.envs.scenarios.model import (
-    ArrivalKind,
-    ArrivalPattern,
-    JobGroup,
-    JobKind,
-    Scenario,
-    WorkerSpec,
-)
+from dlsched.envs.scenarios.model import JobGroup, JobKind, Scenario, WorkerSpec
 from dlsched.envs.telemetry import QoEClass, Telemetry
 from dlsched.policies.policy import Policy
 from dlsched.runs.cli import main
@@ -169,20 +163,8 @@ def test_gaming_the_lag_beats_what_fits_the_cores_but_not_the_bound():
 
 def _alone(kind: JobKind, workload: str, target_s: float | None = None) -> Scenario:
     """One job of ``workload`` arriving at 20 s on one 8-core worker."""
-    return Scenario(
-        name=f"alone-{workload}",
-        kind=kind,
-        workers=(WorkerSpec(8.0),),
-        groups=(
-            JobGroup(
-                workloads=(workload,),
-                arrival=ArrivalPattern(ArrivalKind.EXPLICIT, times_s=(20.0,)),
-                targets_s=(target_s,) if target_s is not None else (),
-            ),
-        ),
-        interval_s=10.0,
-        horizon_s=900.0,
-        slots_per_worker=1,
+    return jobs_alone(
+        kind, workload, (20.0,), target_s=target_s, slots_per_worker=1, horizon_s=900.0
     )
 
 

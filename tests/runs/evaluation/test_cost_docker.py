@@ -8,11 +8,11 @@ import itertools
 import math
 
 import pytest
+from scenario_factories import mobilenet_services
 
 from dlsched.envs.decision import Decision
 from dlsched.envs.docker.containers import LABEL_EPISODE, LABEL_OWNER, MANAGED_FILTER
 from dlsched.envs.owner import ProcessOwner
-from dlsched.envs.scenarios.model import JobGroup, JobKind, Scenario, WorkerSpec
 from dlsched.envs.telemetry import Telemetry
 from dlsched.policies.policy import HandcraftedPolicy
 from dlsched.runs.evaluation import StepRecord, run_episode
@@ -62,16 +62,7 @@ def test_cores_allocated_on_docker_are_the_quotas_docker_inspect_reads(
     docker_engine, workload_image, containers_left_behind
 ):
     cores = float(docker_engine.info()["NCPU"])
-    scenario = Scenario(
-        name="test-docker-cost",
-        kind=JobKind.INFERENCE,
-        workers=(WorkerSpec(cores=cores),),
-        groups=(JobGroup(workloads=("mobilenet-svc",), count=2, targets_s=(5.0,)),),
-        interval_s=2.0,
-        horizon_s=8.0,
-        slots_per_worker=2,
-        profile_set="measured",
-    )
+    scenario = mobilenet_services("test-docker-cost", cores, 2, interval_s=2.0, horizon_s=8.0)
     inspected: list[tuple[StepRecord, float, int]] = []
 
     def inspect(step: StepRecord) -> None:  # before the next decision changes a quota
