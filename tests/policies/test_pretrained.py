@@ -5,6 +5,7 @@ rows of :data:`KNOWN_MISSES`, which must still miss."""
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 
@@ -16,6 +17,7 @@ from dlsched.envs.errors import ModelError, PolicyError, UnknownNameError
 from dlsched.envs.scenarios.file_format import load_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.policies.learned import CARD_FILE, LearnedPolicy
+from dlsched.policies.policy import Policy
 from dlsched.policies.pretrained import (
     PRETRAINED_CARD_FILE,
     HeldOutResult,
@@ -80,6 +82,13 @@ def test_a_card_holds_a_row_for_every_shipped_scenario_of_its_kind(name: str) ->
         assert row.seed_range.start >= 9_000 and row.seed_range.stop < 1_000_000
 
 
+@functools.cache
+def _shipped(name: str) -> Policy:
+    """The shipped model of ``name``, loaded once for all its rows: a policy is bound anew to
+    each scenario it runs, as ``dlsched judge`` runs one over every scenario of its kind."""
+    return resolve_policy(f"pretrained:{name}")
+
+
 def _rows() -> list[tuple[str, HeldOutResult]]:
     return [(name, row) for name in sorted(MODELS) for row in pretrained_card(name).held_out]
 
@@ -105,7 +114,7 @@ def test_a_card_row_is_reproduced_and_the_model_is_never_worse_than_default(
         ]
         return statistics.fmean(value for value in values if value is not None)
 
-    model = mean(resolve_policy(f"pretrained:{name}"))
+    model = mean(_shipped(name))
     slack = max(row.half_widths.get("model", 0.0), 1e-6)
     assert model == pytest.approx(row.model, abs=slack)
     assert mean(make("default")) == pytest.approx(row.baselines["default"], rel=1e-9)
