@@ -1,6 +1,7 @@
 """Shared fixtures; each engineer's fixtures live in their own section below.
 
-- mlflow: ``mlflow_store``, ``mlflow_server_factory``.
+- mlflow: ``mlflow_store``, ``new_sqlite_store``, ``mlflow_server_factory``,
+  ``new_experiment`` (a fresh experiment on the session's store), ``stored_episode``.
 - docker: ``docker_engine`` (a client of the reachable engine; skips the test without one,
   fails it when DLSCHED_REQUIRE_DOCKER=1) and ``workload_image`` (the workload image, built
   offline once per session or reused; its tag), ``local_engines`` (two more engines on this
@@ -12,8 +13,9 @@
 """
 
 # --- mlflow ---
-# One sqlite store per test session (MLflow's first use of a store migrates its schema, ~2 s),
-# and MLflow tracking servers started on loopback. Imports are local to keep this section
+# One sqlite store per test session (MLflow's first use of a store migrates its schema, ~2 s,
+# several times that on a loaded CI), new stores copied from one migrated once per session, and
+# MLflow tracking servers started on loopback. Imports are local to keep this section
 # self-contained.
 
 import pytest
@@ -23,7 +25,7 @@ pytest.register_assert_rewrite("docker_helpers")
 
 
 @pytest.fixture(scope="session")
-def mlflow_store(tmp_path_factory):
+def mlflow_store(tmp_path_factory, _migrated_store):
     """A migrated sqlite store shared by the session: ``(folder, uri)``.
 
     ``folder`` holds ``mlflow.db``; run a test from it (``monkeypatch.chdir``) to use it as
@@ -31,26 +33,115 @@ def mlflow_store(tmp_path_factory):
     experiment names.
     """
     import contextlib
+    import shutil
 
     from mlflow import MlflowClient
 
     folder = tmp_path_factory.mktemp("mlflow-store")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
+    shutil.copyfile(_migrated_store, folder / "mlflow.db")
     with contextlib.chdir(folder):  # the store's artifact folder (./mlruns) is fixed here
         MlflowClient(uri).search_experiments(max_results=1)
     return folder, uri
 
 
-@pytest.fixture
-def mlflow_server_factory(tmp_path):
-    """Start MLflow tracking servers on loopback: ``start() -> (uri, process, backend_db)``.
+@pytest.fixture(scope="session")
+def _migrated_store(tmp_path_factory):
+    """A new sqlite store as dlsched creates one (MLflow's tables migrated to the latest
+    revision, write-ahead log, no experiment yet), made once per session to be copied."""
+    from dlsched.runs.tracking.store import _create_sqlite
 
-    Each server has its own sqlite backend store and artifact folder under ``tmp_path``; every
-    server still running at the end of the test is stopped (its process group, by id).
+    path = tmp_path_factory.mktemp("mlflow-migrated") / "mlflow.db"
+    _create_sqlite(path)
+    return path
+
+
+@pytest.fixture
+def new_sqlite_store(_migrated_store):
+    """Put a new sqlite store in a folder, as dlsched's creation of a store leaves it, without
+    migrating MLflow's schema again: ``make(folder) -> path`` of ``folder/mlflow.db``.
+
+    For a test that needs a store of its own but is not about creating one; a test about the
+    creation or migration of a store lets ``dlsched`` make it.
     """
+    import shutil
+
+    def make(folder):
+        path = folder / "mlflow.db"
+        shutil.copyfile(_migrated_store, path)
+        return path
+
+    return make
+
+
+@pytest.fixture
+def new_experiment(mlflow_store, monkeypatch, tmp_path):
+    """The session's sqlite store as the environment's tracking URI, the test run from its
+    ``tmp_path``: a fresh experiment name."""
+    import uuid
+
+    _, uri = mlflow_store
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)
+    return f"experiment-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def stored_episode():
+    """Make an episode as ``dlsched compare`` reads it back from a store, without a store:
+    ``make(policy, *, evaluation, started, seed, kind, **metrics) -> StoredEpisode``.
+
+    ``metrics`` are the episode's ``EpisodeMetrics`` (its return 0 unless given); the episode
+    is of ``evaluation`` (an evaluation id), started at ``started`` (ms), of ``seed``, on a
+    scenario of jobs of ``kind`` (``JobKind`` inference by default) on the replay backend.
+    """
+    from dlsched.envs.scenarios.model import JobKind
+    from dlsched.runs.evaluation import EpisodeMetrics, EpisodeScore, PolicyIdentity
+    from dlsched.runs.tracking.stored_runs import StoredEpisode
+
+    def make(
+        policy,
+        *,
+        evaluation="s-20260101-000000-aaaaaa",
+        started=1,
+        seed=0,
+        kind=JobKind.INFERENCE,
+        **metrics,
+    ):
+        return StoredEpisode(
+            run_id=f"{evaluation}-{policy}-{seed}",
+            evaluation_id=evaluation,
+            started_ms=started,
+            experiment="e",
+            scenario="s",
+            scenario_hash="h",
+            kind=kind,
+            backend="replay",
+            score=EpisodeScore(
+                PolicyIdentity(policy), seed, EpisodeMetrics(**{"episode_return": 0.0, **metrics})
+            ),
+        )
+
+    return make
+
+
+@pytest.fixture
+def mlflow_server_factory(tmp_path, new_sqlite_store):
+    """Start MLflow tracking servers on loopback: ``start(port=None, backend_db=None) -> (uri,
+    process, backend_db)``; pass the ``port`` and ``backend_db`` of a server that stopped to
+    start it again on them.
+
+    Each server has its own new sqlite backend store (``new_sqlite_store``: the server would
+    only migrate it as it starts) and artifact folder under ``tmp_path``; every server still
+    running at the end of the test is stopped (its process group, by id). The servers run no
+    job executor (MLflow's background jobs, which dlsched never asks for): one process fewer
+    importing MLflow as a server starts.
+    """
+    import contextlib
     import os
     import signal
     import socket
+    import sqlite3
     import subprocess
     import sys
     import time
@@ -58,14 +149,20 @@ def mlflow_server_factory(tmp_path):
 
     started = []
 
-    def start():
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        folder = tmp_path / f"server-{port}"
-        folder.mkdir()
-        backend_db = folder / "server.db"
-        log = (folder / "server.log").open("w")
+    def start(port=None, backend_db=None):
+        if port is None:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+        if backend_db is None:
+            folder = tmp_path / f"server-{port}"
+            folder.mkdir()
+            backend_db = new_sqlite_store(folder)
+            # in sqlite's default journal mode, as the server's own migration leaves a store
+            with contextlib.closing(sqlite3.connect(backend_db)) as db:
+                db.execute("PRAGMA journal_mode=DELETE")
+        folder = backend_db.parent
+        log = (folder / "server.log").open("a")
         process = subprocess.Popen(
             [
                 sys.executable,
@@ -86,6 +183,7 @@ def mlflow_server_factory(tmp_path):
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
         )
         started.append(process)
         uri = f"http://127.0.0.1:{port}"
@@ -102,7 +200,7 @@ def mlflow_server_factory(tmp_path):
             except OSError:
                 if time.monotonic() > deadline:
                     pytest.fail(f"mlflow server on {uri} did not answer within 120 s")
-                time.sleep(0.2)
+                time.sleep(0.05)
         return uri, process, backend_db
 
     yield start

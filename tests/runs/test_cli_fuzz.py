@@ -50,8 +50,11 @@ COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
         "--no-progress", "--no-plots", "--episodes", "1", "--scenario", "tiny.yaml",
         "--against", "replay:measured",
     ),
-    ("bench", "replay"): ("--episodes", "1", "--scenario", "tiny.yaml"),
-    ("bench", "tracking"): ("--episodes", "1", "--scenario", "tiny.yaml"),
+    ("bench", "replay"): (
+        "--episodes", "1", "--scenario", "tiny.yaml", "--seconds", "0.01", "--num-envs", "1",
+        "--containers", "1",
+    ),
+    ("bench", "tracking"): ("--episodes", "1", "--scenario", "tiny.yaml", "--policy", "default"),
     ("bench", "docker"): ("--steps", "1", "--containers", "1"),
     ("docker", "cleanup"): ("--episode", "fuzz-no-such-episode"),
     ("image", "status"): (),

@@ -1,8 +1,9 @@
 """Fault injection: SIGINT, SIGTERM and SIGKILL at every point of a command's life; a disk that
 fills, and a folder that is read-only.
 
-Real ``dlsched`` processes on a new sqlite store (and the real Docker engine, for the cases
-marked ``docker``), each stopped at one point it reaches: before its store exists, in the
+Real ``dlsched`` processes on a new sqlite store (made by the command where the stop is about
+its creation, copied in place already migrated otherwise), and the real Docker engine for the
+cases marked ``docker``, each stopped at one point it reaches: before its store exists, in the
 store's migration, among its episodes, while its episodes are uploaded, as it ends, during a
 ``dlsched runs sync`` (alone, and beside another sync of the same folder), in a Docker episode
 and at its close. The point is found from the command's own progress (its output lines, the
@@ -266,7 +267,8 @@ def test_a_stop_in_the_migration_of_a_new_store(monkeypatch, tmp_path, dlsched_p
     assert not creation_file(store).exists()
 
 
-def test_a_stop_among_the_episodes(monkeypatch, tmp_path, dlsched_process):
+def test_a_stop_among_the_episodes(monkeypatch, tmp_path, dlsched_process, new_sqlite_store):
+    new_sqlite_store(tmp_path)
     watched = _evaluate(dlsched_process, tmp_path, "--single-env")
     watched.wait_for(lambda: _episodes_on_disk(tmp_path) >= 1, "the first episode")
     assert_stopped(watched, watched.stop(signal.SIGTERM), signal.SIGTERM)
@@ -274,9 +276,12 @@ def test_a_stop_among_the_episodes(monkeypatch, tmp_path, dlsched_process):
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=_name)
-def test_a_stop_while_episodes_are_uploaded(monkeypatch, tmp_path, dlsched_process, signum):
+def test_a_stop_while_episodes_are_uploaded(
+    monkeypatch, tmp_path, dlsched_process, new_sqlite_store, signum
+):
     """The episode writer (a forked child) is logging an episode: SIGKILL takes it down with
     the evaluation, in the middle of a run."""
+    new_sqlite_store(tmp_path)
     watched = _evaluate(dlsched_process, tmp_path)
     watched.wait_for(lambda: _episodes_uploaded(tmp_path) >= 1, "the first episode's upload")
     assert_stopped(watched, watched.stop(signum), signum)
@@ -285,11 +290,12 @@ def test_a_stop_while_episodes_are_uploaded(monkeypatch, tmp_path, dlsched_proce
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=_name)
 def test_a_stop_as_the_evaluation_ends_is_honoured_in_one_line(
-    monkeypatch, tmp_path, dlsched_process, signum
+    monkeypatch, tmp_path, dlsched_process, new_sqlite_store, signum
 ):
     """Issue 35 item 6: the end of an evaluation frees the store's objects, and a SIGINT then
     landed in SQLAlchemy's weakref callback, where Python prints it and drops it: the command
     went on and exited 0."""
+    new_sqlite_store(tmp_path)
     watched = _evaluate(dlsched_process, tmp_path, "--single-env")
     watched.wait_for(lambda: _episodes_on_disk(tmp_path) == EPISODES, "the last episode")
     assert_stopped(watched, watched.stop(signum), signum)
@@ -325,11 +331,12 @@ def _episode_runs_of(folder: Path, pid: int) -> int:
 
 
 def test_syncs_stopped_as_they_upload_leave_every_episode_once(
-    monkeypatch, tmp_path, dlsched_process
+    monkeypatch, tmp_path, dlsched_process, new_sqlite_store
 ):
     """A sync stopped (SIGINT) as it uploads; then two syncs of the folder at once, the one
     uploading killed (SIGKILL) while the other waits for it; then one more: every episode
     once (issue 35 item 4: two syncs at once uploaded the episodes twice)."""
+    new_sqlite_store(tmp_path)
     evaluation = _folder_to_sync(dlsched_process, tmp_path)
     uploaded = _episodes_uploaded(tmp_path)
     watched = _sync(dlsched_process, tmp_path, evaluation)
@@ -509,11 +516,13 @@ DOCKER_POINTS: dict[str, Callable[[Watched], bool]] = {
          "SIGTERM-at-the-first-of-two-last-step"],
 )  # fmt: skip
 def test_a_stopped_docker_evaluation(
-    monkeypatch, tmp_path, docker_engine, workload_image, dlsched_process, signum, point, episodes
-):
+    monkeypatch, tmp_path, docker_engine, workload_image, dlsched_process, new_sqlite_store,
+    signum, point, episodes,
+):  # fmt: skip
     """Stopped at ``point`` of its first episode. Issue 35 item 6: a Ctrl-C as an episode
     closed landed in SQLAlchemy's weakref callback, was dropped, and the command exited 0;
     with an episode to come, the stop must end the evaluation before that episode does."""
+    new_sqlite_store(tmp_path)
     watched = _docker_evaluation(dlsched_process, tmp_path, docker_engine, episodes)
     try:
         watched.wait_for(lambda: DOCKER_POINTS[point](watched), point)

@@ -79,9 +79,10 @@ POINTS = [(1, 0.0), (1, 0.15), (2, 0.02)]
     ids=["SIGINT", "SIGTERM", "SIGTERM-later"],
 )
 def test_a_stopped_evaluation_ends_every_run_and_says_so(
-    capsys, monkeypatch, tmp_path, scenario_file, dlsched_process, signum, point
+    capsys, monkeypatch, tmp_path, scenario_file, dlsched_process, new_sqlite_store, signum, point
 ):
     after, delay_s = point
+    new_sqlite_store(tmp_path)
     process = dlsched_process(
         ["evaluate", "--scenario", scenario_file, "--policy", "default,dqoes",
          "--episodes", "20", "--no-progress", "--no-plots"],
@@ -112,12 +113,13 @@ def _finished_episode_runs(uri: str) -> set[str]:
 
 @pytest.mark.parametrize("plots", ["--no-plots", "--episode-plots"])
 def test_ctrl_c_in_a_terminal_stops_the_evaluation_and_its_writer_with_every_episode_logged(
-    tmp_path, scenario_file, default_sigint, plots
+    tmp_path, scenario_file, default_sigint, new_sqlite_store, plots
 ):
     """A terminal's Ctrl-C signals the whole process group: the evaluation and the child that
     logs its episodes. The writer ignores it and logs every episode handed over (without the
     plots it had not drawn yet) before the evaluation ends its run."""
     environment = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    new_sqlite_store(tmp_path)
     process = subprocess.Popen(
         [sys.executable, "-m", "dlsched.runs.cli", "evaluate", "--scenario", str(scenario_file),
          "--policy", "default,dqoes", "--episodes", "20", "--no-progress", plots],
@@ -144,8 +146,9 @@ def test_ctrl_c_in_a_terminal_stops_the_evaluation_and_its_writer_with_every_epi
 
 
 def test_a_killed_evaluation_is_repaired_by_the_next_command(
-    capsys, monkeypatch, tmp_path, scenario_file, dlsched_process
+    capsys, monkeypatch, tmp_path, scenario_file, dlsched_process, new_sqlite_store
 ):
+    new_sqlite_store(tmp_path)
     process = dlsched_process(
         ["evaluate", "--scenario", scenario_file, "--policy", "default",
          "--episodes", "20", "--no-progress", "--no-plots"],
@@ -171,7 +174,8 @@ def test_a_killed_evaluation_is_repaired_by_the_next_command(
     assert "marked 0 runs KILLED" in _one_more_command(capsys, monkeypatch, tmp_path)
 
 
-def test_runs_of_a_live_process_are_never_repaired(capsys, monkeypatch, tmp_path):
+def test_runs_of_a_live_process_are_never_repaired(capsys, monkeypatch, tmp_path, new_sqlite_store):
+    new_sqlite_store(tmp_path)
     uri = _store(tmp_path)
     client = MlflowClient(uri)
     from dlsched.runs.tracking.owners import owner_tags
@@ -185,8 +189,9 @@ def test_runs_of_a_live_process_are_never_repaired(capsys, monkeypatch, tmp_path
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_an_interrupted_training_keeps_and_logs_its_work(
-    monkeypatch, tmp_path, dlsched_process, signum
+    monkeypatch, tmp_path, dlsched_process, new_sqlite_store, signum
 ):
+    new_sqlite_store(tmp_path)
     process = dlsched_process(
         ["train", "--scenario", "dqoes-resnet50-burst-target20", "--timesteps", "1000000",
          "--n-envs", "2", "--eval-every", "256", "--eval-episodes", "1", "--no-progress",

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import os
 import re
-import uuid
 from pathlib import Path
 
 import pytest
@@ -15,25 +14,14 @@ from mlflow import MlflowClient
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobKind
 from dlsched.runs.cli import main
-from dlsched.runs.evaluation import EpisodeMetrics, EpisodeScore, PolicyIdentity
 from dlsched.runs.evaluation import runners as evaluation_module
 from dlsched.runs.tracking import episode_run
 from dlsched.runs.tracking.compare import compare_stored
 from dlsched.runs.tracking.comparison_run import COMPARE_EXPERIMENT
 from dlsched.runs.tracking.run_logging import TAG_KIND
-from dlsched.runs.tracking.stored_runs import StoredEpisode
 from dlsched.runs.tracking.target import ENV_VAR
 
 SCENARIO = "dqoes-resnet50-burst-target40"
-
-
-@pytest.fixture
-def store(mlflow_store, monkeypatch, tmp_path):
-    """The session's sqlite store as the environment's tracking URI; a fresh experiment name."""
-    _, uri = mlflow_store
-    monkeypatch.setenv(ENV_VAR, uri)
-    monkeypatch.chdir(tmp_path)
-    return f"compare-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
@@ -59,19 +47,23 @@ def evaluate(capsys, scenario: Path, experiment: str, policies: str, *extra: str
     return out
 
 
-def test_compare_prints_the_numbers_evaluate_printed(capsys, store, short_scenario, monkeypatch):
-    table = evaluate(capsys, short_scenario, store, "default,dqoes,oracle", "--episodes", "3")
+def test_compare_prints_the_numbers_evaluate_printed(
+    capsys, new_experiment, short_scenario, monkeypatch
+):
+    table = evaluate(
+        capsys, short_scenario, new_experiment, "default,dqoes,oracle", "--episodes", "3"
+    )
     summary = json.loads(next(Path("runs").glob("*/summary.json")).read_text())
 
     def no_rerun(*args, **kwargs):
         raise AssertionError("compare reran an episode")
 
     monkeypatch.setattr(evaluation_module, "run_episode", no_rerun)
-    code, compared_table, err = cli(capsys, "compare", "--experiment", store, "--no-plot")
+    code, compared_table, err = cli(capsys, "compare", "--experiment", new_experiment, "--no-plot")
     assert code == 0, err
     assert compared_table == table
     code, compared_json, _ = cli(
-        capsys, "compare", "--experiment", store, "--format", "json", "--no-plot"
+        capsys, "compare", "--experiment", new_experiment, "--format", "json", "--no-plot"
     )
     compared = json.loads(compared_json)["scenarios"]
     assert compared == summary["scenarios"]
@@ -85,33 +77,39 @@ def test_compare_prints_the_numbers_evaluate_printed(capsys, store, short_scenar
 
 
 def test_compare_reads_the_headline_of_a_store_written_before_it_was_renamed(
-    capsys, store, short_scenario, monkeypatch
+    capsys, new_experiment, short_scenario, monkeypatch
 ):
     """Episode runs logged before the headline had its capitalised name (``Satisfied
     fraction``) hold it as ``episode/satisfied_fraction_mean``: compare reads both."""
     with monkeypatch.context() as before:
         # every episode metric named episode/<name>, as dlsched logged them
         before.setattr(episode_run, "episode_metric_key", lambda name: f"episode/{name}")
-        old = evaluate(capsys, short_scenario, store, "default,dqoes", "--episodes", "2")
+        old = evaluate(capsys, short_scenario, new_experiment, "default,dqoes", "--episodes", "2")
     client = MlflowClient(os.environ[ENV_VAR])
-    (experiment,) = [e.experiment_id for e in client.search_experiments() if e.name == store]
+    (experiment,) = [
+        e.experiment_id for e in client.search_experiments() if e.name == new_experiment
+    ]
     (episode, *_) = client.search_runs([experiment], f"tags.`{TAG_KIND}` = 'episode'")
     assert "episode/satisfied_fraction_mean" in episode.data.metrics
     assert "Satisfied fraction" not in episode.data.metrics
-    code, table, err = cli(capsys, "compare", "--experiment", store, "--no-plot", "--no-log")
+    code, table, err = cli(
+        capsys, "compare", "--experiment", new_experiment, "--no-plot", "--no-log"
+    )
     assert code == 0, err
     assert table == old
 
 
 def test_evaluations_run_apart_are_compared_without_rerunning_and_never_pooled(
-    capsys, store, short_scenario, tmp_path
+    capsys, new_experiment, short_scenario, tmp_path
 ):
-    evaluate(capsys, short_scenario, store, "default,dqoes", "--episodes", "2")
-    evaluate(capsys, short_scenario, store, "equal,dqoes", "--episodes", "2", "--seed", "5")
+    evaluate(capsys, short_scenario, new_experiment, "default,dqoes", "--episodes", "2")
+    evaluate(
+        capsys, short_scenario, new_experiment, "equal,dqoes", "--episodes", "2", "--seed", "5"
+    )
     plot = tmp_path / "compare.png"
     code, out, err = cli(
-        capsys, "compare", "--experiment", store, "--format", "json", "--plot", str(plot)
-    )
+        capsys, "compare", "--experiment", new_experiment, "--format", "json", "--plot", str(plot)
+    )  # fmt: skip
     assert code == 0, err
     (scenario,) = json.loads(out)["scenarios"]
     labels = [entry["label"] for entry in scenario["policies"]]
@@ -128,7 +126,7 @@ def test_evaluations_run_apart_are_compared_without_rerunning_and_never_pooled(
     assert f"plot: {plot}" in err
 
     code, markdown, _ = cli(
-        capsys, "compare", "--experiment", store, "--format", "markdown", "--no-plot"
+        capsys, "compare", "--experiment", new_experiment, "--format", "markdown", "--no-plot"
     )
     assert code == 0
     assert markdown.startswith(f"### {scenario['scenario']} (inference, replay backend")
@@ -137,11 +135,11 @@ def test_evaluations_run_apart_are_compared_without_rerunning_and_never_pooled(
 
 
 def test_compare_is_logged_as_a_run_with_its_plot_and_headlines(
-    capsys, store, short_scenario, tmp_path, mlflow_store
+    capsys, new_experiment, short_scenario, tmp_path, mlflow_store
 ):
-    evaluate(capsys, short_scenario, store, "default,dqoes", "--episodes", "2")
+    evaluate(capsys, short_scenario, new_experiment, "default,dqoes", "--episodes", "2")
     plot = tmp_path / "compare.png"
-    code, table, err = cli(capsys, "compare", "--experiment", store, "--plot", str(plot))
+    code, table, err = cli(capsys, "compare", "--experiment", new_experiment, "--plot", str(plot))
     assert code == 0, err
     (run_id,) = re.findall(
         r"comparison logged: MLflow run (\w+) \(experiment dlsched-compare\)", err
@@ -151,7 +149,7 @@ def test_compare_is_logged_as_a_run_with_its_plot_and_headlines(
     assert run.info.status == "FINISHED"
     assert run.data.tags[TAG_KIND] == "comparison"
     assert client.get_experiment(run.info.experiment_id).name == COMPARE_EXPERIMENT
-    assert run.data.params["filter.experiment"] == store
+    assert run.data.params["filter.experiment"] == new_experiment
     artifacts = {artifact.path for artifact in client.list_artifacts(run_id)}
     assert {"compare.png", "compare.txt", "compare.json"} == artifacts
     # the headline of every row, and nothing else
@@ -164,15 +162,17 @@ def test_compare_is_logged_as_a_run_with_its_plot_and_headlines(
     }
     assert run.data.metrics == pytest.approx(expected)
     # a comparison run is never read back as an episode; --no-log logs none
-    code, again, err = cli(capsys, "compare", "--experiment", store, "--no-plot", "--no-log")
+    code, again, err = cli(
+        capsys, "compare", "--experiment", new_experiment, "--no-plot", "--no-log"
+    )
     assert code == 0 and again == table and "comparison logged" not in err
 
 
-def test_compare_with_nothing_stored_says_so(capsys, store, monkeypatch, tmp_path):
-    code, _, err = cli(capsys, "compare", "--experiment", f"none-{store}", "--no-plot")
-    assert code == 2 and f"no experiment 'none-{store}'" in err
+def test_compare_with_nothing_stored_says_so(capsys, new_experiment, monkeypatch, tmp_path):
+    code, _, err = cli(capsys, "compare", "--experiment", f"none-{new_experiment}", "--no-plot")
+    assert code == 2 and f"no experiment 'none-{new_experiment}'" in err
     monkeypatch.setenv(ENV_VAR, f"sqlite:///{tmp_path / 'empty.db'}")
-    code, out, err = cli(capsys, "compare", "--scenario", f"none-{store}", "--no-plot")
+    code, out, err = cli(capsys, "compare", "--scenario", f"none-{new_experiment}", "--no-plot")
     assert code == 2 and out == ""
     assert "dlsched compare: error: no MLflow store at" in err and "empty.db" in err
 
@@ -189,31 +189,27 @@ def test_compare_in_a_folder_without_a_store_creates_none_and_says_where(
     assert not (tmp_path / "mlflow.db").exists()
 
 
-def _stored(evaluation: str, started: int, policy: str, seed: int, value: float):
-    return StoredEpisode(
-        run_id=f"{evaluation}-{policy}-{seed}",
-        evaluation_id=evaluation,
-        started_ms=started,
-        experiment="e",
-        scenario="s",
-        scenario_hash="h",
-        kind=JobKind.TRAINING,
-        backend="replay",
-        score=EpisodeScore(
-            PolicyIdentity(policy),
-            seed,
-            EpisodeMetrics(episode_return=0.0, mean_completion_s=value, unfinished_jobs=0.0),
-        ),
-    )
+@pytest.fixture
+def training_episode(stored_episode):
+    """``make(evaluation, started, policy, seed, value)``: an episode of a training scenario
+    whose mean completion time is ``value``."""
+
+    def make(evaluation: str, started: int, policy: str, seed: int, value: float):
+        return stored_episode(
+            policy, evaluation=evaluation, started=started, seed=seed, kind=JobKind.TRAINING,
+            mean_completion_s=value, unfinished_jobs=0.0,
+        )  # fmt: skip
+
+    return make
 
 
-def test_rows_take_their_ratios_from_their_own_evaluations_default():
+def test_rows_take_their_ratios_from_their_own_evaluations_default(training_episode):
     episodes = [
-        _stored("s-20260101-000000-aaaaaa", 1, "default", 0, 100.0),
-        _stored("s-20260101-000000-aaaaaa", 2, "flowcon", 0, 80.0),
-        _stored("s-20260108-000000-bbbbbb", 3, "default", 0, 200.0),
-        _stored("s-20260108-000000-bbbbbb", 4, "flowcon", 0, 150.0),
-        _stored("s-20260109-000000-cccccc", 5, "specon", 0, 120.0),
+        training_episode("s-20260101-000000-aaaaaa", 1, "default", 0, 100.0),
+        training_episode("s-20260101-000000-aaaaaa", 2, "flowcon", 0, 80.0),
+        training_episode("s-20260108-000000-bbbbbb", 3, "default", 0, 200.0),
+        training_episode("s-20260108-000000-bbbbbb", 4, "flowcon", 0, 150.0),
+        training_episode("s-20260109-000000-cccccc", 5, "specon", 0, 120.0),
     ]
     (comparison,) = compare_stored(episodes)
     rows = {s.label: s.metric("mean_completion_s") for s in comparison.summaries}
@@ -230,15 +226,17 @@ def test_rows_take_their_ratios_from_their_own_evaluations_default():
     assert comparison.best("mean_completion_s") == {2}  # lower is better
 
 
-def test_identical_evaluations_are_one_row_with_their_count():
+def test_identical_evaluations_are_one_row_with_their_count(training_episode):
     """Rerunning the main job (a deterministic replay) four times gives one row, not four."""
     episodes = [
-        _stored(f"s-2026010{day}-000000-{day}{day}", day * 10 + seed, policy, seed, value + seed)
+        training_episode(
+            f"s-2026010{day}-000000-{day}{day}", day * 10 + seed, policy, seed, value + seed
+        )
         for day in (1, 2, 3, 4)
         for policy, value in (("default", 100.0), ("flowcon", 80.0))
         for seed in (0, 1)
     ]
-    episodes.append(_stored("s-20260105-000000-55", 60, "flowcon", 0, 70.0))  # another result
+    episodes.append(training_episode("s-20260105-000000-55", 60, "flowcon", 0, 70.0))  # another
     (comparison,) = compare_stored(episodes)
     labels = [summary.label for summary in comparison.summaries]
     assert labels == [

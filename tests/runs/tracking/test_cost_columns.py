@@ -9,32 +9,20 @@ import itertools
 import json
 import math
 import os
-import uuid
 
 import pytest
 from mlflow import MlflowClient
 
 from dlsched.baselines import make
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
-from dlsched.envs.scenarios.model import JobKind
 from dlsched.envs.telemetry import JobState
 from dlsched.runs.cli import main
-from dlsched.runs.evaluation import EpisodeMetrics, EpisodeScore, PolicyIdentity, run_episode
+from dlsched.runs.evaluation import run_episode
 from dlsched.runs.tracking.compare import compare_stored, render_table
-from dlsched.runs.tracking.stored_runs import StoredEpisode
 from dlsched.runs.tracking.target import ENV_VAR
 
 COST = ("cores_allocated_mean", "cores_used_mean", "satisfied_per_core_s")
 DECISION = ("decision_ms_median", "decision_ms_p99")
-
-
-@pytest.fixture
-def store(mlflow_store, monkeypatch, tmp_path):
-    """The session's sqlite store as the environment's tracking URI; a fresh experiment name."""
-    _, uri = mlflow_store
-    monkeypatch.setenv(ENV_VAR, uri)
-    monkeypatch.chdir(tmp_path)
-    return f"cost-{uuid.uuid4().hex[:8]}"
 
 
 def _cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -50,13 +38,16 @@ def _allocated_by_hand(step) -> float:
     return min(8.0, held)
 
 
-def test_evaluate_prints_logs_and_compare_ranks_what_the_cpu_costs(capsys, store, tmp_path):
+def test_evaluate_prints_logs_and_compare_ranks_what_the_cpu_costs(
+    capsys, new_experiment, tmp_path
+):
     scenario = dataclasses.replace(load_scenario("dqoes-resnet50-burst-target40"), horizon_s=50.0)
     path = tmp_path / "short.yaml"
     path.write_text(dump_scenario(scenario))
     code, out, err = _cli(
         capsys, "evaluate", "--no-progress", "--scenario", str(path), "--policy",
-        "default,dqoes,oracle", "--episodes", "2", "--experiment", store, "--out", "runs", "--json",
+        "default,dqoes,oracle", "--episodes", "2", "--experiment", new_experiment, "--out", "runs",
+        "--json",
     )  # fmt: skip
     assert code == 0, err
     printed = json.loads(out)
@@ -109,11 +100,14 @@ def test_evaluate_prints_logs_and_compare_ranks_what_the_cpu_costs(capsys, store
     ]
     # compare reads the same back from the store, and prints the columns and ranks
     code, compared, err = _cli(
-        capsys, "compare", "--experiment", store, "--format", "json", "--no-plot", "--no-log"
-    )
+        capsys, "compare", "--experiment", new_experiment, "--format", "json", "--no-plot",
+        "--no-log",
+    )  # fmt: skip
     assert code == 0, err
     assert json.loads(compared)["scenarios"] == printed["scenarios"]
-    code, text, err = _cli(capsys, "compare", "--experiment", store, "--no-plot", "--no-log")
+    code, text, err = _cli(
+        capsys, "compare", "--experiment", new_experiment, "--no-plot", "--no-log"
+    )
     assert code == 0, err
     header, *rows = text.split("\n\n")[0].splitlines()[1:]
     for label in ("cores alloc", "cores used", "sat.s/core.s", "decide ms p50", "decide ms p99"):
@@ -124,36 +118,27 @@ def test_evaluate_prints_logs_and_compare_ranks_what_the_cpu_costs(capsys, store
     assert f"*{mean:.2f} ± " in oracle_row  # the fewest cores, marked best
 
 
-def _episode(started: int, policy: str, satisfied: float, cores: float | None) -> StoredEpisode:
-    return StoredEpisode(
-        run_id=f"run-{policy}",
-        evaluation_id="s-20260101-000000-aaaaaa",
-        started_ms=started,
-        experiment="e",
-        scenario="s",
-        scenario_hash="h",
-        kind=JobKind.INFERENCE,
-        backend="replay",
-        score=EpisodeScore(
-            PolicyIdentity(policy),
-            0,
-            EpisodeMetrics(
-                episode_return=0.0,
-                satisfied_fraction_mean=satisfied,
-                cores_allocated_mean=cores,
-                cores_used_mean=None if cores is None else cores / 2,
-            ),
-        ),
-    )
+@pytest.fixture
+def costing_episode(stored_episode):
+    """``make(started, policy, satisfied, cores)``: an episode of an inference scenario that
+    satisfied a fraction ``satisfied`` of its services on ``cores`` cores."""
+
+    def make(started: int, policy: str, satisfied: float, cores: float | None):
+        return stored_episode(
+            policy, started=started, satisfied_fraction_mean=satisfied, cores_allocated_mean=cores,
+            cores_used_mean=None if cores is None else cores / 2,
+        )  # fmt: skip
+
+    return make
 
 
-def test_compare_ranks_on_both_and_marks_the_pareto_front():
+def test_compare_ranks_on_both_and_marks_the_pareto_front(costing_episode):
     episodes = [
-        _episode(1, "wasteful", 0.5, 4.0),  # as satisfied as frugal, on more cores
-        _episode(2, "frugal", 0.5, 2.0),
-        _episode(3, "generous", 0.8, 6.0),  # the most satisfied
-        _episode(4, "starving", 0.3, 2.0),  # as few cores as frugal, less satisfied
-        _episode(5, "unmeasured", 0.1, None),  # stored before cores were measured
+        costing_episode(1, "wasteful", 0.5, 4.0),  # as satisfied as frugal, on more cores
+        costing_episode(2, "frugal", 0.5, 2.0),
+        costing_episode(3, "generous", 0.8, 6.0),  # the most satisfied
+        costing_episode(4, "starving", 0.3, 2.0),  # as few cores as frugal, less satisfied
+        costing_episode(5, "unmeasured", 0.1, None),  # stored before cores were measured
     ]
     (comparison,) = compare_stored(episodes)
     assert comparison.ranks("satisfied_fraction_mean") == [2, 2, 1, 4, 5]
@@ -170,9 +155,12 @@ def test_compare_ranks_on_both_and_marks_the_pareto_front():
     assert " 5/- " in ranks["unmeasured"]
 
 
-def test_means_that_print_alike_tie():
+def test_means_that_print_alike_tie(costing_episode):
     """A learned policy's float32 limits can hold a hair less than the worker: the same cost."""
-    episodes = [_episode(1, "dqoes", 0.438, 8.0), _episode(2, "learned", 0.421, 7.9999996)]
+    episodes = [
+        costing_episode(1, "dqoes", 0.438, 8.0),
+        costing_episode(2, "learned", 0.421, 7.9999996),
+    ]
     (comparison,) = compare_stored(episodes)
     assert comparison.ranks("cores_allocated_mean") == [1, 1]
     assert comparison.best("cores_allocated_mean") == set()  # every row ties

@@ -71,13 +71,16 @@ def _evaluate(
 
 @pytest.mark.parametrize("scheme", ["sqlite", "file"])
 def test_every_episode_is_logged_finished_under_the_evaluating_process(
-    monkeypatch, tmp_path: Path, scheme: str
+    monkeypatch, tmp_path: Path, new_sqlite_store, scheme: str
 ) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 refuses it otherwise
     monkeypatch.chdir(tmp_path)  # a sqlite store's artifacts go beside it
-    sqlite = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    uri = sqlite if scheme == "sqlite" else (tmp_path / "mlruns").as_uri()
+    uri = (
+        f"sqlite:///{new_sqlite_store(tmp_path)}"
+        if scheme == "sqlite"
+        else (tmp_path / "mlruns").as_uri()
+    )
     outcome = _evaluate(uri, tmp_path / "out", episode_plots=True)
 
     assert outcome.failure is None
@@ -97,10 +100,11 @@ def test_every_episode_is_logged_finished_under_the_evaluating_process(
 
 
 def test_a_writer_stuck_on_a_lock_held_at_the_fork_is_stopped_and_its_run_marked(
-    monkeypatch, tmp_path: Path
+    monkeypatch, tmp_path: Path, new_sqlite_store
 ) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
     monkeypatch.chdir(tmp_path)
+    new_sqlite_store(tmp_path)
     _deadlock_writer_at(monkeypatch, "dqoes", 1)  # the last episode
     monkeypatch.setattr(episode_writer, "STALL_TIMEOUT_S", 3.0)
     started = time.monotonic()
@@ -147,7 +151,7 @@ def _no_writer_left() -> bool:
 
 
 def test_an_evaluation_goes_on_past_a_writer_stuck_mid_way_behind_a_full_pipe(
-    monkeypatch, tmp_path: Path
+    monkeypatch, tmp_path: Path, new_sqlite_store
 ) -> None:
     monkeypatch.delenv(ENV_VAR, raising=False)
     monkeypatch.chdir(tmp_path)
@@ -155,7 +159,7 @@ def test_an_evaluation_goes_on_past_a_writer_stuck_mid_way_behind_a_full_pipe(
     # it six more
     _deadlock_writer_at(monkeypatch, "default", 1)
     monkeypatch.setattr(episode_writer, "STALL_TIMEOUT_S", 2.0)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = f"sqlite:///{new_sqlite_store(tmp_path)}"
     # without the courier, the evaluation blocked in a send for ever (the test timed out)
     outcome = _evaluate(uri, tmp_path / "out", seeds=(0, 1, 2, 3), horizon_s=LONG_HORIZON_S)
 
@@ -227,7 +231,7 @@ def test_a_writer_silent_with_episodes_in_hand_is_stopped_while_they_are_handed_
 
 
 def test_a_writer_that_only_draws_after_the_store_failed_is_not_taken_for_stuck(
-    monkeypatch, tmp_path: Path
+    monkeypatch, tmp_path: Path, new_sqlite_store
 ) -> None:
     from mlflow.exceptions import MlflowException
 
@@ -245,7 +249,7 @@ def test_a_writer_that_only_draws_after_the_store_failed_is_not_taken_for_stuck(
     monkeypatch.setattr(episode_writer, "plot_episode", slow_plots)
     monkeypatch.setattr(episode_writer, "STALL_TIMEOUT_S", 2.0)
     outcome = _evaluate(
-        f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "out", episode_plots=True,
+        f"sqlite:///{new_sqlite_store(tmp_path)}", tmp_path / "out", episode_plots=True,
         seeds=(0, 1, 2, 3, 4),
     )  # fmt: skip
 

@@ -116,8 +116,10 @@ class _LosesTheTagRace(MlflowClient):
 RACE = "BAD_REQUEST: (sqlite3.IntegrityError) UNIQUE constraint failed: experiment_tags.key"
 
 
-def test_an_experiment_tag_lost_to_a_concurrent_first_writer_is_written_again(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_an_experiment_tag_lost_to_a_concurrent_first_writer_is_written_again(
+    tmp_path, new_sqlite_store
+):
+    uri = f"sqlite:///{new_sqlite_store(tmp_path)}"
     client = _LosesTheTagRace(uri, losses=2, error=RACE)
     experiment = client.create_experiment("race")
     set_experiment_tag(client, experiment, "note", "mine")
@@ -125,8 +127,10 @@ def test_an_experiment_tag_lost_to_a_concurrent_first_writer_is_written_again(tm
     assert client.get_experiment(experiment).tags["note"] == "mine"
 
 
-def test_an_experiment_tag_failing_otherwise_or_losing_every_race_is_not_hidden(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_an_experiment_tag_failing_otherwise_or_losing_every_race_is_not_hidden(
+    tmp_path, new_sqlite_store
+):
+    uri = f"sqlite:///{new_sqlite_store(tmp_path)}"
     other = _LosesTheTagRace(uri, losses=1, error="RESOURCE_DOES_NOT_EXIST: no experiment")
     experiment = other.create_experiment("race")
     with pytest.raises(MlflowException, match="RESOURCE_DOES_NOT_EXIST"):
@@ -152,11 +156,11 @@ def _digest(path: Path) -> str:
     ids=["leftover-temporary-table", "older-revision", "no-revision"],
 )
 def test_a_half_migrated_store_is_named_with_the_repair_and_left_untouched(
-    capsys, monkeypatch, tmp_path, tiny_scenario, damage, named
+    capsys, monkeypatch, tmp_path, tiny_scenario, new_sqlite_store, damage, named
 ):
-    store = tmp_path / "mlflow.db"
+    store = new_sqlite_store(tmp_path)
     uri = f"sqlite:///{store}"
-    MlflowClient(uri).search_experiments()
+    MlflowClient(uri).search_experiments()  # in use: its Default experiment made
     with sqlite3.connect(store) as db:
         db.execute(damage)
     before = _digest(store)
@@ -190,9 +194,9 @@ def test_a_folder_where_the_store_should_be_is_said_at_once(
 
 
 def test_mlflow_log_noise_stays_in_the_log_file_the_message_names(
-    capsys, monkeypatch, tmp_path, tiny_scenario
+    capsys, monkeypatch, tmp_path, tiny_scenario, new_sqlite_store
 ):
-    store = tmp_path / "mlflow.db"
+    store = new_sqlite_store(tmp_path)
     MlflowClient(f"sqlite:///{store}").search_experiments()
     with sqlite3.connect(store) as db:
         db.execute("create table _alembic_tmp_params (x integer)")
@@ -210,7 +214,7 @@ def test_mlflow_log_noise_stays_in_the_log_file_the_message_names(
 
 
 def test_a_full_disk_under_out_is_one_message_and_a_failed_run(
-    capsys, monkeypatch, tmp_path, tiny_scenario
+    capsys, monkeypatch, tmp_path, tiny_scenario, new_sqlite_store
 ):
     import errno
 
@@ -222,6 +226,7 @@ def test_a_full_disk_under_out_is_one_message_and_a_failed_run(
     monkeypatch.setattr(trajectory, "write_trajectory", full)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
+    new_sqlite_store(tmp_path)  # the default store, there already
     code = main(["evaluate", "--scenario", str(tiny_scenario), "--policy", "default",
                  "--episodes", "1", "--no-progress", "--no-plots"])  # fmt: skip
     err = capsys.readouterr().err

@@ -26,12 +26,12 @@ POLICIES = ("default", "dqoes")
 
 
 @pytest.fixture
-def missed_evaluation(capsys, monkeypatch, tmp_path) -> tuple[Path, str]:
+def missed_evaluation(capsys, monkeypatch, tmp_path, new_sqlite_store) -> tuple[Path, str]:
     """A tracked evaluation whose store got none of its episodes: ``(folder, store uri)``."""
     scenario = dataclasses.replace(load_scenario("dqoes-resnet50-burst-target40"), horizon_s=50.0)
     path = tmp_path / "short.yaml"
     path.write_text(dump_scenario(scenario))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = f"sqlite:///{new_sqlite_store(tmp_path)}"
     original = EvaluationTracker.record_episode
 
     def store_lost(tracker, result):

@@ -94,13 +94,14 @@ def test_a_relative_sqlite_store_is_named_from_the_working_directory():
 
 
 def test_an_evaluation_after_a_change_of_folder_tracks_to_the_new_folder(
-    capsys, monkeypatch, tmp_path, short_scenario, no_env_uri
+    capsys, monkeypatch, tmp_path, short_scenario, no_env_uri, new_sqlite_store
 ):
     # MLflow keeps a store object per URI for the process: a relative URI kept the first
     # folder's file after an in-process caller changed folder
     said = {}
     for name in ("first", "second"):
         (tmp_path / name).mkdir()
+        new_sqlite_store(tmp_path / name)  # a default store in each folder, in use by none
         monkeypatch.chdir(tmp_path / name)
         code, _, said[name] = evaluate_cli(
             capsys, "--scenario", str(short_scenario), "--policy", "default",

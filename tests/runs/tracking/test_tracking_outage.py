@@ -9,12 +9,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -26,34 +22,6 @@ from dlsched.runs.tracking.server_watch import ServerWatch
 
 #: What the issue asks: the first message within 30 s of the server's death.
 FIRST_MESSAGE_S = 30.0
-
-
-def _serve(port: int, backend_db: Path) -> subprocess.Popen:
-    """``mlflow server`` on ``port`` over ``backend_db`` (and its artifacts beside it)."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-         f"sqlite:///{backend_db}", "--artifacts-destination", str(backend_db.parent / "artifacts"),
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
-                return process
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                _stop(process)
-                pytest.fail(f"mlflow server on port {port} did not start")
-            time.sleep(0.2)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
 
 
 class _Lines:
@@ -116,32 +84,29 @@ def test_a_server_killed_mid_evaluation_is_said_at_once_and_synced_after(
     episodes = sorted(path.parent.name for path in folder.glob("*/episode.json"))
     assert len(episodes) == 6  # every episode of the evaluation is on disk
 
-    restarted = _serve(port, backend_db)
-    try:
-        monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-        assert main(["runs", "sync", str(folder)]) == 0
-        first = capsys.readouterr().out
-        assert "status FINISHED" in first and "tagged dlsched.degraded=true" in first
-        client = MlflowClient(uri)
-        experiments = [experiment.experiment_id for experiment in client.search_experiments()]
-        runs = client.search_runs(experiments)
-        finished = sorted(
-            run.info.run_name for run in runs
-            if run.data.tags.get("dlsched.kind") == "episode" and run.info.status == "FINISHED"
-        )  # fmt: skip
-        assert finished == episodes
-        (parent,) = [run for run in runs if run.data.tags.get("dlsched.kind") == "evaluation"]
-        assert parent.info.status == "FINISHED"
-        assert parent.data.tags["dlsched.degraded"] == "true"
-        assert "dqoes satisfied fraction" in parent.data.metrics
-        count = len(runs)
+    mlflow_server_factory(port, backend_db)  # stopped at the test's end
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["runs", "sync", str(folder)]) == 0
+    first = capsys.readouterr().out
+    assert "status FINISHED" in first and "tagged dlsched.degraded=true" in first
+    client = MlflowClient(uri)
+    experiments = [experiment.experiment_id for experiment in client.search_experiments()]
+    runs = client.search_runs(experiments)
+    finished = sorted(
+        run.info.run_name for run in runs
+        if run.data.tags.get("dlsched.kind") == "episode" and run.info.status == "FINISHED"
+    )  # fmt: skip
+    assert finished == episodes
+    (parent,) = [run for run in runs if run.data.tags.get("dlsched.kind") == "evaluation"]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["dlsched.degraded"] == "true"
+    assert "dqoes satisfied fraction" in parent.data.metrics
+    count = len(runs)
 
-        assert main(["runs", "sync", str(folder)]) == 0  # again: nothing to add
-        second = capsys.readouterr().out
-        assert "uploaded nothing; 6 episodes were already there" in second
-        assert len(client.search_runs(experiments)) == count
-    finally:
-        _stop(restarted)
+    assert main(["runs", "sync", str(folder)]) == 0  # again: nothing to add
+    second = capsys.readouterr().out
+    assert "uploaded nothing; 6 episodes were already there" in second
+    assert len(client.search_runs(experiments)) == count
 
 
 @pytest.mark.slow
@@ -159,13 +124,10 @@ def test_the_watch_says_when_the_server_dies_and_when_it_is_back(mlflow_server_f
             time.sleep(0.05)
         assert watch.down and "stopped answering" in said[0][1]
         assert said[0][0] - killed_at < FIRST_MESSAGE_S
-        restarted = _serve(urlparse(uri).port, backend_db)
-        try:
-            deadline = time.monotonic() + FIRST_MESSAGE_S
-            while watch.down and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert not watch.down and "answers again" in said[-1][1]
-        finally:
-            _stop(restarted)
+        mlflow_server_factory(urlparse(uri).port, backend_db)
+        deadline = time.monotonic() + FIRST_MESSAGE_S
+        while watch.down and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not watch.down and "answers again" in said[-1][1]
     finally:
         watch.stop()
