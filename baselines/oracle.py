@@ -21,10 +21,11 @@ of ``dlsched evaluate`` (its distance on the papers' scenarios: ``docs/papers/RE
   0.883; nothing changed on the other shipped inference scenarios).
 - **Frugal** (``frugal=True``, a teacher for schedulers that save CPU): the same admission, but
   the cores no admitted service needs stay idle: the services left out get the floor, and a
-  worker is never shared equally (each service gets its need). It satisfies at most as many
-  services as the default oracle and allocates what the satisfied ones need, which is what a
-  scheduler charged for the cores it holds (the ``satisfied_fraction_cores`` reward) should
-  learn to do.
+  worker is never shared equally (each service gets its need). It plans to satisfy the services
+  the default oracle admits and allocates only what they need (the services it starves crowd the
+  others less, so it may satisfy more; where an equal share was what kept every service within
+  its band, fewer), which is what a scheduler charged for the cores it holds (the
+  ``satisfied_fraction_cores`` reward) should learn to do.
 - **Training**: shortest remaining work first. On each worker, jobs ordered by the time they
   would still need alone (remaining iterations over their uncapped throughput) get their CPU
   demand in that order until the worker is full; the rest get the environment's floor.
