@@ -226,41 +226,33 @@ def _work_left_s(
 def _sum_below(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     """Per entry, the sum of the values of its group that sort before it (smaller, or equal
     and earlier); NaN values count as nothing and get nothing (0)."""
-    if not len(value):
-        return np.zeros(0)
     known = ~np.isnan(value)
-    keyed = np.where(known, value, np.inf)
-    order = np.lexsort((np.arange(len(value)), keyed, group))
+    # lexsort is stable: of equal values in a group, the earlier sorts first.
+    order = np.lexsort((np.where(known, value, np.inf), group))
     sorted_values = np.where(known, value, 0.0)[order]
-    before = np.cumsum(sorted_values) - sorted_values
     sorted_group = group[order]
-    starts = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
-    sizes = np.diff(np.r_[starts, len(order)])
-    before -= np.repeat(before[starts], sizes)
-    result = np.zeros(len(value))
-    result[order] = before
+    before = np.cumsum(sorted_values) - sorted_values
+    # The sum before an entry less the sum before the first entry of its group.
+    start = np.searchsorted(sorted_group, sorted_group)
+    result = np.empty(len(value))
+    result[order] = before - before[start]
     return np.where(known, result, 0.0)
 
 
 def _share_below(group: np.ndarray, value: np.ndarray) -> np.ndarray:
     """Per entry, the fraction of the other entries of its group with a smaller value (infinite
     values are larger than every finite one, and get 0 themselves)."""
-    if not len(value):
-        return np.zeros(0)
     order = np.lexsort((value, group))
     sorted_group = group[order]
-    starts = np.flatnonzero(np.r_[True, sorted_group[1:] != sorted_group[:-1]])
-    sizes = np.diff(np.r_[starts, len(order)])
     sorted_values = value[order]
-    # equal values are not ordered: each has the rank of the first of them
-    first = np.r_[
-        True, (sorted_group[1:] != sorted_group[:-1]) | (sorted_values[1:] != sorted_values[:-1])
-    ]
-    position = np.arange(len(order))
-    rank = np.maximum.accumulate(np.where(first, position, 0)) - np.repeat(starts, sizes)
-    others = np.repeat(np.maximum(sizes - 1, 1), sizes)
-    result = np.zeros(len(value))
-    result[order] = rank / others
+    # Equal values are not ordered: each has the rank of the first of them in its group.
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (sorted_group[1:] != sorted_group[:-1]) | (sorted_values[1:] != sorted_values[:-1])
+    first_equal = np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+    start = np.searchsorted(sorted_group, sorted_group)
+    size = np.searchsorted(sorted_group, sorted_group, side="right") - start
+    result = np.empty(len(value))
+    result[order] = (first_equal - start) / np.maximum(size - 1, 1)
     return np.where(np.isfinite(value), result, 0.0)
 
 

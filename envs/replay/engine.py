@@ -282,8 +282,12 @@ class ReplayEngine(EpisodeBatch):
         throttles = self.table.throttles
         if throttles:
             physics = self.physics
-            physics.throttled_s[rows] = 0.0
-            physics.quota_s[rows] = 0.0
+            if every:
+                physics.throttled_s.fill(0.0)
+                physics.quota_s.fill(0.0)
+            else:
+                physics.throttled_s[rows] = 0.0
+                physics.quota_s[rows] = 0.0
         self._wake(rows)
         moving = self.now < end if every else rows & (self.now < end)
         cells = None  # jobs keep their worker and slot while time passes: found once, if needed
@@ -315,12 +319,20 @@ class ReplayEngine(EpisodeBatch):
 
     def _throttle_ratios(self, rows: np.ndarray) -> None:
         """The throttle ratio of every job of ``rows`` (a mask) over the advance just ended."""
-        physics = self.physics
-        quota_s = physics.quota_s[rows]
+        physics, state = self.physics, self.state
+        every = np.count_nonzero(rows) == len(rows)
+        # Gathering and scattering by a mask costs more than the division: skipped when every
+        # row was timed, as in every step of an environment that is not batched.
+        quota_s = physics.quota_s if every else physics.quota_s[rows]
+        throttled_s = physics.throttled_s if every else physics.throttled_s[rows]
+        phase = state.phase if every else state.phase[rows]
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = physics.throttled_s[rows] / quota_s
-        measured = (quota_s > 0) & (self.state.phase[rows] != DONE)
-        self.state.throttle_ratio[rows] = np.where(measured, np.minimum(ratio, 1.0), np.nan)
+            ratio = np.where((quota_s > 0) & (phase != DONE), throttled_s / quota_s, np.nan)
+        np.minimum(ratio, 1.0, out=ratio)
+        if every:
+            state.throttle_ratio = ratio
+        else:
+            state.throttle_ratio[rows] = ratio
 
     def _wake(self, rows: np.ndarray) -> None:
         """Start the first unit of jobs whose start-up ended, resume migrated ones."""

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from dlsched.envs import observation
 from dlsched.envs.observation import (
     FEATURES,
     NEED_CAP,
@@ -101,3 +102,46 @@ def test_training_jobs_read_their_work_left_and_how_many_have_less() -> None:
 def test_an_empty_worker_encodes_to_zeros() -> None:
     observation = _observe(2.0, [])
     assert not observation.any()
+
+
+def _sum_below_by_definition(group: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Per entry, the known values of its group that are smaller, or equal and earlier."""
+    result = np.zeros(len(value))
+    for i in range(len(value)):
+        if math.isnan(value[i]):
+            continue
+        result[i] = sum(
+            value[j]
+            for j in range(len(value))
+            if group[j] == group[i]
+            and not math.isnan(value[j])
+            and (value[j] < value[i] or (value[j] == value[i] and j < i))
+        )
+    return result
+
+
+def _share_below_by_definition(group: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Per finite entry, the share of the other entries of its group with a smaller value."""
+    result = np.zeros(len(value))
+    for i in range(len(value)):
+        others = [j for j in range(len(value)) if group[j] == group[i] and j != i]
+        if np.isfinite(value[i]) and others:
+            result[i] = sum(value[j] < value[i] for j in others) / len(others)
+    return result
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_ranks_within_a_worker_follow_their_definitions(seed: int) -> None:
+    """``cheaper_need`` and ``shorter_jobs`` rank each job within its worker in one vectorised
+    pass; against the rankings written out pair by pair, ties, NaN and infinity included."""
+    rng = np.random.default_rng(seed)
+    count = int(rng.integers(0, 30))
+    group = rng.integers(0, 5, count)
+    value = rng.choice([0.1, 0.25, 0.5, math.nan, float(rng.random())], count)
+    np.testing.assert_allclose(
+        observation._sum_below(group, value), _sum_below_by_definition(group, value), atol=1e-12
+    )
+    left = np.where(np.isnan(value), math.inf, value)
+    np.testing.assert_array_equal(
+        observation._share_below(group, left), _share_below_by_definition(group, left)
+    )
