@@ -21,11 +21,13 @@ of ``dlsched evaluate`` (its distance on the papers' scenarios: ``docs/papers/RE
   0.883; nothing changed on the other shipped inference scenarios).
 - **Frugal** (``frugal=True``, a teacher for schedulers that save CPU): the same admission, but
   the cores no admitted service needs stay idle: the services left out get the floor, and a
-  worker is never shared equally (each service gets its need). It plans to satisfy the services
-  the default oracle admits and allocates only what they need (the services it starves crowd the
-  others less, so it may satisfy more; where an equal share was what kept every service within
-  its band, fewer), which is what a scheduler charged for the cores it holds (the
-  ``satisfied_fraction_cores`` reward) should learn to do.
+  worker whose services all fit gives each its need rather than an equal share. A worker is
+  shared equally only where an equal share keeps every service within its band and their needs,
+  exactly met, do not all fit: there the equal share satisfies more, which outweighs its cores
+  under the ``satisfied_fraction_cores`` reward (a satisfied service is worth more than the
+  charge on a whole worker). It plans to satisfy at least the services the default oracle admits
+  with the cores they need (the services it starves crowd the others less, so it may satisfy
+  more), which is what a scheduler charged for the cores it holds should learn to do.
 - **Training**: shortest remaining work first. On each worker, jobs ordered by the time they
   would still need alone (remaining iterations over their uncapped throughput) get their CPU
   demand in that order until the worker is full; the rest get the environment's floor.
@@ -161,8 +163,9 @@ class CheatingOracle(Baseline):
         equal_when_all_fit: share a worker equally where an equal share keeps each of its
             services within its band (see the module docstring).
         frugal: hold back the cores no admitted service needs: a service that cannot be
-            satisfied gets the floor instead of a share of what is left, and a worker shared
-            equally gives each service its need instead (see the module docstring).
+            satisfied gets the floor instead of a share of what is left, and a worker whose
+            services' needs all fit gives each its need instead of an equal share (see the
+            module docstring).
     """
 
     name = "oracle"
@@ -192,24 +195,36 @@ class CheatingOracle(Baseline):
                 needs = [
                     self.need(job.job_id, job.workload, job.target_s, profiles) for job in jobs
                 ]
-                share = worker.cores / len(jobs)
-                if (
-                    self.equal_when_all_fit
-                    and not self.frugal
-                    and all(
-                        equal_share_satisfies(need, share, job.tolerance)
-                        for need, job in zip(needs, jobs, strict=True)
-                    )
-                ):
-                    cores = {job.job_id: share for job in jobs}
-                else:
-                    cores = satisfy_most(needs, worker.cores, share_the_rest=not self.frugal)
+                cores = self.services_cores(needs, [job.tolerance for job in jobs], worker.cores)
             else:
                 works = [self.work(job.job_id, job.workload, _left(job), profiles) for job in jobs]
                 cores = shortest_first(works, worker.cores)
             for job_id, given in cores.items():
                 limits[job_id] = given / worker.cores
         return Decision(limits=limits)
+
+    def services_cores(
+        self, needs: Sequence[ServiceNeed], tolerances: Sequence[float], capacity: float
+    ) -> dict[str, float]:
+        """Cores per service of one worker of ``capacity`` cores (see the module docstring).
+
+        Args:
+            needs: each service's need at :attr:`aim`.
+            tolerances: each service's tolerance (its band), in the order of ``needs``.
+            capacity: the worker's cores.
+        """
+        share = capacity / len(needs)
+        if (
+            self.equal_when_all_fit
+            # frugal: only where the needs, exactly met, would leave a service out
+            and (not self.frugal or len(admitted(needs, capacity)) < len(needs))
+            and all(
+                equal_share_satisfies(need, share, tolerance)
+                for need, tolerance in zip(needs, tolerances, strict=True)
+            )
+        ):
+            return {need.job_id: share for need in needs}
+        return satisfy_most(needs, capacity, share_the_rest=not self.frugal)
 
     def need(
         self,
