@@ -65,6 +65,20 @@ def _one_more_command(capsys, monkeypatch, folder: Path) -> str:
     return capsys.readouterr().out
 
 
+def _evaluation_under_way(
+    dlsched_process, folder: Path, scenario_file: Path, policies: str, episodes: int
+) -> subprocess.Popen[str]:
+    """A ``dlsched evaluate`` process of 20 episodes per policy of ``policies`` in ``folder``,
+    once ``episodes`` of them are on disk."""
+    process = dlsched_process(
+        ["evaluate", "--scenario", scenario_file, "--policy", policies,
+         "--episodes", "20", "--no-progress", "--no-plots"],
+        cwd=folder,
+    )  # fmt: skip
+    _wait_for(lambda: _episodes_on_disk(folder) >= episodes, 120, f"{episodes} episodes")
+    return process
+
+
 # ``after`` episodes are on disk, then ``delay_s`` later the signal: mid-episode or between two.
 POINTS = [(1, 0.0), (1, 0.15), (2, 0.02)]
 
@@ -83,12 +97,9 @@ def test_a_stopped_evaluation_ends_every_run_and_says_so(
 ):
     after, delay_s = point
     new_sqlite_store(tmp_path)
-    process = dlsched_process(
-        ["evaluate", "--scenario", scenario_file, "--policy", "default,dqoes",
-         "--episodes", "20", "--no-progress", "--no-plots"],
-        cwd=tmp_path,
-    )  # fmt: skip
-    _wait_for(lambda: _episodes_on_disk(tmp_path) >= after, 120, f"{after} episodes")
+    process = _evaluation_under_way(
+        dlsched_process, tmp_path, scenario_file, "default,dqoes", after
+    )
     time.sleep(delay_s)
     process.send_signal(signum)
     code = process.wait(timeout=60)
@@ -149,12 +160,7 @@ def test_a_killed_evaluation_is_repaired_by_the_next_command(
     capsys, monkeypatch, tmp_path, scenario_file, dlsched_process, new_sqlite_store
 ):
     new_sqlite_store(tmp_path)
-    process = dlsched_process(
-        ["evaluate", "--scenario", scenario_file, "--policy", "default",
-         "--episodes", "20", "--no-progress", "--no-plots"],
-        cwd=tmp_path,
-    )  # fmt: skip
-    _wait_for(lambda: _episodes_on_disk(tmp_path) >= 1, 120, "an episode")
+    process = _evaluation_under_way(dlsched_process, tmp_path, scenario_file, "default", 1)
     process.kill()
     process.wait(timeout=30)
     uri = _store(tmp_path)

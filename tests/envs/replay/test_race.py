@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from mlp_crowds import mlp_crowd
+from stock_profile_sets import measured_stock_copy
 
 from dlsched.baselines import make
 from dlsched.envs.errors import BackendError, ProfileError
-from dlsched.envs.replay.profile import PROFILES_DIR, load_set_contention
+from dlsched.envs.replay.profile import load_set_contention
 from dlsched.envs.replay.profile_table import ProfileTable
 from dlsched.envs.replay.race import RaceModel, race_data, race_factor
 from dlsched.envs.scenarios.file_format import load_scenario
@@ -29,16 +29,11 @@ RACE = RaceModel(
 
 
 def _stock_set(tmp_path: Path, race: RaceModel | None) -> str:
-    """measured-stock, with ``race`` for its stock jobs (or none)."""
+    """measured-stock, with ``race`` for its stock jobs (or none): one copy per race a test
+    asks for."""
     name = "stock" if race is None else f"stock-race-{race.holding_s[0]:g}"
     directory = tmp_path / name
-    if not directory.exists():
-        shutil.copytree(PROFILES_DIR / "measured-stock", directory)
-        path = directory / "contention.json"
-        data = json.loads(path.read_text())
-        data["races"] = {"stock": race_data(race)} if race is not None else {}
-        path.write_text(json.dumps(data))
-    return str(directory)
+    return str(directory) if directory.exists() else measured_stock_copy(directory, race)
 
 
 def _scenario(profile_set: str, jobs: int, iterations: int = 300) -> Scenario:

@@ -3,16 +3,15 @@ episodes it recovers the curves that replay ran them by."""
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from stock_profile_sets import measured_stock_copy
 
 from dlsched.baselines import make
 from dlsched.envs.errors import ProfileError
-from dlsched.envs.replay.profile import PROFILES_DIR, load_profile_set
+from dlsched.envs.replay.profile import load_profile_set
 from dlsched.envs.replay.profile_table import ProfileTable
 from dlsched.envs.scenarios.model import (
     ArrivalKind,
@@ -41,21 +40,6 @@ TRUE = {
 }
 
 
-def _stock_set(directory: Path, curves: dict[str, tuple[float, float]]) -> str:
-    """measured-stock without its race, copied to ``directory`` with ``curves``."""
-    shutil.copytree(PROFILES_DIR / "measured-stock", directory)
-    contention = directory / "contention.json"
-    data = json.loads(contention.read_text())
-    del data["races"]
-    contention.write_text(json.dumps(data))
-    for workload, (exponent, floor) in curves.items():
-        path = directory / f"{workload}.json"
-        profile = json.loads(path.read_text())
-        profile["contention_exponent"], profile["contention_floor"] = exponent, floor
-        path.write_text(json.dumps(profile))
-    return str(directory)
-
-
 def _mix(profile_set: str) -> Scenario:
     """Eight stock jobs of the four workloads arriving 10 s apart on one 2-core worker: crowds
     of two to eight jobs as they come and go."""
@@ -82,7 +66,7 @@ def _mix(profile_set: str) -> Scenario:
 
 
 def test_the_fit_recovers_the_curves_replay_ran_a_mix_by(tmp_path) -> None:
-    truth = _stock_set(tmp_path / "truth", TRUE)
+    truth = measured_stock_copy(tmp_path / "truth", curves=TRUE)
     scenario = _mix(truth)
     episodes = run_episodes(scenario, make("default"), list(range(3)))
     # measured against the shipped curves' set: only the profiles' throughput is read
@@ -108,7 +92,7 @@ def test_the_fit_recovers_the_curves_replay_ran_a_mix_by(tmp_path) -> None:
 
 
 def test_only_uncapped_steps_of_crowded_workers_count(tmp_path) -> None:
-    truth = _stock_set(tmp_path / "truth", TRUE)
+    truth = measured_stock_copy(tmp_path / "truth", curves=TRUE)
     scenario = _mix(truth)
     table = ProfileTable(scenario)
     (free,) = run_episodes(scenario, make("default"), [0])
@@ -131,7 +115,7 @@ def test_a_workload_seen_in_few_steps_keeps_its_curve() -> None:
 
 
 def test_the_curves_are_written_into_the_profiles_with_their_account(tmp_path) -> None:
-    directory = Path(_stock_set(tmp_path / "set", {}))
+    directory = Path(measured_stock_copy(tmp_path / "set"))
     steps = [
         CrowdedStep("j0", "vae-digits", ratio, 20.0 * (0.2 + 0.8 * ratio**-2.0), 20.0)
         for ratio in np.linspace(1.2, 5.0, 40)

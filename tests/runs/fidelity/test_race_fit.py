@@ -11,12 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mlp_crowds import mlp_crowd
+from stock_profile_sets import measured_stock_copy
 
 from dlsched.baselines import make
 from dlsched.envs.errors import ArgumentError, ProfileError
 from dlsched.envs.replay.profile import PROFILES_DIR, load_profile_set, load_set_contention
 from dlsched.envs.replay.race import RaceModel
 from dlsched.envs.scenarios.file_format import dump_scenario
+from dlsched.envs.scenarios.model import Scenario
 from dlsched.runs.cli import main
 from dlsched.runs.evaluation.runners import run_episode
 from dlsched.runs.fidelity.contention_fit import write_contention
@@ -94,20 +96,8 @@ SLOW = RaceModel(
 )
 
 
-def _stock_set(directory: Path, race: RaceModel | None) -> str:
-    """measured-stock copied to ``directory``, with ``race`` for its stock jobs (or none)."""
-    shutil.copytree(PROFILES_DIR / "measured-stock", directory)
-    path = directory / "contention.json"
-    data = json.loads(path.read_text())
-    del data["races"]
-    path.write_text(json.dumps(data))
-    if race is not None:
-        write_race(directory, "stock", race)
-    return str(directory)
-
-
 def test_the_model_held_against_its_own_episode_keeps_a_level_of_one(tmp_path) -> None:
-    plain = _stock_set(tmp_path / "plain", None)
+    plain = measured_stock_copy(tmp_path / "plain")
     result = run_episode(mlp_crowd(plain, 4, 300, horizon_s=7200.0), make("default"), seed=0)
     spells = crowded_efficiencies(result, plain)
     assert len(spells) == 4  # one crowded spell per job
@@ -123,7 +113,7 @@ def test_the_model_held_against_its_own_episode_keeps_a_level_of_one(tmp_path) -
 def test_the_command_recovers_the_race_replay_drew_and_writes_it_with_its_provenance(
     tmp_path, capsys
 ) -> None:
-    racing = _stock_set(tmp_path / "racing", SLOW)
+    racing = measured_stock_copy(tmp_path / "racing", SLOW)
     scenario_file = tmp_path / "crowd.yaml"
     scenario_file.write_text(dump_scenario(mlp_crowd(racing, 4, 1500, horizon_s=7200.0)))
     records = tmp_path / "records"
@@ -147,7 +137,7 @@ def test_the_command_recovers_the_race_replay_drew_and_writes_it_with_its_proven
         == 0
     )
     fitted_set = tmp_path / "fitted"
-    _stock_set(fitted_set, None)
+    measured_stock_copy(fitted_set)
     (folder,) = records.iterdir()
     capsys.readouterr()
     assert main(["calibrate", "--race-from", str(folder), "--output-dir", str(fitted_set)]) == 0
@@ -172,27 +162,42 @@ def test_the_command_recovers_the_race_replay_drew_and_writes_it_with_its_proven
     }
 
 
-def test_a_new_set_starts_as_the_episodes_set_rescaled_to_the_hosts_speed(tmp_path) -> None:
-    racing = _stock_set(tmp_path / "racing", SLOW)
-    scenario = mlp_crowd(racing, 4, 600, horizon_s=7200.0)
-    evaluation = EvaluationFolder(tmp_path / "records" / "crowd")
+def _recorded(folder: Path, scenario: Scenario, seeds: range, backend: str = "replay") -> Path:
+    """An evaluation folder of ``default``'s replay episodes of ``scenario`` on ``seeds``,
+    recorded as run on ``backend`` (a validation's host side is the same episodes as ``docker``
+    ones)."""
+    evaluation = EvaluationFolder(folder)
     evaluation.create()
-    for seed in range(3):
+    for seed in seeds:
+        result = run_episode(scenario, make("default"), seed)
         evaluation.write_episode(
-            run_episode(scenario, make("default"), seed), dump_scenario(scenario)
+            dataclasses.replace(result, backend=backend), dump_scenario(scenario)
         )
-    plain = fit_crowding_and_race([evaluation.path], tmp_path / "plain")
-    rate = load_profile_set(racing)["mlp-digits"].units_per_s(1.0)
-    assert load_profile_set(str(tmp_path / "plain"))["mlp-digits"].units_per_s(1.0) == rate
-    assert plain.profiles == (tmp_path / "plain" / "mlp-digits.json",)
-    speed = HostSpeed(
+    return evaluation.path
+
+
+def _slower_host(profile_set: str) -> HostSpeed:
+    """A probe of a host on which mlp-digits ran at 0.8 times its pace in ``profile_set``."""
+    return HostSpeed(
         "a slower host",
         "2026-12-06",
-        racing,
+        profile_set,
         "stock",
         (WorkloadSpeed("mlp-digits", "iteration", 1.9, 40.0, 50.0),),
     )
-    fit_crowding_and_race([evaluation.path], tmp_path / "slower", speed=speed)
+
+
+def test_a_new_set_starts_as_the_episodes_set_rescaled_to_the_hosts_speed(tmp_path) -> None:
+    racing = measured_stock_copy(tmp_path / "racing", SLOW)
+    episodes = _recorded(
+        tmp_path / "records" / "crowd", mlp_crowd(racing, 4, 600, horizon_s=7200.0), range(3)
+    )
+    plain = fit_crowding_and_race([episodes], tmp_path / "plain")
+    rate = load_profile_set(racing)["mlp-digits"].units_per_s(1.0)
+    assert load_profile_set(str(tmp_path / "plain"))["mlp-digits"].units_per_s(1.0) == rate
+    assert plain.profiles == (tmp_path / "plain" / "mlp-digits.json",)
+    speed = _slower_host(racing)
+    fit_crowding_and_race([episodes], tmp_path / "slower", speed=speed)
     slower = load_profile_set(str(tmp_path / "slower"))["mlp-digits"]
     assert slower.units_per_s(1.0) == pytest.approx(0.8 * rate, rel=1e-3)
     assert (
@@ -201,28 +206,16 @@ def test_a_new_set_starts_as_the_episodes_set_rescaled_to_the_hosts_speed(tmp_pa
     )
     mismatched = dataclasses.replace(speed, profile_set="measured")
     with pytest.raises(ArgumentError, match=r"probed against profile set 'measured', the episodes"):
-        fit_crowding_and_race([evaluation.path], tmp_path / "other", speed=mismatched)
+        fit_crowding_and_race([episodes], tmp_path / "other", speed=mismatched)
 
 
 def test_a_validations_out_folder_gives_its_host_episodes_and_speed(tmp_path, capsys) -> None:
-    racing = _stock_set(tmp_path / "racing", SLOW)
+    racing = measured_stock_copy(tmp_path / "racing", SLOW)
     scenario = mlp_crowd(racing, 4, 600, horizon_s=7200.0)
     out = tmp_path / "out"
-    text = dump_scenario(scenario)
-    for name, backend, seeds in [("host", "docker", range(3)), ("model", "replay", range(5))]:
-        evaluation = EvaluationFolder(out / name)
-        evaluation.create()
-        for seed in seeds:
-            result = run_episode(scenario, make("default"), seed)
-            evaluation.write_episode(dataclasses.replace(result, backend=backend), text)
-    speed = HostSpeed(
-        "a slower host",
-        "2026-12-06",
-        racing,
-        "stock",
-        (WorkloadSpeed("mlp-digits", "iteration", 1.9, 40.0, 50.0),),
-    )
-    write_host_speed(speed, out / "validation" / "host-speed.json")
+    _recorded(out / "host", scenario, range(3), backend="docker")
+    _recorded(out / "model", scenario, range(5))
+    write_host_speed(_slower_host(racing), out / "validation" / "host-speed.json")
     assert [e.backend for e in recorded_episodes([out])] == ["docker"] * 3
     fitted = tmp_path / "fitted"
     assert main(["calibrate", "--race-from", str(out), "--output-dir", str(fitted)]) == 0
@@ -247,7 +240,7 @@ def test_a_race_needs_a_contention_term_and_episodes(tmp_path) -> None:
 
 
 def test_measuring_the_contention_term_again_keeps_the_race(tmp_path) -> None:
-    directory = Path(_stock_set(tmp_path / "set", SLOW))
+    directory = Path(measured_stock_copy(tmp_path / "set", SLOW))
     measurement = recorded_measurement(directory)
     write_contention(directory, measurement)
     assert load_set_contention(str(directory)).races == {"stock": SLOW}
