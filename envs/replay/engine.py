@@ -309,20 +309,21 @@ class ReplayEngine(EpisodeBatch):
             moving &= self.now < end
         self.now = end if every else np.where(rows, end, self.now)
         timed = seconds > 0 if every else rows & (seconds > 0)
-        if np.count_nonzero(timed) == len(timed):
+        count = np.count_nonzero(timed)
+        if count == len(timed):
             state.usage = (state.cpu_seconds - cpu_before) / seconds[:, None]
-        elif np.count_nonzero(timed):
+        elif count:
             spent = (state.cpu_seconds - cpu_before)[timed]
             state.usage[timed] = spent / seconds[timed][:, None]
-        if throttles and np.count_nonzero(timed):
-            self._throttle_ratios(timed)
+        if throttles and count:
+            self._throttle_ratios(None if count == len(timed) else timed)
 
-    def _throttle_ratios(self, rows: np.ndarray) -> None:
-        """The throttle ratio of every job of ``rows`` (a mask) over the advance just ended."""
+    def _throttle_ratios(self, rows: np.ndarray | None) -> None:
+        """The throttle ratio of every job of ``rows`` (a mask; ``None``: every row) over the
+        advance just ended. Gathering and scattering by a mask costs more than the division,
+        so every row timed (every step of an environment that is not batched) takes neither."""
         physics, state = self.physics, self.state
-        every = np.count_nonzero(rows) == len(rows)
-        # Gathering and scattering by a mask costs more than the division: skipped when every
-        # row was timed, as in every step of an environment that is not batched.
+        every = rows is None
         quota_s = physics.quota_s if every else physics.quota_s[rows]
         throttled_s = physics.throttled_s if every else physics.throttled_s[rows]
         phase = state.phase if every else state.phase[rows]
