@@ -28,6 +28,8 @@ ColumnReward = Callable[[TelemetryColumns], np.ndarray]
 #: What :func:`satisfied_fraction_cores` charges for holding the whole cluster's cores, in
 #: satisfied fraction.
 CORE_CHARGE = 0.25
+#: The name of the reward that charges the cores the limits hold (:func:`satisfied_fraction_cores`).
+CHARGING_REWARD = "satisfied_fraction_cores"
 
 
 def satisfied(columns: TelemetryColumns) -> np.ndarray:
@@ -147,7 +149,7 @@ REWARDS: dict[str, ColumnReward] = {
     "satisfied": satisfied,
     "satisfied_fraction": satisfied_fraction,
     "satisfied_closeness": satisfied_closeness,
-    "satisfied_fraction_cores": satisfied_fraction_cores,
+    CHARGING_REWARD: satisfied_fraction_cores,
     "qoe_gap": qoe_gap,
     "active_jobs": active_jobs,
     "progress": progress,

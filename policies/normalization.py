@@ -65,6 +65,48 @@ class SlotPooledStatistics(RunningMeanStd):
         return twin
 
 
+class FrozenStatistics(SlotPooledStatistics):
+    """Per-feature statistics that no batch updates: those of a trained model, whose actor reads
+    every input through them (:mod:`dlsched.runs.training.warm_start`). Updated by the
+    observations of a fine-tuning, they would move every input the actor sees, and its actions
+    with them, before any weight had changed.
+
+    Args:
+        statistics: the model's statistics (copied).
+    """
+
+    def __init__(self, statistics: ObservationNormalizer) -> None:
+        super().__init__(features=statistics.mean.shape[-1])
+        self.mean = statistics.mean.copy()
+        self.var = statistics.var.copy()
+        self.count = statistics.count
+
+    def update(self, arr: np.ndarray) -> None:
+        """Leave the statistics as they are."""
+
+    def copy(self) -> FrozenStatistics:
+        twin = FrozenStatistics.__new__(FrozenStatistics)
+        RunningMeanStd.__init__(twin, shape=self.mean.shape)
+        twin.mean, twin.var, twin.count = self.mean.copy(), self.var.copy(), float(self.count)
+        return twin
+
+
+def hold_statistics(
+    normalizer: VecNormalize, statistics: ObservationNormalizer | None = None
+) -> None:
+    """Freeze the observation statistics of a training normaliser (:func:`slot_normalizer`'s)
+    at ``statistics``, by default at its own now: an actor has been fitted to them (imitated, or
+    started from a model), and the rest of the training must not move its inputs. Its reward
+    scaling goes on learning.
+
+    Raises:
+        PolicyError: not a normaliser of per-feature observation statistics.
+    """
+    held = statistics if statistics is not None else ObservationNormalizer.of(normalizer)
+    # SB3 annotates obs_rms with its dict variant too; a Box space has the plain one
+    normalizer.obs_rms = FrozenStatistics(held)  # type: ignore[assignment]
+
+
 def slot_normalizer(venv: VecEnv, gamma: float, normalize_reward: bool) -> VecNormalize:
     """Wrap ``venv`` in a ``VecNormalize`` whose observation statistics are per feature.
 

@@ -193,6 +193,21 @@ def register(subparsers: Subcommands) -> None:
         "telemetry)",
         choices=tuple(PLACERS),
     )
+    sb3.add_argument(
+        "--init-from",
+        metavar="MODEL",
+        help="start from a trained model's weights and observation statistics: a folder that "
+        "`dlsched train` wrote, a runs:/<run_id>/model URI or pretrained:<name> (to fine-tune "
+        "it under another --reward or on other scenarios); its algorithm, network, actions, "
+        "frame stack, features and widths must be the training's",
+    )
+    sb3_option(
+        "--critic-warmup",
+        "timesteps whose updates train the critic alone, the actor held (ppo, a2c): for a "
+        "model started from imitation or --init-from, whose critic does not yet value its "
+        "returns",
+        type=int,
+    )
     imitation = add_imitation_options(parser)
     rllib = add_rllib_options(parser)
     add_tracking_uri(parser)

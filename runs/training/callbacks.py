@@ -26,6 +26,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 from tqdm import tqdm
 
 from dlsched.baselines import make as make_baseline
+from dlsched.envs.rewards import CHARGING_REWARD, CORE_CHARGE
 from dlsched.envs.scenarios.model import JobKind, Scenario
 from dlsched.policies.learned import LearnedPolicy, ModelCard, save_model
 from dlsched.policies.policy import Policy
@@ -132,18 +133,20 @@ class ValidationRecord:
     improved: bool
 
 
-def validation_score(results: Sequence[EpisodeResult], kind: JobKind) -> float:
+def validation_score(results: Sequence[EpisodeResult], kind: JobKind, reward: str = "") -> float:
     """The number a validation is ranked by; higher is better.
 
     - inference: the mean over episodes of ``satisfied_fraction_mean``, ``evaluate``'s primary
-      metric;
+      metric; for a model trained on ``satisfied_fraction_cores``, less the reward's charge
+      (:data:`~dlsched.envs.rewards.CORE_CHARGE` times the share of the cluster's cores its
+      limits held on average), so that the model kept is the one that pays for its cores;
     - training: minus the mean completion time of every job that arrived, counting a job that
       did not finish as completing at the episode's end (a censored time, so that an episode
       with unfinished jobs still has a score, and a worse one the more it leaves unfinished).
     """
     if kind is JobKind.INFERENCE:
         values = [
-            r.metrics.satisfied_fraction_mean
+            r.metrics.satisfied_fraction_mean - _core_charge(r, reward)
             for r in results
             if r.metrics.satisfied_fraction_mean is not None
         ]
@@ -155,6 +158,14 @@ def validation_score(results: Sequence[EpisodeResult], kind: JobKind) -> float:
             completion = job.completion_s
             completions.append(end_s - job.arrival_s if completion is None else completion)
     return -statistics.fmean(completions) if completions else -math.inf
+
+
+def _core_charge(result: EpisodeResult, reward: str) -> float:
+    """What ``reward`` charges an episode for the cores it held (0 for a reward blind to them)."""
+    held = result.metrics.cores_allocated_mean
+    if reward != CHARGING_REWARD or held is None:
+        return 0.0
+    return CORE_CHARGE * held / sum(worker.cores for worker in result.scenario.workers)
 
 
 class Validation(BaseCallback):
@@ -221,7 +232,7 @@ class Validation(BaseCallback):
         metrics: dict[str, float] = {}
         for scenario in self.scenarios:
             episodes = self._episodes(scenario, policy)
-            scores.append(validation_score(episodes, kind))
+            scores.append(validation_score(episodes, kind, self.card.reward))
             (summary,) = summarise([episode.score for episode in episodes], kind)
             for spec in metrics_for(kind):
                 mean = summary.metric(spec.name).estimate.mean

@@ -147,6 +147,12 @@ class TrainingConfig:
         imitation: learn a teacher's decisions first (``None``: reinforcement learning only).
         placer: the placer of arriving jobs, by name (:data:`~dlsched.envs.placement.
             PLACERS`): the training environments place with it, and the model brings it.
+        init_from: a trained model the agent starts from, its weights and observation
+            statistics (a folder, a ``runs:/`` or ``models:/`` URI, ``pretrained:<name>``;
+            :mod:`dlsched.runs.training.warm_start`); ``None`` starts from scratch.
+        critic_warmup: the first timesteps whose updates train the critic alone, the actor's
+            parameters held (PPO, A2C; :class:`~dlsched.runs.training.warm_start.
+            CriticWarmUp`).
     """
 
     algo: str
@@ -176,6 +182,8 @@ class TrainingConfig:
     features: tuple[str, ...] = FEATURES
     imitation: ImitationConfig | None = None
     placer: str = "spread"
+    init_from: str | None = None
+    critic_warmup: int = 0
 
     @property
     def training_seeds(self) -> tuple[int, ...]:
@@ -274,6 +282,13 @@ class TrainingConfig:
                 )
         if self.torch_threads < 1:
             problems.append(f"torch_threads={self.torch_threads} must be at least 1")
+        if self.critic_warmup < 0:
+            problems.append(f"critic_warmup={self.critic_warmup} must be >= 0 (0: none)")
+        elif self.critic_warmup and self.algo not in ON_POLICY:
+            problems.append(
+                f"critic_warmup={self.critic_warmup} holds the actor of an actor-critic "
+                f"({', '.join(ON_POLICY)}), not {self.algo}; drop --critic-warmup"
+            )
         problems += hyperparameter_problems(self.algo, dict(self.hyperparams))
         overlap = set(self.training_seeds) & set(self.validation_seeds)
         if self.eval_every and overlap:

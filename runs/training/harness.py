@@ -10,7 +10,8 @@ One call of :func:`train` is one training run:
 2. ``n_envs`` environments (:mod:`dlsched.runs.training.environments`) are vectorised and
    normalised per feature, and the agent (:data:`~dlsched.policies.learned.ALGORITHMS`) is built
    on them with the slot-shared network of :mod:`dlsched.policies.slot_network` (PPO, A2C) or
-   SB3's MLP;
+   SB3's MLP, from scratch or from a trained model's weights and statistics (``init_from``:
+   :mod:`dlsched.runs.training.warm_start`);
 3. it learns, with a progress bar, the rollout QoE, and a validation on held-out seeds every
    ``eval_every`` timesteps that keeps the best model and stops after ``patience``
    validations without improvement (:mod:`dlsched.runs.training.callbacks`);
@@ -62,9 +63,9 @@ from dlsched.envs.errors import PolicyError, TrackingError
 from dlsched.envs.observation import FEATURES, ObservationLayout
 from dlsched.envs.scenarios.file_format import dump_scenario, load_scenario
 from dlsched.envs.scenarios.model import JobKind, Scenario
-from dlsched.policies.learned import ModelCard, algorithm_class, save_model
+from dlsched.policies.learned import LearnedPolicy, ModelCard, algorithm_class, save_model
 from dlsched.policies.mlflow_model import save_mlflow_model
-from dlsched.policies.normalization import slot_normalizer
+from dlsched.policies.normalization import hold_statistics, slot_normalizer
 from dlsched.policies.slot_network import SlotActorCriticPolicy
 from dlsched.runs.tracking.kvwriter import MlflowKVWriter
 from dlsched.runs.tracking.owners import end_run, owner_tags
@@ -84,6 +85,7 @@ from dlsched.runs.training.environments import (
 )
 from dlsched.runs.training.feature_selection import SelectFeatures
 from dlsched.runs.training.imitation import batched_under, imitate
+from dlsched.runs.training.warm_start import CriticWarmUp, check_start, load_start, warm_start
 
 BEST_MODEL_DIR = "model"
 #: The local folder of the best model as an MLflow Model, logged as ``model/``.
@@ -203,6 +205,10 @@ def train(
     any_layout = config.resolved_network == "slot" and not config.slot_agents
     check_compatible(scenarios, "training", any_layout)
     check_compatible([scenarios[0], *eval_scenarios], "training and validation", any_layout)
+    start = None
+    if config.init_from is not None:
+        start = load_start(config.init_from, target.uri if target is not None else None)
+        check_start(start, config, scenarios[0].kind)
     training_id = new_training_id(config, scenarios[0])
     folder = out / training_id
     folder.mkdir(parents=True, exist_ok=False)
@@ -223,7 +229,9 @@ def train(
             "training", tracking.target.uri, tracking.experiment_id, tracking.run_id, training_id
         ).write(folder)
     with run_ended_if_raised(tracking):
-        result = _learn(config, scenarios, eval_scenarios, folder, training_id, tracking, progress)
+        result = _learn(
+            config, scenarios, eval_scenarios, folder, training_id, tracking, progress, start
+        )
     if tracking is not None:
         try:
             _finish_run(tracking, result)
@@ -355,8 +363,10 @@ def _learn(
     training_id: str,
     tracking: TrainingTracking | None,
     progress: bool,
+    start: LearnedPolicy | None,
 ) -> TrainingResult:
-    """Train on ``scenarios``, validating on ``eval_scenarios``; the models land in ``folder``."""
+    """Train on ``scenarios``, validating on ``eval_scenarios``; the models land in ``folder``;
+    the agent starts from ``start`` where one is given."""
     torch.set_num_threads(config.torch_threads)
     card = _model_card(config, scenarios, tracking)
     venv = _training_env(config, scenarios)
@@ -364,19 +374,25 @@ def _learn(
     try:
         normalizer = slot_normalizer(venv, _gamma(config), config.normalize_reward)
         model = _build_model(config, normalizer, card.input_layout)
+        if start is not None:
+            log_std = dict(config.policy_kwargs).get("log_std_init")
+            warm_start(model, normalizer, start, None if log_std is None else float(log_std))
         model.set_logger(_logger(folder, tracking))
         bar = ProgressBar(config.timesteps, enabled=progress)
         callbacks: list[BaseCallback] = [bar]
         if card.kind is JobKind.INFERENCE:
             callbacks.append(RolloutQoE())
+        if config.critic_warmup:
+            callbacks.append(CriticWarmUp(config.critic_warmup))
         validation = _validation(config, eval_scenarios, card, normalizer, folder, bar)
         if validation is not None:
             callbacks.append(validation)
         if config.imitation is not None:
             _imitate(model, normalizer, venv, config, bar, folder)
-            if validation is not None:
-                validation.init_callback(model)
-                validation.validate()  # the imitated model may be the best
+            hold_statistics(normalizer)  # the actor was fitted to them
+        if validation is not None and (config.imitation is not None or start is not None):
+            validation.init_callback(model)
+            validation.validate()  # the imitated or the starting model may be the best
         interruption = _run_learning(model, config, callbacks, bar, validation)
         save_model(model, normalizer, card, folder / FINAL_MODEL_DIR)
         model.logger.close()

@@ -16,7 +16,9 @@ A label is the teacher's limits turned into the student's actions by the inverse
 mapping (:meth:`~dlsched.policies.agent_actions.ActionMapping.to_actions`); the fit is the mean
 squared error between the student's mean action and the label over the slots that hold a job.
 The observations are stored raw and normalised with the statistics reached at the end of each
-round, so that the student is fitted to what it will see.
+round, so that the student is fitted to what it will see; after the last round the training
+holds those statistics (:func:`~dlsched.policies.normalization.hold_statistics`), so that
+reinforcement learning does not move the inputs the student was fitted on.
 
 A copy of the teacher follows each training episode, told of its telemetry every step and reset
 with the episode, so that a teacher with a memory (TRADL's tiers, FlowCon's lists) labels as it

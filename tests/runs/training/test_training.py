@@ -664,6 +664,9 @@ def test_train_command_names_its_experiment_and_says_once_that_timesteps_round_u
         (["--hp", "gamma=0.9", "--hp", "gamma=0.8"], "--hp sets 'gamma' twice"),
         (["--hp", "net=[1, 2]"], "is not a number, a bool or a string"),
         (["--net-arch", "64,x"], "--net-arch '64,x' must be positive widths"),
+        (["--init-from", "dqoes"], "--init-from 'dqoes' names no trained model"),
+        (["--init-from", "pretrained:nope"], "pretrained model 'nope'"),
+        (["--critic-warmup", "-5"], "critic_warmup=-5 must be >= 0"),
     ],
 )
 def test_train_command_refuses_malformed_settings(
