@@ -3,6 +3,7 @@ critic learns (``--critic-warmup``): :mod:`dlsched.runs.training.warm_start`."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -34,27 +35,24 @@ def shipped() -> LearnedPolicy:
 
 def _config(shipped: LearnedPolicy, **changes: object) -> TrainingConfig:
     """A short fine-tuning of the shipped inference scheduler under the charging reward: two
-    PPO updates of 64 timesteps each."""
-    settings: dict[str, object] = {
-        "algo": "ppo",
-        "scenarios": (SCENARIO,),
-        "timesteps": 128,
-        "n_envs": 4,
-        "seed": 0,
-        "eval_every": 0,
-        "patience": 0,
-        "actions": ActionMode.SHARE_IDLE,
-        "max_step": 64.0,
-        "frame_stack": 2,
-        "net_arch": (128, 128),
-        "features": shipped.card.features,
-        "reward": CHARGING_REWARD,
-        "hyperparams": (("n_steps", 16), ("batch_size", 32), ("n_epochs", 2)),
-        "vec_env": VecEnvKind.BATCHED,
-        "init_from": SHIPPED,
-    }
-    settings.update(changes)
-    return TrainingConfig(**settings)
+    PPO updates of 64 timesteps each, in the shipped model's action mode and layout of inputs."""
+    config = TrainingConfig(
+        algo="ppo",
+        scenarios=(SCENARIO,),
+        timesteps=128,
+        n_envs=4,
+        eval_every=0,
+        actions=shipped.card.actions.mode,
+        max_step=shipped.card.actions.max_step,
+        frame_stack=shipped.card.frame_stack,
+        net_arch=(128, 128),
+        features=shipped.card.features,
+        reward=CHARGING_REWARD,
+        hyperparams=(("n_steps", 16), ("batch_size", 32), ("n_epochs", 2)),
+        vec_env=VecEnvKind.BATCHED,
+        init_from=SHIPPED,
+    )
+    return dataclasses.replace(config, **changes)
 
 
 def _weights(policy: LearnedPolicy) -> dict[str, torch.Tensor]:
