@@ -206,6 +206,11 @@ class Scenario:
     def max_jobs(self) -> int:
         return sum(group.max_count for group in self.groups)
 
+    @property
+    def cluster_cores(self) -> float:
+        """The cores of all its workers together."""
+        return float(sum(worker.cores for worker in self.workers))
+
     def workload_names(self) -> list[str]:
         """Every workload its job groups may draw, sorted, each once."""
         return sorted({name for group in self.groups for name in group.workloads})

@@ -223,7 +223,7 @@ def mean_completion_bound(
         alone.append(_finish(release, work, pace.fastest, times, factors))
         sizes.append(work / (pace.per_core * max(1.0, *factors)))
         releases.append(release)
-    ranked = np.sort(_shortest_remaining_first(releases, sizes, _cluster_cores(scenario)))
+    ranked = np.sort(_shortest_remaining_first(releases, sizes, scenario.cluster_cores))
     completions = np.maximum(ranked, np.sort(alone))
     return float(np.mean(completions) - np.mean(arrivals))
 
@@ -299,7 +299,7 @@ def satisfied_fraction_bound(
         sizes.append(float(ends[first]) / pace.per_core)
         releases.append(release)
     earliest_sorted = np.sort(earliest)
-    fitted = np.sort(_shortest_remaining_first(releases, sizes, _cluster_cores(scenario)))
+    fitted = np.sort(_shortest_remaining_first(releases, sizes, scenario.cluster_cores))
     arrivals = np.sort([job.arrival_s for job in jobs])
     fractions = []
     for time in _step_times(scenario):
@@ -355,10 +355,6 @@ def _pace(profile: WorkloadProfile, largest_cores: float) -> _Pace:
     booting = boot_demand(profile, largest_cores)
     startup = profile.startup_cpu_s / booting if booting > 0 and profile.startup_cpu_s else 0.0
     return _Pace(float(profile.units_per_s(cap)), per_core, max(profile.startup_s, startup))
-
-
-def _cluster_cores(scenario: Scenario) -> float:
-    return float(sum(worker.cores for worker in scenario.workers))
 
 
 def _shortest_remaining_first(

@@ -140,7 +140,7 @@ def plot_limits(result: EpisodeResult, path: Path) -> Path:
         label = job_id if len(limits) <= LEGEND_LIMIT else None
         (line,) = limit_ax.step(*limits[job_id], where="post", linewidth=1, label=label)
         usage_ax.plot(*usage.get(job_id, ([], [])), linewidth=1, color=line.get_color())
-    cores = sum(worker.cores for worker in result.scenario.workers)
+    cores = result.scenario.cluster_cores
     limit_ax.set_ylabel("CPU limit (cores)")
     limit_ax.set_ylim(0, max(worker.cores for worker in result.scenario.workers) * 1.05)
     usage_ax.set_ylabel("CPU usage (cores)")

@@ -165,7 +165,7 @@ def _core_charge(result: EpisodeResult, reward: str) -> float:
     held = result.metrics.cores_allocated_mean
     if reward != CHARGING_REWARD or held is None:
         return 0.0
-    return CORE_CHARGE * held / sum(worker.cores for worker in result.scenario.workers)
+    return CORE_CHARGE * held / result.scenario.cluster_cores
 
 
 class Validation(BaseCallback):

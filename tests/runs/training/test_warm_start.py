@@ -156,7 +156,7 @@ def test_a_critic_warmup_is_refused_where_it_cannot_hold(
 def test_a_model_charged_for_its_cores_is_validated_net_of_the_charge() -> None:
     scenario = load_scenario(SCENARIO)
     episodes = run_episodes(scenario, make("dqoes"), [0, 1])
-    cores = sum(worker.cores for worker in scenario.workers)
+    cores = scenario.cluster_cores
     satisfied = [episode.metrics.satisfied_fraction_mean for episode in episodes]
     held = [episode.metrics.cores_allocated_mean for episode in episodes]
     assert all(value is not None for value in (*satisfied, *held))
